@@ -1,0 +1,58 @@
+package v1alpha1
+
+// Names shared by the operator, the lb pod and the tests. The Kube-OVN keys are kept verbatim so
+// that Kube-OVN's documented YAML works unchanged.
+const (
+	// AttachmentProviderAnnotation opts a Service in: "<nad name>.<nad namespace>".
+	AttachmentProviderAnnotation = "ovn.kubernetes.io/attachmentprovider"
+
+	// LogicalSwitchAnnotationSuffix, after "<provider>.kubernetes.io/", names the Subnet to use.
+	LogicalSwitchAnnotationSuffix = "logical_switch"
+	// IPAddressAnnotationSuffix, after "<provider>.kubernetes.io/", carries the lb pod's address.
+	IPAddressAnnotationSuffix = "ip_address"
+
+	// LoadBalancerClass is our spec.loadBalancerClass; Services with another class are not ours.
+	LoadBalancerClass = "lbsvc.io/lb-svc"
+
+	// CleanupFinalizer is Kubernetes' own finalizer for load balancers, put on every served Service.
+	CleanupFinalizer = "service.kubernetes.io/load-balancer-cleanup"
+
+	// SubnetFinalizer keeps a Subnet while Services still hold addresses from it.
+	SubnetFinalizer = "lbsvc.io/subnet-in-use"
+
+	// AllocatedIPsAnnotation records on the Service the addresses the operator holds for it,
+	// comma-separated (one per family). It is the source of truth the allocator is rebuilt from.
+	AllocatedIPsAnnotation = "lbsvc.io/allocated-ips"
+	// AllocatedSubnetAnnotation records on the Service the Subnet its addresses come from.
+	AllocatedSubnetAnnotation = "lbsvc.io/subnet"
+
+	// ServiceLabel, on the lb pod, names the Service it serves (read through the downward API).
+	ServiceLabel = "lbsvc.io/service"
+	// ComponentLabel marks every object the operator creates for a Service.
+	ComponentLabel = "app.kubernetes.io/component"
+	// ComponentLBPod is ComponentLabel's value on lb pods.
+	ComponentLBPod = "lb-svc"
+
+	// DeploymentPrefix is prepended to the Service name to name its Deployment.
+	DeploymentPrefix = "lb-svc-"
+)
+
+// Environment of the lb pod's containers, set by the operator and read by cmd/lbpod.
+const (
+	// EnvNamespace is the Service's (and the pod's) namespace, from the downward API.
+	EnvNamespace = "LBPOD_NAMESPACE"
+	// EnvService is the Service name, from the pod label ServiceLabel via the downward API.
+	EnvService = "LBPOD_SERVICE"
+	// EnvAddresses is the LB address with the subnet prefix length, e.g. "172.18.0.18/16";
+	// for Dual one per family, comma-separated.
+	EnvAddresses = "LBPOD_ADDRESSES"
+	// EnvGateways is the Subnet gateway, one per family, comma-separated, in EnvAddresses' order.
+	EnvGateways = "LBPOD_GATEWAYS"
+	// EnvSubnets is the Subnet CIDR, one per family, comma-separated, in EnvAddresses' order.
+	EnvSubnets = "LBPOD_SUBNETS"
+)
+
+// ProviderAnnotation returns "<provider>.kubernetes.io/<suffix>".
+func ProviderAnnotation(provider, suffix string) string {
+	return provider + ".kubernetes.io/" + suffix
+}
