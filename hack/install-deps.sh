@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs, on a fresh Debian machine, everything the tests and the demo cluster need that is not
+# built from the Go module proxy. Idempotent; needs root.
+set -euo pipefail
+
+packages=(
+  # data path: iptables (nft and legacy), ip tooling, traffic generators
+  iptables iproute2 iperf3 conntrack ethtool curl
+  # local cluster: container runtime, CNI reference plugins (bridge, host-local, macvlan, loopback)
+  containerd runc containernetworking-plugins
+  # scripts
+  bc util-linux procps kmod ca-certificates git make
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "dependencies present"
