@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Tears down everything hack/cluster/up.sh made, also after a failed or partial up: pods (so CNI
+# releases their links), processes, containerd shims and containers, mounts, pod network
+# namespaces, our network namespaces and links, cgroups, and the run directory. Safe to repeat.
+# Exits non-zero if anything of ours is still there afterwards.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "down.sh needs root" >&2; exit 1; }
+
+alive() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
+
+# stop NAME: SIGTERM the process recorded in NAME.pid, SIGKILL after 10 s.
+stop() {
+  local pid i
+  [ -f "$PIDS/$1.pid" ] || return 0
+  pid=$(cat "$PIDS/$1.pid")
+  if kill "$pid" 2>/dev/null; then
+    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null
+  fi
+  rm -f "$PIDS/$1.pid"
+}
+
+# Delete pods while kubelet and containerd still run, so CNI DEL removes their links and addresses.
+if alive kubelet && alive apiserver; then
+  kc delete deployments,daemonsets,statefulsets,replicasets --all -A --wait=false --request-timeout=5s >/dev/null 2>&1
+  kc delete pods --all -A --grace-period=1 --wait=true --timeout=30s --request-timeout=35s >/dev/null 2>&1
+fi
+stop kube-proxy
+stop kubelet
+
+# Every container and sandbox left: kill through containerd, then the shims it started (their pids
+# are recorded in containerd's state dir) and anything still in our cgroups.
+if alive containerd; then
+  for t in $($IN_NODE $CTR tasks ls -q 2>/dev/null); do $IN_NODE $CTR tasks kill -s SIGKILL "$t" >/dev/null 2>&1; done
+  for t in $($IN_NODE $CTR tasks ls -q 2>/dev/null); do $IN_NODE $CTR tasks delete -f "$t" >/dev/null 2>&1; done
+fi
+stop containerd
+for f in "$CLUSTER_DIR"/containerd/state/io.containerd.runtime.v2.task/*/*/shim.pid; do
+  [ -f "$f" ] && kill -9 "$(cat "$f")" 2>/dev/null
+done
+for c in /sys/fs/cgroup/*/$CGROUP_ROOT; do
+  [ -d "$c" ] || continue
+  find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null
+done
+stop scheduler
+stop controller-manager
+stop apiserver
+stop etcd
+
+# Mounts under the run dir (overlay rootfs, secrets, shm), deepest first.
+if [ -d "$CLUSTER_DIR" ]; then
+  awk -v d="$CLUSTER_DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
+fi
+# Pod network namespaces containerd made (all cni-* that were not there before up).
+if [ -f "$CLUSTER_DIR/netns.before" ]; then
+  for n in $(ls /run/netns 2>/dev/null | grep '^cni-'); do
+    grep -qx "$n" "$CLUSTER_DIR/netns.before" || ip netns del "$n" 2>/dev/null
+  done
+fi
+ip link del $HOST_VETH 2>/dev/null
+for n in $NODE_NS $UL_NS $CLIENT_NS; do ip netns del $n 2>/dev/null; done
+for i in 1 2 3 4 5; do
+  left=0
+  for c in /sys/fs/cgroup/*/$CGROUP_ROOT; do
+    [ -d "$c" ] || continue
+    find "$c" -depth -type d -exec rmdir {} \; 2>/dev/null
+    [ -d "$c" ] && left=1
+  done
+  [ $left = 0 ] && break
+  sleep 0.5
+done
+rm -rf "$CLUSTER_DIR"
+
+# Check: nothing of ours remains.
+bad=0
+for n in $NODE_NS $UL_NS $CLIENT_NS; do [ -e /run/netns/$n ] && { echo "left over: netns $n" >&2; bad=1; }; done
+ip link show $HOST_VETH >/dev/null 2>&1 && { echo "left over: link $HOST_VETH" >&2; bad=1; }
+for c in /sys/fs/cgroup/*/$CGROUP_ROOT; do [ -d "$c" ] && { echo "left over: cgroup $c" >&2; bad=1; }; done
+grep -q " $CLUSTER_DIR/" /proc/self/mounts && { echo "left over: mounts under $CLUSTER_DIR" >&2; bad=1; }
+[ -e "$CLUSTER_DIR" ] && { echo "left over: $CLUSTER_DIR" >&2; bad=1; }
+[ $bad = 0 ] && log "cluster down: nothing left"
+exit $bad
