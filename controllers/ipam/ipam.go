@@ -2,9 +2,17 @@
 // clock, no I/O. The Service reconciler rebuilds it from what the cluster records (the Services'
 // lbsvc.io/allocated-ips annotations) before it hands out any new address after a start.
 //
-// CONTRACT (fixed; implementation to be filled in): memory grows with the addresses in use, never
-// with the size of a Subnet, so an IPv4 /8 and an IPv6 /64 work. All methods of Allocator are safe
-// for concurrent use.
+// CONTRACT (fixed): memory grows with the addresses in use, never with the size of a Subnet, so an
+// IPv4 /8 and an IPv6 /64 work. All methods of Allocator are safe for concurrent use.
+//
+// Decisions beyond the contract, each tested:
+//   - Never handed out: the gateway, excluded addresses, an IPv4 network and broadcast address on
+//     prefixes up to /30, and the IPv6 subnet-router anycast address (the network address). An IPv4
+//     /31 has two usable addresses and a /32 one (RFC 3021).
+//   - IPv4-mapped IPv6 spellings (::ffff:a.b.c.d) are rejected everywhere, never unmapped: one
+//     address has one spelling, so it can never be held twice under two names.
+//   - Addresses are numbers (u128) and what is blocked or held is kept as merged runs, so finding
+//     the lowest free address steps over whole runs, whatever their length.
 package ipam
 
 import (
@@ -53,64 +61,3 @@ type Usage struct {
 	V4Used, V4Available int64
 	V6Used, V6Available int64
 }
-
-// ParseSubnet parses and validates a Subnet spec's fields (protocol may be empty: it then
-// follows from cidrBlock). Gateway defaults to the first address after each network address.
-// It checks what a schema cannot: gateway inside its CIDR and not the network/broadcast address,
-// exclusions inside the CIDR and First <= Last, protocol consistent with the CIDRs.
-func ParseSubnet(name, protocol, cidrBlock, gateway string, excludeIPs []string) (SubnetConfig, error) {
-	panic("not implemented")
-}
-
-// ParseExcludes parses excludeIps entries: "a" or "a..b".
-func ParseExcludes(items []string) ([]Range, error) { panic("not implemented") }
-
-// ParseAddrs parses a comma-separated list of addresses (an annotation or spec.loadBalancerIP).
-func ParseAddrs(s string) ([]netip.Addr, error) { panic("not implemented") }
-
-// Overlaps reports whether two Subnets share any address.
-func Overlaps(a, b SubnetConfig) bool { panic("not implemented") }
-
-// Allocator holds every Subnet's allocations, keyed by owner ("namespace/name" of a Service).
-type Allocator struct{}
-
-// New returns an empty Allocator.
-func New() *Allocator { panic("not implemented") }
-
-// SetSubnet adds a Subnet or replaces its configuration. Existing allocations are kept; it returns
-// the owners whose addresses are no longer valid under the new configuration (the caller moves them).
-func (a *Allocator) SetSubnet(cfg SubnetConfig) (invalidOwners []string) { panic("not implemented") }
-
-// RemoveSubnet forgets a Subnet and every allocation in it.
-func (a *Allocator) RemoveSubnet(name string) { panic("not implemented") }
-
-// Allocate gives owner one address per family the Subnet serves. requested, when non-empty, are
-// the static addresses wanted (a subset of families is allowed: the others are chosen dynamically).
-// Dynamic choice is deterministic: the lowest free address. Idempotent: an owner that already holds
-// addresses in this Subnet that satisfy the request gets them back unchanged; an owner holding
-// other addresses (another Subnet, or a different static request) has them released first, but only
-// once the new allocation succeeded (on failure the old addresses are kept).
-func (a *Allocator) Allocate(subnet, owner string, requested []netip.Addr) ([]netip.Addr, error) {
-	panic("not implemented")
-}
-
-// Release frees every address owner holds. It is a no-op for an unknown owner.
-func (a *Allocator) Release(owner string) (subnet string, released []netip.Addr) {
-	panic("not implemented")
-}
-
-// Lookup returns the Subnet and addresses owner holds.
-func (a *Allocator) Lookup(owner string) (subnet string, addrs []netip.Addr, ok bool) {
-	panic("not implemented")
-}
-
-// Owner returns who holds addr in subnet.
-func (a *Allocator) Owner(subnet string, addr netip.Addr) (owner string, ok bool) {
-	panic("not implemented")
-}
-
-// Owners lists, sorted, the owners holding addresses in subnet.
-func (a *Allocator) Owners(subnet string) []string { panic("not implemented") }
-
-// Usage reports a Subnet's counters.
-func (a *Allocator) Usage(subnet string) (Usage, bool) { panic("not implemented") }

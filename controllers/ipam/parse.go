@@ -1,0 +1,360 @@
+package ipam
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+)
+
+// mappedBlock is ::ffff:0:0/96, where IPv6 spells IPv4 addresses. Such spellings are rejected
+// everywhere (never silently unmapped): one address must have exactly one spelling, or the same
+// underlay address could be handed to two Services, once per spelling.
+var mappedBlock = netip.MustParsePrefix("::ffff:0:0/96")
+
+// familyOf returns the family of a valid, unmapped address.
+func familyOf(a netip.Addr) Family {
+	if a.Is4() {
+		return IPv4
+	}
+	return IPv6
+}
+
+func (f Family) String() string {
+	switch f {
+	case IPv4:
+		return "IPv4"
+	case IPv6:
+		return "IPv6"
+	}
+	return fmt.Sprintf("Family(%d)", uint8(f))
+}
+
+// parseAddr parses one address and refuses zones and IPv4-mapped IPv6 spellings.
+func parseAddr(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address (%s): %w", s, parseDetail(err), ErrInvalid)
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Errorf("%q has an IPv6 zone, which an underlay address cannot have: %w", s, ErrInvalid)
+	}
+	if a.Is4In6() {
+		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write it as IPv4 (%s): %w", s, a.Unmap(), ErrInvalid)
+	}
+	return a, nil
+}
+
+// parseDetail keeps netip's reason and drops its `ParseAddr("...")` prefix, which would repeat
+// the value the message already quotes.
+func parseDetail(err error) string {
+	msg := err.Error()
+	if i := strings.Index(msg, "): "); i >= 0 && (strings.HasPrefix(msg, "Parse") || strings.HasPrefix(msg, "netip.Parse")) {
+		return msg[i+3:]
+	}
+	return msg
+}
+
+// ParseAddrs parses a comma-separated list of addresses (an annotation or spec.loadBalancerIP).
+// Whitespace around each address is ignored; an empty or blank string is no address (nil, nil).
+// Empty items, zones, IPv4-mapped IPv6 spellings and repeated addresses are errors wrapping
+// ErrInvalid. Addresses keep their order.
+func ParseAddrs(s string) ([]netip.Addr, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []netip.Addr
+	for _, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("address list %q has an empty item: %w", s, ErrInvalid)
+		}
+		a, err := parseAddr(item)
+		if err != nil {
+			return nil, err
+		}
+		for _, prev := range out {
+			if prev == a {
+				return nil, fmt.Errorf("address list %q names %s twice: %w", s, a, ErrInvalid)
+			}
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// ParseExcludes parses excludeIps entries: "a" or "a..b".
+// Whitespace around entries and around each side of ".." is ignored. A range needs both ends of one
+// family and First <= Last. Errors wrap ErrInvalid and quote the entry. Entries keep their order;
+// they may overlap (the allocator merges them).
+func ParseExcludes(items []string) ([]Range, error) {
+	out := make([]Range, 0, len(items))
+	for _, raw := range items {
+		item := strings.TrimSpace(raw)
+		if item == "" {
+			return nil, fmt.Errorf("exclusion %q is empty: %w", raw, ErrInvalid)
+		}
+		firstText, lastText, isRange := strings.Cut(item, "..")
+		first, err := parseAddr(strings.TrimSpace(firstText))
+		if err != nil {
+			return nil, fmt.Errorf("exclusion %q: %w", item, err)
+		}
+		last := first
+		if isRange {
+			if last, err = parseAddr(strings.TrimSpace(lastText)); err != nil {
+				return nil, fmt.Errorf("exclusion %q: %w", item, err)
+			}
+			if first.Is4() != last.Is4() {
+				return nil, fmt.Errorf("exclusion %q mixes IPv4 and IPv6: %w", item, ErrInvalid)
+			}
+			if last.Less(first) {
+				return nil, fmt.Errorf("exclusion %q starts after it ends (%s > %s): %w", item, first, last, ErrInvalid)
+			}
+		}
+		out = append(out, Range{First: first, Last: last})
+	}
+	return out, nil
+}
+
+// String renders r the way excludeIps spells it.
+func (r Range) String() string {
+	if r.First == r.Last {
+		return r.First.String()
+	}
+	return r.First.String() + ".." + r.Last.String()
+}
+
+// hasNetworkAndBroadcast tells whether an IPv4 prefix reserves its first and last address.
+// RFC 3021: a /31 is a point-to-point link whose two addresses are both hosts, and a /32 is one
+// host; shorter prefixes lose their network and broadcast addresses.
+func hasNetworkAndBroadcast(p netip.Prefix) bool { return p.Addr().Is4() && p.Bits() <= 30 }
+
+// reservedAddrs returns the addresses of p that are never handed out whatever the configuration:
+// IPv4's network and broadcast addresses (none on a /31 or /32, RFC 3021), and IPv6's
+// subnet-router anycast address, which is the network address (RFC 4291 2.6.1), on every prefix.
+func reservedAddrs(p netip.Prefix) []netip.Addr {
+	s := prefixSpan(p)
+	switch {
+	case p.Addr().Is6():
+		return []netip.Addr{p.Addr()}
+	case hasNetworkAndBroadcast(p):
+		return []netip.Addr{p.Addr(), addrOf(s.last, IPv4)}
+	}
+	return nil
+}
+
+// ParseSubnet parses and validates a Subnet spec's fields (protocol may be empty: it then
+// follows from cidrBlock). Gateway defaults to the first address after each network address.
+// It checks what a schema cannot: gateway inside its CIDR and not the network/broadcast address,
+// exclusions inside the CIDR and First <= Last, protocol consistent with the CIDRs.
+//
+// Details: whitespace around every item is ignored. cidrBlock holds one CIDR, or for Dual one IPv4
+// and one IPv6 CIDR in either order (the result puts IPv4 first); a CIDR with host bits set is an
+// error (it names the network meant). Gateways are matched to CIDRs by family, so their order does
+// not matter; a family without one gets the default. A /32 (or IPv6 /128) has no default gateway, so
+// it needs one given explicitly, which then leaves nothing to hand out. IPv4-mapped IPv6
+// spellings, CIDRs overlapping ::ffff:0:0/96, and zones are rejected. Every error reads
+// `subnet "NAME": <value> <problem>: <sentinel>` and wraps ErrInvalid.
+func ParseSubnet(name, protocol, cidrBlock, gateway string, excludeIPs []string) (SubnetConfig, error) {
+	cfg, err := parseSubnet(name, protocol, cidrBlock, gateway, excludeIPs)
+	if err != nil {
+		return SubnetConfig{}, fmt.Errorf("subnet %q: %w", name, err)
+	}
+	return cfg, nil
+}
+
+func parseSubnet(name, protocol, cidrBlock, gateway string, excludeIPs []string) (SubnetConfig, error) {
+	cidrs, err := parseCIDRs(cidrBlock)
+	if err != nil {
+		return SubnetConfig{}, err
+	}
+	if err := checkProtocol(strings.TrimSpace(protocol), cidrs); err != nil {
+		return SubnetConfig{}, err
+	}
+	gateways, err := parseGateways(gateway, cidrs)
+	if err != nil {
+		return SubnetConfig{}, err
+	}
+	excludes, err := ParseExcludes(excludeIPs)
+	if err != nil {
+		return SubnetConfig{}, err
+	}
+	for _, r := range excludes {
+		if err := checkExclude(r, cidrs); err != nil {
+			return SubnetConfig{}, err
+		}
+	}
+	if len(excludes) == 0 {
+		excludes = nil
+	}
+	return SubnetConfig{Name: name, CIDRs: cidrs, Gateways: gateways, Excludes: excludes}, nil
+}
+
+// parseCIDRs parses cidrBlock into at most one prefix per family, IPv4 first.
+func parseCIDRs(cidrBlock string) ([]netip.Prefix, error) {
+	if strings.TrimSpace(cidrBlock) == "" {
+		return nil, fmt.Errorf("cidrBlock is empty: %w", ErrInvalid)
+	}
+	items := strings.Split(cidrBlock, ",")
+	if len(items) > 2 {
+		return nil, fmt.Errorf("cidrBlock %q has %d CIDRs; at most two (one IPv4, one IPv6): %w", cidrBlock, len(items), ErrInvalid)
+	}
+	var cidrs []netip.Prefix
+	for _, item := range items {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, fmt.Errorf("cidrBlock %q has an empty item: %w", cidrBlock, ErrInvalid)
+		}
+		p, err := netip.ParsePrefix(item)
+		if err != nil {
+			return nil, fmt.Errorf("cidrBlock %q is not a CIDR (%s): %w", item, parseDetail(err), ErrInvalid)
+		}
+		if p.Addr().Is4In6() || p.Overlaps(mappedBlock) {
+			return nil, fmt.Errorf("cidrBlock %s overlaps the IPv4-mapped block %s; write IPv4 CIDRs as IPv4: %w", p, mappedBlock, ErrInvalid)
+		}
+		if p.Masked() != p {
+			return nil, fmt.Errorf("cidrBlock %s has host bits set (the network is %s): %w", p, p.Masked(), ErrInvalid)
+		}
+		for _, prev := range cidrs {
+			if prev.Addr().Is4() == p.Addr().Is4() {
+				return nil, fmt.Errorf("cidrBlock %q has two %s CIDRs; one per family: %w", cidrBlock, familyOf(p.Addr()), ErrInvalid)
+			}
+		}
+		cidrs = append(cidrs, p)
+	}
+	if len(cidrs) == 2 && cidrs[1].Addr().Is4() {
+		cidrs[0], cidrs[1] = cidrs[1], cidrs[0]
+	}
+	return cidrs, nil
+}
+
+// checkProtocol checks that protocol, when given, names the families of cidrs.
+func checkProtocol(protocol string, cidrs []netip.Prefix) error {
+	var want []Family
+	switch protocol {
+	case "":
+		return nil
+	case "IPv4":
+		want = []Family{IPv4}
+	case "IPv6":
+		want = []Family{IPv6}
+	case "Dual":
+		want = []Family{IPv4, IPv6}
+	default:
+		return fmt.Errorf("protocol %q is not IPv4, IPv6 or Dual: %w", protocol, ErrInvalid)
+	}
+	ok := len(want) == len(cidrs)
+	for i := 0; ok && i < len(cidrs); i++ {
+		ok = familyOf(cidrs[i].Addr()) == want[i]
+	}
+	if !ok {
+		return fmt.Errorf("protocol %s does not match cidrBlock %s: %w", protocol, prefixList(cidrs), ErrInvalid)
+	}
+	return nil
+}
+
+func prefixList(cidrs []netip.Prefix) string {
+	s := make([]string, len(cidrs))
+	for i, p := range cidrs {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ",")
+}
+
+// parseGateways returns one gateway per CIDR, in the order of cidrs.
+func parseGateways(gateway string, cidrs []netip.Prefix) ([]netip.Addr, error) {
+	gateways := make([]netip.Addr, len(cidrs))
+	if strings.TrimSpace(gateway) != "" {
+		for _, item := range strings.Split(gateway, ",") {
+			item = strings.TrimSpace(item)
+			if item == "" {
+				return nil, fmt.Errorf("gateway %q has an empty item: %w", gateway, ErrInvalid)
+			}
+			gw, err := parseAddr(item)
+			if err != nil {
+				return nil, fmt.Errorf("gateway %w", err)
+			}
+			i := cidrIndex(cidrs, familyOf(gw))
+			if i < 0 {
+				return nil, fmt.Errorf("gateway %s is %s but cidrBlock %s has no %s CIDR: %w", gw, familyOf(gw), prefixList(cidrs), familyOf(gw), ErrInvalid)
+			}
+			if gateways[i].IsValid() {
+				return nil, fmt.Errorf("gateway %q has two %s addresses; one per family: %w", gateway, familyOf(gw), ErrInvalid)
+			}
+			gateways[i] = gw
+		}
+	}
+	for i, p := range cidrs {
+		gw := gateways[i]
+		if !gw.IsValid() {
+			gw = p.Addr().Next()
+			if !p.Contains(gw) {
+				return nil, fmt.Errorf("cidrBlock %s has no room for a default gateway (the first address after the network); set gateway: %w", p, ErrInvalid)
+			}
+			gateways[i] = gw
+			continue
+		}
+		if !p.Contains(gw) {
+			return nil, fmt.Errorf("gateway %s is outside %s: %w", gw, p, ErrInvalid)
+		}
+		for _, r := range reservedAddrs(p) {
+			if gw == r {
+				return nil, fmt.Errorf("gateway %s is the %s of %s: %w", gw, reservedName(p, r), p, ErrInvalid)
+			}
+		}
+	}
+	return gateways, nil
+}
+
+// reservedName says which reserved address r (from reservedAddrs) is.
+func reservedName(p netip.Prefix, r netip.Addr) string {
+	switch {
+	case p.Addr().Is6():
+		return "subnet-router anycast address"
+	case r == p.Addr():
+		return "network address"
+	}
+	return "broadcast address"
+}
+
+func cidrIndex(cidrs []netip.Prefix, f Family) int {
+	for i, p := range cidrs {
+		if familyOf(p.Addr()) == f {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkExclude checks that r lies wholly inside the CIDR of its family.
+func checkExclude(r Range, cidrs []netip.Prefix) error {
+	i := cidrIndex(cidrs, familyOf(r.First))
+	if i < 0 {
+		return fmt.Errorf("exclusion %s is %s but cidrBlock %s has no %s CIDR: %w", r, familyOf(r.First), prefixList(cidrs), familyOf(r.First), ErrInvalid)
+	}
+	p := cidrs[i]
+	switch in1, in2 := p.Contains(r.First), p.Contains(r.Last); {
+	case in1 && in2:
+		return nil
+	case in1 || in2:
+		return fmt.Errorf("exclusion %s is partly outside %s: %w", r, p, ErrInvalid)
+	}
+	if ps := prefixSpan(p); toU128(r.First).less(ps.first) && ps.last.less(toU128(r.Last)) {
+		// Both ends outside, yet the range spans the whole CIDR.
+		return fmt.Errorf("exclusion %s is partly outside %s: %w", r, p, ErrInvalid)
+	}
+	return fmt.Errorf("exclusion %s is outside %s: %w", r, p, ErrInvalid)
+}
+
+// Overlaps reports whether two Subnets share any address.
+// It compares the CIDRs only: exclusions do not make two overlapping CIDRs disjoint, because an
+// exclusion is a policy that can change while the underlay network cannot be split by it.
+func Overlaps(a, b SubnetConfig) bool {
+	for _, p := range a.CIDRs {
+		for _, q := range b.CIDRs {
+			if p.Overlaps(q) {
+				return true
+			}
+		}
+	}
+	return false
+}
