@@ -1,0 +1,158 @@
+// Command lbpod runs in the lb pod of a LoadBalancer Service: it gives net1 the LB address and
+// installs the policy routes and NAT rules that carry the Service's traffic from the underlay to
+// its ClusterIP.
+//
+//	lbpod init [flags]   apply once and exit (the init container)
+//	lbpod [flags]        apply, then keep in sync with the Service and repair drift (main container)
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/lbpod"
+)
+
+// options are lbpod's flags; each input defaults to its environment variable.
+type options struct {
+	namespace, service, serviceFile, kubeconfig string
+	addresses, gateways, subnets                string
+	iface, uplink                               string
+	table                                       int
+	healthAddr                                  string
+	resyncPeriod, announceInterval              time.Duration
+	iptables                                    string
+	procSys                                     string
+}
+
+func parseFlags(name string, args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.StringVar(&o.namespace, "namespace", os.Getenv(v1alpha1.EnvNamespace), "namespace of the Service (env "+v1alpha1.EnvNamespace+")")
+	fs.StringVar(&o.service, "service", os.Getenv(v1alpha1.EnvService), "name of the Service (env "+v1alpha1.EnvService+")")
+	fs.StringVar(&o.serviceFile, "service-file", "", "read the Service from this YAML/JSON file (re-read when it changes) instead of the API")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig to reach the API from outside a cluster (default: in-cluster config)")
+	fs.StringVar(&o.addresses, "addresses", os.Getenv(v1alpha1.EnvAddresses), "LB address(es) with the subnet prefix, IPv4 first (env "+v1alpha1.EnvAddresses+")")
+	fs.StringVar(&o.gateways, "gateways", os.Getenv(v1alpha1.EnvGateways), "subnet gateway(s), in the addresses' order (env "+v1alpha1.EnvGateways+")")
+	fs.StringVar(&o.subnets, "subnets", os.Getenv(v1alpha1.EnvSubnets), "subnet CIDR(s), in the addresses' order (env "+v1alpha1.EnvSubnets+")")
+	fs.StringVar(&o.iface, "interface", lbpod.DefaultInterface, "the underlay (macvlan) interface")
+	fs.StringVar(&o.uplink, "uplink", lbpod.DefaultUplink, "the cluster network interface")
+	fs.IntVar(&o.table, "table", lbpod.DefaultTable, "policy routing table")
+	fs.StringVar(&o.healthAddr, "health-addr", ":8081", "address of the /healthz, /readyz and /metrics server (main mode)")
+	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Second, "how often the whole state is compared with the kernel and repaired")
+	fs.DurationVar(&o.announceInterval, "announce-interval", 30*time.Second, "how often the addresses are announced (gratuitous ARP / unsolicited NA)")
+	fs.StringVar(&o.iptables, "iptables", "auto", `iptables back end: "auto" (the one the host uses), "nft", "legacy" or "plain" (iptables/ip6tables)`)
+	fs.StringVar(&o.procSys, "proc-sys", "/proc/sys", "where the sysctls are")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.serviceFile == "" && (o.namespace == "" || o.service == "") {
+		return o, fmt.Errorf("namespace %q, service %q: both are needed (env %s, %s) unless --service-file is given",
+			o.namespace, o.service, v1alpha1.EnvNamespace, v1alpha1.EnvService)
+	}
+	if o.resyncPeriod <= 0 || o.announceInterval <= 0 {
+		return o, fmt.Errorf("resync-period %s, announce-interval %s: both must be positive", o.resyncPeriod, o.announceInterval)
+	}
+	return o, nil
+}
+
+func main() {
+	args := os.Args[1:]
+	mode := "lbpod"
+	if len(args) > 0 && args[0] == "init" {
+		mode, args = "lbpod init", args[1:]
+	}
+	opts, err := parseFlags(mode, args)
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(0)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", mode, err)
+		os.Exit(2)
+	}
+	network, err := lbpod.ParseNetwork(opts.addresses, opts.gateways, opts.subnets)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", mode, err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	if mode == "lbpod init" {
+		if err := runInit(ctx, opts, network, log); err != nil {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", mode, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(ctx, opts, network, log); err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", mode, err)
+		os.Exit(1)
+	}
+}
+
+func (o options) names() lbpod.Names {
+	return lbpod.Names{Interface: o.iface, Uplink: o.uplink, Table: o.table}
+}
+
+// newApplier picks the iptables back end and builds the applier.
+func newApplier(ctx context.Context, o options, log *slog.Logger) (*lbpod.Applier, error) {
+	var paths lbpod.IPTablesPaths
+	switch o.iptables {
+	case "auto":
+		var why string
+		paths, why = lbpod.DetectIPTables(ctx)
+		log.Info("iptables back end", "iptables", paths.IPv4, "ip6tables", paths.IPv6, "why", why)
+	case "nft", "legacy":
+		paths = lbpod.PathsFor(lbpod.Flavour(o.iptables))
+	case "plain":
+		paths = lbpod.IPTablesPaths{IPv4: "iptables", IPv6: "ip6tables"}
+	default:
+		return nil, fmt.Errorf("iptables %q: want auto, nft, legacy or plain", o.iptables)
+	}
+	return lbpod.NewApplier(paths, log)
+}
+
+// runInit applies the state once, verifies it, and announces the addresses once.
+func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Logger) error {
+	start := time.Now()
+	// Checked first so that a pod without its attachment fails with this one line.
+	if _, err := net.InterfaceByName(o.iface); err != nil {
+		return fmt.Errorf("interface %q not found: is the NetworkAttachmentDefinition attached to this pod (Multus)? (%v)", o.iface, err)
+	}
+	src, err := newServiceSource(o, log)
+	if err != nil {
+		return err
+	}
+	svc, err := src.Get(ctx)
+	if err != nil {
+		return err
+	}
+	applier, err := newApplier(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	r := &reconciler{opts: o, network: network, applier: applier, log: log, stats: &stats{}}
+	res := r.reconcile(svc)
+	if res.err != nil {
+		return res.err
+	}
+	if err := lbpod.Announce(o.iface, network.Addresses, &r.stats.announce); err != nil {
+		log.Warn("announcement failed (not fatal)", "err", err)
+	}
+	log.Info("applied", "changes", res.changes, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}

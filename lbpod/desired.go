@@ -1,0 +1,244 @@
+package lbpod
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Defaults for the names and numbers the lb pod uses; the seed's listings show these.
+const (
+	// DefaultInterface is the macvlan interface Multus attaches to the lb pod.
+	DefaultInterface = "net1"
+	// DefaultUplink is the pod's primary (cluster network) interface.
+	DefaultUplink = "eth0"
+	// DefaultTable is the policy routing table holding the lb pod's routes.
+	DefaultTable = 100
+	// uplinkRulePriority and interfaceRulePriority are the seed's `ip rule` priorities, just
+	// before the main table's 32766.
+	uplinkRulePriority    = 32764
+	interfaceRulePriority = 32765
+)
+
+// Chains of our own: everything we install lives in them, so that a change never touches a rule
+// someone else owns, and the built-in chains only hold one jump each.
+const (
+	// ChainPrerouting (nat) lets only allowed sources reach ChainServices.
+	ChainPrerouting = "LBSVC-PREROUTING"
+	// ChainServices (nat) holds one DNAT rule per Service port and protocol.
+	ChainServices = "LBSVC-SERVICES"
+	// ChainPostrouting (nat) masquerades what goes to the ClusterIP.
+	ChainPostrouting = "LBSVC-POSTROUTING"
+	// ChainInput (filter) refuses Service ports to sources outside loadBalancerSourceRanges.
+	ChainInput = "LBSVC-INPUT"
+)
+
+// Observed is what the lb pod reads from the kernel before computing its state: eth0's gateway per
+// family, from the main table's default route. An invalid address means the default route has no
+// gateway (a device route), so the ClusterIP is reached on-link.
+type Observed struct {
+	UplinkGateways map[Family]Gateway
+}
+
+// Gateway is a next hop read from the main table.
+type Gateway struct {
+	Addr netip.Addr
+	// OnLink is set when the main table's route carries the onlink flag (the gateway is outside
+	// every connected subnet, as with Calico's 169.254.1.1); our route must carry it too.
+	OnLink bool
+}
+
+// Rule is one `ip rule`: traffic entering IIF looks up Table.
+type Rule struct {
+	Family   Family
+	Priority int
+	IIF      string
+	Table    int
+}
+
+// Route is one route in the lb pod's table. An invalid Gateway means a device (scope link) route.
+type Route struct {
+	Family  Family
+	Dst     netip.Prefix
+	Gateway netip.Addr
+	Dev     string
+	OnLink  bool
+}
+
+// IsDefault reports whether the route is a default route.
+func (r Route) IsDefault() bool { return r.Dst.Bits() == 0 }
+
+// Chain is one of our iptables chains and its rules, each rule the argument list iptables -S
+// prints after "-A <chain>".
+type Chain struct {
+	Table string
+	Name  string
+	Rules [][]string
+}
+
+// Jump is the single rule in a built-in chain that sends traffic to one of our chains.
+type Jump struct {
+	Table string
+	From  string
+	To    string
+}
+
+// Tables is the iptables (or ip6tables) part of the state for one family.
+type Tables struct {
+	Family Family
+	Chains []Chain
+	Jumps  []Jump
+}
+
+// State is the desired state of the lb pod's network namespace as plain data.
+type State struct {
+	Interface string
+	Uplink    string
+	Table     int
+	// Addresses go on Interface, with the Subnet's prefix length.
+	Addresses []netip.Prefix
+	Rules     []Rule
+	Routes    []Route
+	// IPTables holds one entry per family, IPv4 first.
+	IPTables []Tables
+	// Forwarding lists the families whose forwarding sysctl must be on.
+	Forwarding []Family
+}
+
+// Names are the interface names and table number; zero values mean the defaults.
+type Names struct {
+	Interface string
+	Uplink    string
+	Table     int
+}
+
+func (n Names) withDefaults() Names {
+	if n.Interface == "" {
+		n.Interface = DefaultInterface
+	}
+	if n.Uplink == "" {
+		n.Uplink = DefaultUplink
+	}
+	if n.Table == 0 {
+		n.Table = DefaultTable
+	}
+	return n
+}
+
+// Desired computes the state the lb pod must hold for cfg, given what it observed. It is pure.
+func Desired(cfg Config, obs Observed, names Names) State {
+	names = names.withDefaults()
+	st := State{Interface: names.Interface, Uplink: names.Uplink, Table: names.Table}
+	for i, addr := range cfg.Addresses {
+		fam := familyOf(addr.Addr())
+		subnet, gw := cfg.Subnets[i], cfg.Gateways[i]
+		clusterIP, hasClusterIP := clusterIPOf(cfg.ClusterIPs, fam)
+
+		st.Addresses = append(st.Addresses, addr)
+		st.Forwarding = append(st.Forwarding, fam)
+		st.Rules = append(st.Rules,
+			Rule{Family: fam, Priority: uplinkRulePriority, IIF: names.Uplink, Table: names.Table},
+			Rule{Family: fam, Priority: interfaceRulePriority, IIF: names.Interface, Table: names.Table})
+
+		st.Routes = append(st.Routes, Route{Family: fam, Dst: netip.PrefixFrom(zeroAddr(fam), 0), Gateway: gw, Dev: names.Interface})
+		if hasClusterIP {
+			up := obs.UplinkGateways[fam]
+			st.Routes = append(st.Routes, Route{Family: fam, Dst: netip.PrefixFrom(clusterIP, clusterIP.BitLen()), Gateway: up.Addr, Dev: names.Uplink, OnLink: up.Addr.IsValid() && up.OnLink})
+		}
+		st.Routes = append(st.Routes, Route{Family: fam, Dst: subnet, Dev: names.Interface})
+
+		st.IPTables = append(st.IPTables, desiredTables(fam, addr.Addr(), clusterIP, hasClusterIP, cfg.Ports, cfg.SourceRanges))
+	}
+	return st
+}
+
+// desiredTables computes our chains for one family.
+//
+// Allowed sources (all, when loadBalancerSourceRanges is empty) jump from LBSVC-PREROUTING to
+// LBSVC-SERVICES, which DNATs each Service port to ClusterIP:port. A refused source is not DNATed,
+// so its packet is addressed to the pod itself: LBSVC-INPUT rejects it on the Service ports (with a
+// TCP reset or an ICMP port unreachable), which also keeps it away from anything listening in the
+// pod, like the health server.
+func desiredTables(fam Family, lbIP, clusterIP netip.Addr, hasClusterIP bool, ports []Port, sourceRanges []netip.Prefix) Tables {
+	lb := hostPrefix(lbIP)
+	t := Tables{Family: fam, Jumps: []Jump{
+		{Table: "nat", From: "PREROUTING", To: ChainPrerouting},
+		{Table: "nat", From: "POSTROUTING", To: ChainPostrouting},
+		{Table: "filter", From: "INPUT", To: ChainInput},
+	}}
+	pre := Chain{Table: "nat", Name: ChainPrerouting}
+	svc := Chain{Table: "nat", Name: ChainServices}
+	post := Chain{Table: "nat", Name: ChainPostrouting}
+	input := Chain{Table: "filter", Name: ChainInput}
+
+	if len(sourceRanges) == 0 {
+		pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
+	} else {
+		for _, r := range sourceRanges {
+			if familyOf(r.Addr()) == fam {
+				pre.Rules = append(pre.Rules, []string{"-s", r.String(), "-d", lb, "-j", ChainServices})
+			}
+		}
+	}
+	for _, p := range uniquePorts(ports) {
+		proto := strings.ToLower(string(p.Protocol))
+		match := []string{"-d", lb, "-p", proto, "-m", proto, "--dport", strconv.Itoa(int(p.Port))}
+		if hasClusterIP {
+			svc.Rules = append(svc.Rules, append(slices.Clone(match), "-j", "DNAT", "--to-destination", netip.AddrPortFrom(clusterIP, uint16(p.Port)).String()))
+		}
+		if len(sourceRanges) > 0 {
+			input.Rules = append(input.Rules, append(slices.Clone(match), "-j", "REJECT", "--reject-with", rejectWith(fam, p.Protocol)))
+		}
+	}
+	if hasClusterIP {
+		post.Rules = append(post.Rules, []string{"-d", hostPrefix(clusterIP), "-j", "MASQUERADE"})
+	}
+	t.Chains = []Chain{pre, svc, post, input}
+	return t
+}
+
+// rejectWith is the REJECT type iptables -S prints for a refused Service port.
+func rejectWith(fam Family, proto Protocol) string {
+	switch {
+	case proto == TCP:
+		return "tcp-reset"
+	case fam == IPv6:
+		return "icmp6-port-unreachable"
+	default:
+		return "icmp-port-unreachable"
+	}
+}
+
+// uniquePorts drops repeated (protocol, port) pairs, keeping the first, so no rule is duplicated.
+func uniquePorts(ports []Port) []Port {
+	var out []Port
+	for _, p := range ports {
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func clusterIPOf(clusterIPs []netip.Addr, fam Family) (netip.Addr, bool) {
+	for _, a := range clusterIPs {
+		if familyOf(a) == fam {
+			return a.Unmap(), true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func zeroAddr(fam Family) netip.Addr {
+	if fam == IPv6 {
+		return netip.IPv6Unspecified()
+	}
+	return netip.IPv4Unspecified()
+}
+
+// hostPrefix renders an address as iptables -S does: with /32 or /128.
+func hostPrefix(a netip.Addr) string {
+	return fmt.Sprintf("%s/%d", a, a.BitLen())
+}

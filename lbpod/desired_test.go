@@ -1,0 +1,280 @@
+package lbpod
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// render lays a state out like the seed's listings, one section per command.
+func render(st State) string {
+	var b strings.Builder
+	for _, fam := range []Family{IPv4, IPv6} {
+		if RenderRules(st, fam) == "" {
+			continue
+		}
+		six := map[Family]string{IPv4: "", IPv6: " -6"}[fam]
+		tables := map[Family]string{IPv4: "iptables", IPv6: "ip6tables"}[fam]
+		b.WriteString("# ip" + six + " rule\n" + RenderRules(st, fam))
+		b.WriteString("# ip" + six + " route show table 100\n" + RenderRoutes(st, fam))
+		b.WriteString("# " + tables + " -t nat -S\n" + RenderIPTables(st, fam, "nat"))
+		b.WriteString("# " + tables + " -t filter -S\n" + RenderIPTables(st, fam, "filter"))
+	}
+	b.WriteString("# addresses on " + st.Interface + "\n")
+	for _, a := range st.Addresses {
+		b.WriteString(a.String() + "\n")
+	}
+	return b.String()
+}
+
+func mustNetwork(t *testing.T, addresses, gateways, subnets string) Network {
+	t.Helper()
+	n, err := ParseNetwork(addresses, gateways, subnets)
+	if err != nil {
+		t.Fatalf("ParseNetwork: %v", err)
+	}
+	return n
+}
+
+func addrs(s ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range s {
+		out = append(out, netip.MustParseAddr(a))
+	}
+	return out
+}
+
+func prefixes(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range s {
+		out = append(out, netip.MustParsePrefix(a))
+	}
+	return out
+}
+
+func TestDesiredGolden(t *testing.T) {
+	v4gw := Gateway{Addr: netip.MustParseAddr("10.16.0.1")}
+	v6gw := Gateway{Addr: netip.MustParseAddr("fd00:10:16::1")}
+	cases := map[string]struct {
+		cfg Config
+		obs Observed
+	}{
+		// The seed: ClusterIP 10.109.201.193, eth0's gateway 10.16.0.1, LB 172.18.0.18/16, TCP 80.
+		"seed": {
+			cfg: Config{
+				Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
+				Service: Service{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}}},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
+		},
+		"all-protocols-source-ranges": {
+			cfg: Config{
+				Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
+				Service: Service{
+					ClusterIPs:   addrs("10.109.201.193"),
+					Ports:        []Port{{TCP, 80}, {UDP, 53}, {SCTP, 3868}, {TCP, 80}},
+					SourceRanges: prefixes("172.18.1.0/24", "192.0.2.7/32", "2001:db8::/64"),
+				},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
+		},
+		"dual": {
+			cfg: Config{
+				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
+				Service: Service{ClusterIPs: addrs("10.109.201.193", "fd00:10:96::c1"), Ports: []Port{{TCP, 80}, {UDP, 53}}},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw, IPv6: v6gw}},
+		},
+		// eth0's default route is a device route (no gateway), or an onlink one (Calico).
+		"uplink-without-gateway-and-onlink": {
+			cfg: Config{
+				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
+				Service: Service{ClusterIPs: addrs("10.109.201.193", "fd00:10:96::c1"), Ports: []Port{{TCP, 80}}},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv6: {Addr: netip.MustParseAddr("fe80::1"), OnLink: true}}},
+		},
+		// A dual-stack LB for a single-stack Service: the IPv6 side has no ClusterIP to reach.
+		"dual-lb-single-stack-service": {
+			cfg: Config{
+				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
+				Service: Service{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}}},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw, IPv6: v6gw}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := render(Desired(tc.cfg, tc.obs, Names{}))
+			path := filepath.Join("testdata", name+".golden")
+			if *update {
+				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("read golden (run go test ./lbpod -update to create): %v", err)
+			}
+			if got != string(want) {
+				t.Errorf("desired state differs from %s\n--- got\n%s--- want\n%s", path, got, want)
+			}
+		})
+	}
+}
+
+func TestParseNetworkErrors(t *testing.T) {
+	cases := map[string]struct {
+		addresses, gateways, subnets string
+		want                         string
+	}{
+		"bad address": {"172.18.0.300/16", "172.18.0.1", "172.18.0.0/16",
+			`addresses "172.18.0.300/16": "172.18.0.300/16" is not an address with a prefix length (like 172.18.0.18/16)`},
+		"no prefix": {"172.18.0.18", "172.18.0.1", "172.18.0.0/16",
+			`addresses "172.18.0.18": "172.18.0.18" is not an address with a prefix length (like 172.18.0.18/16)`},
+		"empty":       {"", "", "", `addresses "": want one address, or two (IPv4,IPv6) for dual stack`},
+		"bad gateway": {"172.18.0.18/16", "gw", "172.18.0.0/16", `gateways "gw": "gw" is not an IP address`},
+		"unmasked subnet": {"172.18.0.18/16", "172.18.0.1", "172.18.0.5/16",
+			`subnets "172.18.0.5/16": "172.18.0.5/16" is not a CIDR (like 172.18.0.0/16)`},
+		"count mismatch": {"172.18.0.18/16", "172.18.0.1,fd00::1", "172.18.0.0/16",
+			`gateways "172.18.0.1,fd00::1": want 1 entries, one per address in "172.18.0.18/16"`},
+		"outside subnet": {"172.19.0.18/16", "172.18.0.1", "172.18.0.0/16",
+			`addresses "172.19.0.18/16": 172.19.0.18 is outside subnet 172.18.0.0/16`},
+		"prefix mismatch": {"172.18.0.18/24", "172.18.0.1", "172.18.0.0/16",
+			`addresses "172.18.0.18/24": 172.18.0.18/24 has prefix length 24 but its subnet 172.18.0.0/16 has 16`},
+		"gateway outside": {"172.18.0.18/16", "10.0.0.1", "172.18.0.0/16",
+			`gateways "10.0.0.1": 10.0.0.1 is outside subnet 172.18.0.0/16`},
+		"gateway is LB": {"172.18.0.18/16", "172.18.0.18", "172.18.0.0/16",
+			`gateways "172.18.0.18": 172.18.0.18 is also the LB address`},
+		"IPv6 first": {"fd00::18/64,172.18.0.18/16", "fd00::1,172.18.0.1", "fd00::/64,172.18.0.0/16",
+			`addresses "fd00::18/64,172.18.0.18/16": dual stack wants the IPv4 address first, then the IPv6 one`},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := ParseNetwork(tc.addresses, tc.gateways, tc.subnets)
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("got error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestServiceFromObject(t *testing.T) {
+	base := func(mut func(*corev1.Service)) *corev1.Service {
+		s := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "test-svc"},
+			Spec: corev1.ServiceSpec{
+				ClusterIPs: []string{"fd00:10:96::c1", "10.109.201.193"},
+				Ports: []corev1.ServicePort{
+					{Port: 80, Protocol: corev1.ProtocolTCP},
+					{Port: 53, Protocol: corev1.ProtocolUDP},
+					{Port: 3868, Protocol: corev1.ProtocolSCTP},
+					{Port: 8080},
+				},
+			},
+		}
+		if mut != nil {
+			mut(s)
+		}
+		return s
+	}
+	got, err := ServiceFromObject(base(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Service{
+		ClusterIPs: addrs("10.109.201.193", "fd00:10:96::c1"),
+		Ports:      []Port{{TCP, 80}, {UDP, 53}, {SCTP, 3868}, {TCP, 8080}},
+	}
+	if !equalService(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+
+	got, err = ServiceFromObject(base(func(s *corev1.Service) {
+		s.Annotations = map[string]string{corev1.AnnotationLoadBalancerSourceRangesKey: "10.0.0.0/8, 192.0.2.1/32"}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := prefixes("10.0.0.0/8", "192.0.2.1/32"); !equalPrefixes(got.SourceRanges, want) {
+		t.Fatalf("annotation source ranges: got %v, want %v", got.SourceRanges, want)
+	}
+
+	errCases := map[string]struct {
+		mut  func(*corev1.Service)
+		want string
+	}{
+		"headless": {func(s *corev1.Service) { s.Spec.ClusterIPs = []string{"None"} },
+			`service default/test-svc: spec.clusterIPs "None": a headless Service has no ClusterIP to forward to`},
+		"no clusterIP": {func(s *corev1.Service) { s.Spec.ClusterIPs = nil },
+			`service default/test-svc: spec.clusterIPs is empty (not allocated yet)`},
+		"bad protocol": {func(s *corev1.Service) { s.Spec.Ports[1].Protocol = "QUIC" },
+			`service default/test-svc: spec.ports[1].protocol "QUIC": want TCP, UDP or SCTP`},
+		"bad range": {func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/33"} },
+			`service default/test-svc: spec.loadBalancerSourceRanges "10.0.0.0/33": not a CIDR`},
+	}
+	for name, tc := range errCases {
+		t.Run(name, func(t *testing.T) {
+			_, err := ServiceFromObject(base(tc.mut))
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("got error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestChooseFlavour(t *testing.T) {
+	cases := []struct {
+		nft, legacy int
+		want        Flavour
+	}{{0, 0, FlavourNFT}, {5, 5, FlavourNFT}, {3, 10, FlavourLegacy}, {10, 3, FlavourNFT}}
+	for _, tc := range cases {
+		if got := ChooseFlavour(tc.nft, tc.legacy); got != tc.want {
+			t.Errorf("ChooseFlavour(%d, %d) = %s, want %s", tc.nft, tc.legacy, got, tc.want)
+		}
+	}
+}
+
+func TestSplitRule(t *testing.T) {
+	got := splitRule(`-d 10.0.0.1/32 -m comment --comment "hello \"x\" y" -j MASQUERADE`)
+	want := []string{"-d", "10.0.0.1/32", "-m", "comment", "--comment", `hello "x" y`, "-j", "MASQUERADE"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+func equalPrefixes(a, b []netip.Prefix) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func equalService(a, b Service) bool {
+	if len(a.ClusterIPs) != len(b.ClusterIPs) || len(a.Ports) != len(b.Ports) || !equalPrefixes(a.SourceRanges, b.SourceRanges) {
+		return false
+	}
+	for i := range a.ClusterIPs {
+		if a.ClusterIPs[i] != b.ClusterIPs[i] {
+			return false
+		}
+	}
+	for i := range a.Ports {
+		if a.Ports[i] != b.Ports[i] {
+			return false
+		}
+	}
+	return true
+}
