@@ -219,6 +219,8 @@ bindAddress: $NODE_IP
 healthzBindAddress: $NODE_IP:10256
 metricsBindAddress: $NODE_IP:10249
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+# A changed Service port reaches the node's rules promptly (the e2e tests want it live within 1 s).
+iptables: {minSyncPeriod: 100ms}
 YAML
 
 # start NAME CMD...: run CMD in the node netns in the background, log and pid under the run dir.

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# `make demo` / `make demo-down`: the seed's whole story on a local cluster.
+#   demo.sh up    build (cached), bring the cluster up, install the operator (hack/cluster/operator:
+#                 config/default + the demo's adaptations), apply config/samples, wait until the
+#                 LB address answers from the client namespace, print how to look at it.
+#   demo.sh down  remove everything (hack/cluster/down.sh).
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/lib.sh"
+
+# install_operator: the operator and the seed's objects; waits (bounded) for the operator to run.
+install_operator() {
+  kc apply -k "$HERE/operator" >/dev/null
+  kc wait --for=condition=Established --timeout=60s crd/subnets.lbsvc.io >/dev/null
+  kc -n lbsvc-system rollout status deployment --timeout=120s >/dev/null
+  log "operator running in lbsvc-system"
+}
+
+apply_samples() {
+  if [ -f "$ROOT/config/samples/kustomization.yaml" ]; then
+    kc apply -k "$ROOT/config/samples" >/dev/null
+  else
+    kc apply -f "$ROOT/config/samples" >/dev/null
+  fi
+  log "config/samples applied"
+}
+
+lb_ip() { kc -n default get service test-service -o jsonpath='{.status.loadBalancer.ingress[0].ip}'; }
+
+up() {
+  local t0=$SECONDS ip
+  "$HERE/up.sh" >/dev/null
+  install_operator
+  apply_samples
+  wait_for "test-service to get an EXTERNAL-IP" 120 test -n "$(lb_ip)" || true
+  ip=$(lb_ip)
+  [ -n "$ip" ] || { kc -n default describe service test-service >&2; exit 1; }
+  if ! wait_for "curl http://$ip:80 from netns $CLIENT_NS" 180 $IN_CLIENT curl -sf -m 2 "http://$ip:80/"; then
+    kc get pods -A -o wide >&2
+    kc -n default describe service test-service >&2
+    exit 1
+  fi
+  log "demo up in $((SECONDS - t0))s; the LB address $ip answers from the client namespace"
+  cat <<TXT
+
+The seed's story is up. Look at it:
+  export KUBECONFIG=$KUBECONFIG_PATH
+  export PATH=$BIN:\$PATH
+  kubectl get pod -o wide                  # lb-svc-test-service-...  1/1 Running, dynamic-... x2
+  kubectl get svc test-service             # EXTERNAL-IP $ip
+  kubectl get subnets
+  kubectl -n lbsvc-system logs deploy/lbsvc-operator-controller-manager 2>/dev/null || kubectl -n lbsvc-system logs -l control-plane=controller-manager
+
+Curl the LB address from the underlay's client namespace ($CLIENT_NS holds ${CLIENT_ADDR}, the Subnet's gateway):
+  nsenter --net=/run/netns/$CLIENT_NS curl -s http://$ip:80/
+  (or: ip netns exec $CLIENT_NS curl -s http://$ip:80/)
+
+Tear it all down:  make demo-down
+TXT
+  echo "first answer: $($IN_CLIENT curl -s -m 2 "http://$ip:80/")"
+}
+
+case ${1:-} in
+  up) up ;;
+  down) "$HERE/down.sh" ;;
+  *) echo "usage: $0 up|down" >&2; exit 2 ;;
+esac

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# End-to-end tests on the local cluster: bring it up (unless it is up already) with the operator
+# installed, run test/e2e (build tag e2e), and always tear the cluster down afterwards, also when a
+# step fails. Exits with the tests' status. Called by hack/test.sh (stage e2e).
+#   env KEEP_CLUSTER=1   leave the cluster up afterwards (for debugging)
+#   env GOTESTSUM, TEST_LOGDIR  set by hack/test.sh: run through gotestsum, JSON log to TEST_LOGDIR/e2e.json
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+. "$HERE/lib.sh"
+
+cleanup() {
+  local rc=$?
+  if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
+    log "KEEP_CLUSTER=1: cluster left up (hack/cluster/down.sh removes it)"
+  else
+    "$HERE/down.sh" || rc=1
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+T0=$SECONDS
+"$HERE/up.sh" >/dev/null
+kc apply -k "$HERE/operator" >/dev/null
+kc wait --for=condition=Established --timeout=60s crd/subnets.lbsvc.io >/dev/null
+kc -n lbsvc-system rollout status deployment --timeout=120s >/dev/null
+log "cluster and operator ready in $((SECONDS - T0))s; running test/e2e"
+
+cd "$ROOT"
+export KUBECONFIG=$KUBECONFIG_PATH LBSVC_E2E_ROOT=$ROOT PATH=$BIN:$PATH
+args=(-tags e2e -count=1 -timeout 20m ./test/e2e/...)
+if [ -n "${GOTESTSUM:-}" ]; then
+  "$GOTESTSUM" --format standard-verbose --jsonfile "${TEST_LOGDIR:-/tmp}/e2e.json" -- "${args[@]}"
+else
+  go test -v "${args[@]}"
+fi

@@ -1,0 +1,228 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"sort"
+	"strconv"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// newLBService is a Service like the seed's, served through the seed's NAD, on the seed's backend,
+// with the given port -> targetPort 80 mappings and an optional static address.
+func newLBService(name, staticIP string, ports ...int32) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   seedNamespace,
+			Annotations: map[string]string{lbv1.AttachmentProviderAnnotation: seedProvider},
+		},
+		Spec: corev1.ServiceSpec{
+			Type:           corev1.ServiceTypeLoadBalancer,
+			Selector:       map[string]string{"app": backendApp},
+			LoadBalancerIP: staticIP,
+		},
+	}
+	for _, p := range ports {
+		svc.Spec.Ports = append(svc.Spec.Ports, servicePort(p))
+	}
+	return svc
+}
+
+func servicePort(port int32) corev1.ServicePort {
+	return corev1.ServicePort{
+		Name: "p" + strconv.Itoa(int(port)), Protocol: corev1.ProtocolTCP, Port: port, TargetPort: intstr.FromInt32(80),
+	}
+}
+
+// waitIngress waits (bounded) for the Service to get an address and returns it.
+func waitIngress(t *testing.T, namespace, name string) string {
+	t.Helper()
+	var ip string
+	Eventually(func() (string, error) {
+		var err error
+		ip, err = ingressIP(context.Background(), namespace, name)
+		return ip, err
+	}).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).ShouldNot(BeEmpty(), "ingress of %s/%s", namespace, name)
+	return ip
+}
+
+// timeUntilCurl polls url from the client namespace every 50 ms and returns how long it took to
+// get an answer; it fails the test after timeout.
+func timeUntilCurl(t *testing.T, url string, since time.Time, timeout time.Duration) time.Duration {
+	t.Helper()
+	Eventually(func() error {
+		_, err := curlFromClient(url)
+		return err
+	}).WithTimeout(timeout).WithPolling(50*time.Millisecond).Should(Succeed(), "curl %s", url)
+	return time.Since(since)
+}
+
+// TestDynamicServicePortChanges: a second Service gets a dynamic address from the Subnet and serves
+// port 8080 -> targetPort 80; a port added answers within 1 s without restarting the lb pod, and a
+// port removed stops answering.
+func TestDynamicServicePortChanges(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	svc := newLBService("e2e-dyn-"+suffix(), "", 8080)
+	created := time.Now()
+	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
+	deleteServiceOnCleanup(t, svc)
+
+	ip := waitIngress(t, svc.Namespace, svc.Name)
+	addr, err := netip.ParseAddr(ip)
+	g.Expect(err).NotTo(HaveOccurred())
+	// Dynamic: inside the Subnet, neither the seed's static address, the gateway nor an excluded one.
+	g.Expect(netip.MustParsePrefix(seedSubnetCIDR).Contains(addr)).To(BeTrue(), "address %s outside %s", ip, seedSubnetCIDR)
+	g.Expect(ip).NotTo(Equal(seedAddress))
+	g.Expect(addr.Compare(netip.MustParseAddr("172.18.0.10"))).To(Equal(1), "address %s is in the excluded range 172.18.0.0..172.18.0.10", ip)
+	g.Expect(externalIPColumn(t, svc.Namespace, svc.Name)).To(Equal(ip))
+
+	// port (8080) != targetPort (80)
+	firstCurl := timeUntilCurl(t, "http://"+ip+":8080/", created, 2*time.Minute)
+	t.Logf("figure: Service %s created -> first successful curl http://%s:8080/ from the client netns: %v", svc.Name, ip, firstCurl.Round(10*time.Millisecond))
+	pod := waitLBPod(t, svc.Namespace, svc.Name)
+
+	// Port added: live within 1 s, same lb pod, no restart.
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
+	svc.Spec.Ports = append(svc.Spec.Ports, servicePort(8081))
+	changed := time.Now()
+	g.Expect(k8s.Update(ctx, svc)).To(Succeed())
+	added := timeUntilCurl(t, "http://"+ip+":8081/", changed, time.Second)
+	t.Logf("figure: port 8081 added -> answering: %v", added.Round(10*time.Millisecond))
+	same, err := lbPod(ctx, svc.Namespace, svc.Name)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(same.UID).To(Equal(pod.UID), "the lb pod was replaced")
+	for _, cs := range same.Status.ContainerStatuses {
+		g.Expect(cs.RestartCount).To(BeZero(), "container %s restarted", cs.Name)
+	}
+
+	// Port removed: stops answering; the other port keeps working.
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
+	svc.Spec.Ports = svc.Spec.Ports[:1]
+	g.Expect(k8s.Update(ctx, svc)).To(Succeed())
+	g.Eventually(func() error {
+		_, err := curlFromClient("http://" + ip + ":8081/")
+		return err
+	}).WithTimeout(5 * time.Second).WithPolling(100 * time.Millisecond).Should(HaveOccurred())
+	_, err = curlFromClient("http://" + ip + ":8080/")
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(lbPod(ctx, svc.Namespace, svc.Name)).To(HaveField("UID", pod.UID))
+}
+
+// TestLBPodRecreated: the seed's lb pod deleted, its replacement serves the same address.
+func TestLBPodRecreated(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	url := "http://" + seedAddress + ":80/"
+	old := waitLBPod(t, seedNamespace, seedService)
+	timeUntilCurl(t, url, time.Now(), time.Minute)
+
+	deleted := time.Now()
+	g.Expect(k8s.Delete(ctx, old)).To(Succeed())
+	// Wait for the old pod's answers to stop counting: the replacement must be the one serving.
+	g.Eventually(func() bool {
+		var p corev1.Pod
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(old), &p))
+	}).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).Should(BeTrue())
+	back := timeUntilCurl(t, url, deleted, 2*time.Minute)
+	t.Logf("figure: lb pod deleted -> curl %s works again: %v", url, back.Round(10*time.Millisecond))
+
+	pod := waitLBPod(t, seedNamespace, seedService)
+	g.Expect(pod.UID).NotTo(Equal(old.UID))
+	state, err := readLBPodState(pod)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(state.addresses).To(Equal([]string{seedAddress + "/16"}))
+	g.Expect(ingressIP(ctx, seedNamespace, seedService)).To(Equal(seedAddress))
+}
+
+// TestServiceDeletedReleasesAddress: a deleted Service's Deployment and pod are garbage collected,
+// and its address can be taken by a new Service.
+func TestServiceDeletedReleasesAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	svc := newLBService("e2e-gc-"+suffix(), "", 80)
+	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
+	deleteServiceOnCleanup(t, svc)
+	ip := waitIngress(t, svc.Namespace, svc.Name)
+	waitLBPod(t, svc.Namespace, svc.Name)
+	deployKey := client.ObjectKey{Namespace: svc.Namespace, Name: lbv1.DeploymentPrefix + svc.Name}
+	g.Expect(k8s.Get(ctx, deployKey, &appsv1.Deployment{})).To(Succeed())
+
+	g.Expect(k8s.Delete(ctx, svc)).To(Succeed())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, deployKey, &appsv1.Deployment{}))
+	}).WithTimeout(time.Minute).Should(BeTrue(), "deployment %s still there", deployKey)
+	g.Eventually(func() ([]corev1.Pod, error) {
+		var pods corev1.PodList
+		err := k8s.List(ctx, &pods, client.InNamespace(svc.Namespace), client.MatchingLabels{lbv1.ServiceLabel: svc.Name})
+		return pods.Items, err
+	}).WithTimeout(2 * time.Minute).Should(BeEmpty())
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(svc), &corev1.Service{}))
+	}).WithTimeout(time.Minute).Should(BeTrue(), "service %s/%s still there (finalizer)", svc.Namespace, svc.Name)
+	g.Eventually(func() error {
+		_, err := curlFromClient("http://" + ip + ":80/")
+		return err
+	}).WithTimeout(30*time.Second).Should(HaveOccurred(), "%s still answers", ip)
+
+	// The address is free again: a new Service asking for it statically gets it.
+	next := newLBService("e2e-reuse-"+suffix(), ip, 80)
+	g.Expect(k8s.Create(ctx, next)).To(Succeed())
+	deleteServiceOnCleanup(t, next)
+	g.Expect(waitIngress(t, next.Namespace, next.Name)).To(Equal(ip))
+	timeUntilCurl(t, "http://"+ip+":80/", time.Now(), 2*time.Minute)
+}
+
+// TestLBPodLeastPrivilege: the lb pod is not privileged, holds only NET_ADMIN and NET_RAW, and
+// its ServiceAccount can read its own Service and nothing else.
+func TestLBPodLeastPrivilege(t *testing.T) {
+	g := NewWithT(t)
+	pod := waitLBPod(t, seedNamespace, seedService)
+	containers := append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...)
+	g.Expect(containers).To(HaveLen(2))
+	for _, c := range containers {
+		sc := c.SecurityContext
+		g.Expect(sc).NotTo(BeNil(), "container %s has no securityContext", c.Name)
+		if sc.Privileged != nil {
+			g.Expect(*sc.Privileged).To(BeFalse(), "container %s is privileged", c.Name)
+		}
+		g.Expect(sc.Capabilities).NotTo(BeNil(), "container %s", c.Name)
+		var added []string
+		for _, c := range sc.Capabilities.Add {
+			added = append(added, string(c))
+		}
+		sort.Strings(added)
+		g.Expect(added).To(Equal([]string{"NET_ADMIN", "NET_RAW"}), "capabilities of container %s", c.Name)
+	}
+
+	sa := "system:serviceaccount:" + seedNamespace + ":" + lbv1.DeploymentPrefix + seedService
+	canI := func(verb, resource string) string {
+		// can-i exits 1 on "no": the answer is the output, not the status.
+		out, _ := run(kubectl, "auth", "can-i", verb, resource, "-n", seedNamespace, "--as="+sa)
+		if lines := nonEmptyLines(out); len(lines) > 0 {
+			return lines[0]
+		}
+		return out
+	}
+	g.Expect(canI("get", "services/"+seedService)).To(Equal("yes"))
+	g.Expect(canI("watch", "services/"+seedService)).To(Equal("yes"))
+	g.Expect(canI("get", "services/kubernetes")).To(Equal("no"))
+	g.Expect(canI("update", "services/"+seedService)).To(Equal("no"))
+	g.Expect(canI("get", "pods")).To(Equal("no"))
+	g.Expect(canI("get", "secrets")).To(Equal("no"))
+	g.Expect(canI("create", "pods/exec")).To(Equal("no"))
+}
