@@ -1,0 +1,103 @@
+// Command lbsvc-operator gives LoadBalancer Services an address from an underlay Subnet and a
+// dedicated lb pod (Deployment "lb-svc-<service>") that carries it on a macvlan interface.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/lbsvc/lbsvc-operator/controllers"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "lbsvc-operator:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		enableLBSvc       bool
+		opts              controllers.Options
+		forwarding        string
+		leaderElect       bool
+		metricsAddr       string
+		probeAddr         string
+		leaderElectionNS  string
+		maxConcurrentRecs int
+	)
+	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates and deletes nothing for Services.")
+	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
+	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
+		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
+	flag.StringVar(&forwarding, "forwarding-sysctls", string(controllers.ForwardingIPv6),
+		"Forwarding sysctls set on the lb pod: none, ipv6 (net.ipv6.conf.all.forwarding=1 for IPv6/Dual Services) or all (also net.ipv4.ip_forward=1). The kubelet must allow them with --allowed-unsafe-sysctls.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one replica hands out addresses.")
+	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
+	flag.IntVar(&maxConcurrentRecs, "max-concurrent-reconciles", 4, "Services reconciled in parallel.")
+	zapOpts := zap.Options{}
+	zapOpts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
+
+	sysctls, err := controllers.ParseForwardingSysctls(forwarding)
+	if err != nil {
+		return err
+	}
+	if maxConcurrentRecs < 1 {
+		return fmt.Errorf("--max-concurrent-reconciles %d: want at least 1", maxConcurrentRecs)
+	}
+	if p := opts.DefaultAttachmentProvider; p != "" {
+		if _, _, err := controllers.SplitProvider(p); err != nil {
+			return fmt.Errorf("--default-attachment-provider: %w", err)
+		}
+	}
+	opts.ForwardingSysctls = sysctls
+	opts.MaxConcurrentReconciles = maxConcurrentRecs
+
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		return err
+	}
+	cfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  scheme,
+		Cache:                   controllers.CacheOptions(),
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress:  probeAddr,
+		LeaderElection:          leaderElect,
+		LeaderElectionID:        "lbsvc-operator.lbsvc.io",
+		LeaderElectionNamespace: leaderElectionNS,
+		// Give the lease up on a clean stop so that a new replica takes over at once.
+		LeaderElectionReleaseOnCancel: true,
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := controllers.Setup(mgr, enableLBSvc, opts); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("add healthz check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("add readyz check: %w", err)
+	}
+	ctrl.Log.WithName("setup").Info("starting manager", "enableLBSvc", enableLBSvc, "leaderElect", leaderElect)
+	if err := mgr.Start(ctrl.SetupSignalHandler()); err != nil {
+		return fmt.Errorf("manager: %w", err)
+	}
+	return nil
+}

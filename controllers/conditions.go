@@ -1,0 +1,83 @@
+package controllers
+
+// Condition types the operator sets in a Service's status.conditions and a Subnet's status.
+const (
+	// ConditionAddressAllocated tells whether the Service holds an address from a Subnet.
+	ConditionAddressAllocated = "lbsvc.io/AddressAllocated"
+	// ConditionLBPodAvailable mirrors the Available condition of the Service's lb-svc Deployment.
+	ConditionLBPodAvailable = "lbsvc.io/LBPodAvailable"
+	// ConditionSubnetReady tells whether a Subnet is valid and may hand out addresses.
+	ConditionSubnetReady = "Ready"
+)
+
+// Reasons of conditions and Events. One place, so that the docs, the tests and the code agree.
+const (
+	// ReasonAllocated: the Service holds its address(es).
+	ReasonAllocated = "Allocated"
+	// ReasonAddressMoved: the Service's address changed (new static address or Subnet).
+	ReasonAddressMoved = "AddressMoved"
+	// ReasonInvalidProvider: the attachment provider is not "<nad name>.<nad namespace>".
+	ReasonInvalidProvider = "InvalidProvider"
+	// ReasonNADNotFound: the NetworkAttachmentDefinition named by the provider does not exist.
+	ReasonNADNotFound = "NetworkAttachmentDefinitionNotFound"
+	// ReasonSubnetNotFound: no Subnet (or the one named by logical_switch) serves the provider.
+	ReasonSubnetNotFound = "SubnetNotFound"
+	// ReasonSubnetAmbiguous: several Subnets serve the provider and none is named.
+	ReasonSubnetAmbiguous = "SubnetAmbiguous"
+	// ReasonSubnetProviderMismatch: the Subnet named by logical_switch has another provider.
+	ReasonSubnetProviderMismatch = "SubnetProviderMismatch"
+	// ReasonNamespaceNotAllowed: the Subnet's spec.namespaces excludes the Service's namespace.
+	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
+	// ReasonSubnetNotReady: the Subnet is invalid (see its Ready condition) or being deleted.
+	ReasonSubnetNotReady = "SubnetNotReady"
+	// ReasonInvalidLoadBalancerIP: spec.loadBalancerIP does not parse as address(es).
+	ReasonInvalidLoadBalancerIP = "InvalidLoadBalancerIP"
+	// ReasonAddressOutOfRange: the static address is outside the Subnet.
+	ReasonAddressOutOfRange = "AddressOutOfRange"
+	// ReasonAddressExcluded: the static address is in the Subnet's excludeIps.
+	ReasonAddressExcluded = "AddressExcluded"
+	// ReasonAddressIsGateway: the static address is the Subnet's gateway.
+	ReasonAddressIsGateway = "AddressIsGateway"
+	// ReasonAddressReserved: the static address is a network or broadcast address.
+	ReasonAddressReserved = "AddressReserved"
+	// ReasonAddressInUse: the static address is held by another Service.
+	ReasonAddressInUse = "AddressInUse"
+	// ReasonAddressFamily: the static address's family is not served by the Subnet.
+	ReasonAddressFamily = "AddressFamilyMismatch"
+	// ReasonSubnetExhausted: the Subnet has no free address left.
+	ReasonSubnetExhausted = "SubnetExhausted"
+	// ReasonAllocationFailed: any other allocation error.
+	ReasonAllocationFailed = "AllocationFailed"
+	// ReasonAddressConflict: after a restart two Services recorded one address; the older kept it.
+	ReasonAddressConflict = "AddressConflict"
+	// ReasonApplyFailed: creating or updating the lb-svc objects failed (requeued with backoff).
+	ReasonApplyFailed = "ApplyFailed"
+	// ReasonCleanupFailed: deleting the lb-svc objects failed (requeued with backoff).
+	ReasonCleanupFailed = "CleanupFailed"
+	// ReasonCleanedUp: the Service is no longer served; its objects and address are gone.
+	ReasonCleanedUp = "CleanedUp"
+	// ReasonDeploymentAvailable / ReasonDeploymentUnavailable / ReasonDeploymentPending describe
+	// ConditionLBPodAvailable.
+	ReasonDeploymentAvailable   = "DeploymentAvailable"
+	ReasonDeploymentUnavailable = "DeploymentUnavailable"
+	ReasonDeploymentPending     = "DeploymentPending"
+
+	// ReasonSubnetValid: the Subnet parsed and overlaps no older Subnet.
+	ReasonSubnetValid = "Valid"
+	// ReasonSubnetInvalid: a field is inconsistent (gateway or exclusion outside the CIDR, ...).
+	ReasonSubnetInvalid = "InvalidSpec"
+	// ReasonSubnetOverlap: the Subnet shares addresses with an older Subnet.
+	ReasonSubnetOverlap = "Overlap"
+	// ReasonSubnetInUse: deletion waits for the Services that still hold addresses.
+	ReasonSubnetInUse = "SubnetInUse"
+)
+
+// Event actions (the events.k8s.io "action" field): what the operator was doing.
+const (
+	actionAllocate = "Allocate"
+	actionApply    = "Apply"
+	actionCleanup  = "Cleanup"
+	actionResolve  = "Resolve"
+	actionValidate = "Validate"
+	actionDelete   = "Delete"
+)

@@ -1,0 +1,342 @@
+package controllers
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"sort"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// Names and values of the lb pod that are ours alone (the shared ones live in apis/v1alpha1).
+const (
+	// ManagedByLabel / ManagedByValue mark every object the operator creates.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	ManagedByValue = "lbsvc-operator"
+
+	// DesiredHashAnnotation, on each object the operator builds, is a digest of the desired
+	// fields; an equal digest means nothing to write, which keeps unchanged Services write-free.
+	DesiredHashAnnotation = "lbsvc.io/desired-hash"
+
+	// NetworksAnnotation is Multus' request for extra interfaces.
+	NetworksAnnotation = "k8s.v1.cni.cncf.io/networks"
+	// LBInterface is the macvlan interface Multus adds to the lb pod.
+	LBInterface = "net1"
+
+	lbpodBinary     = "/usr/local/bin/lbpod"
+	probePort       = 8081
+	runVolumeName   = "run"
+	runMountPath    = "/run"
+	initContainer   = "init"
+	mainContainer   = "lbpod"
+	sysctlIPv6Fwd   = "net.ipv6.conf.all.forwarding"
+	sysctlIPv4Fwd   = "net.ipv4.ip_forward"
+	cidrSuffix      = "cidr"
+	gatewaySuffix   = "gateway"
+	serviceKind     = "Service"
+	serviceAPIGroup = "v1"
+)
+
+// ForwardingSysctls selects which forwarding sysctls the lb pod sets through its securityContext.
+// A new network namespace inherits IPv4 forwarding from the node but starts with IPv6 forwarding
+// off, and /proc/sys is read-only in an unprivileged container, so the kubelet has to set them.
+type ForwardingSysctls string
+
+// The --forwarding-sysctls values.
+const (
+	ForwardingNone ForwardingSysctls = "none"
+	ForwardingIPv6 ForwardingSysctls = "ipv6"
+	ForwardingAll  ForwardingSysctls = "all"
+)
+
+// ParseForwardingSysctls validates a --forwarding-sysctls value.
+func ParseForwardingSysctls(s string) (ForwardingSysctls, error) {
+	switch f := ForwardingSysctls(s); f {
+	case ForwardingNone, ForwardingIPv6, ForwardingAll:
+		return f, nil
+	}
+	return "", fmt.Errorf("forwarding sysctls %q: want none, ipv6 or all", s)
+}
+
+// LBPodParams is everything the per-Service objects are built from: plain data, no client.
+type LBPodParams struct {
+	ServiceName      string
+	ServiceNamespace string
+	ServiceUID       types.UID
+	// Provider is the attachment provider, "<nad name>.<nad namespace>".
+	Provider     string
+	NADName      string
+	NADNamespace string
+	SubnetName   string
+	// Addresses are the allocated addresses, one per family; CIDRs and Gateways hold the
+	// Subnet's prefix and gateway of the same family, index for index.
+	Addresses []netip.Addr
+	CIDRs     []netip.Prefix
+	Gateways  []netip.Addr
+	Image     string
+	Sysctls   ForwardingSysctls
+}
+
+// ObjectName is the name of the Deployment, ServiceAccount, Role and RoleBinding of a Service.
+func ObjectName(service string) string { return lbv1.DeploymentPrefix + service }
+
+// familyOrdered returns the indices of p.Addresses with IPv4 first, so that every
+// comma-separated list the lb pod reads is in the same, predictable order.
+func (p LBPodParams) familyOrdered() []int {
+	idx := make([]int, len(p.Addresses))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool {
+		return p.Addresses[idx[a]].Is4() && !p.Addresses[idx[b]].Is4()
+	})
+	return idx
+}
+
+// lists renders the address, address/prefix, CIDR and gateway lists, IPv4 first.
+func (p LBPodParams) lists() (addrs, addrPrefixes, cidrs, gateways string) {
+	var a, ap, c, g []string
+	for _, i := range p.familyOrdered() {
+		a = append(a, p.Addresses[i].String())
+		if i < len(p.CIDRs) {
+			ap = append(ap, netip.PrefixFrom(p.Addresses[i], p.CIDRs[i].Bits()).String())
+			c = append(c, p.CIDRs[i].Masked().String())
+		}
+		if i < len(p.Gateways) {
+			g = append(g, p.Gateways[i].String())
+		}
+	}
+	return strings.Join(a, ","), strings.Join(ap, ","), strings.Join(c, ","), strings.Join(g, ",")
+}
+
+func (p LBPodParams) ownerReference() metav1.OwnerReference {
+	return metav1.OwnerReference{
+		APIVersion:         serviceAPIGroup,
+		Kind:               serviceKind,
+		Name:               p.ServiceName,
+		UID:                p.ServiceUID,
+		Controller:         ptr.To(true),
+		BlockOwnerDeletion: ptr.To(true),
+	}
+}
+
+// Labels are the labels of every object built for the Service (and of its lb pod).
+func Labels(service string) map[string]string {
+	return map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod,
+		lbv1.ServiceLabel:   service,
+		ManagedByLabel:      ManagedByValue,
+	}
+}
+
+// selectorLabels is the Deployment's (immutable) selector: stable for the Service's lifetime.
+func selectorLabels(service string) map[string]string {
+	return map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod,
+		lbv1.ServiceLabel:   service,
+	}
+}
+
+func (p LBPodParams) objectMeta() metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:            ObjectName(p.ServiceName),
+		Namespace:       p.ServiceNamespace,
+		Labels:          Labels(p.ServiceName),
+		OwnerReferences: []metav1.OwnerReference{p.ownerReference()},
+	}
+}
+
+// networkSelection is one entry of the Multus networks annotation.
+type networkSelection struct {
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+	Interface string `json:"interface"`
+}
+
+// BuildDeployment returns the desired lb-svc Deployment of a Service. Ports and the ClusterIP are
+// deliberately absent: the lb pod watches its Service, so a port change must not roll the pod.
+func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
+	networks, err := json.Marshal([]networkSelection{{Name: p.NADName, Namespace: p.NADNamespace, Interface: LBInterface}})
+	if err != nil {
+		return nil, fmt.Errorf("service %s/%s: encode networks annotation: %w", p.ServiceNamespace, p.ServiceName, err)
+	}
+	addrs, addrPrefixes, cidrs, gateways := p.lists()
+	podAnnotations := map[string]string{
+		NetworksAnnotation: string(networks),
+		lbv1.ProviderAnnotation(p.Provider, lbv1.IPAddressAnnotationSuffix):     addrs,
+		lbv1.ProviderAnnotation(p.Provider, cidrSuffix):                         cidrs,
+		lbv1.ProviderAnnotation(p.Provider, gatewaySuffix):                      gateways,
+		lbv1.ProviderAnnotation(p.Provider, lbv1.LogicalSwitchAnnotationSuffix): p.SubnetName,
+	}
+	env := []corev1.EnvVar{
+		{Name: lbv1.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: lbv1.EnvService, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + lbv1.ServiceLabel + "']"}}},
+		{Name: lbv1.EnvAddresses, Value: addrPrefixes},
+		{Name: lbv1.EnvGateways, Value: gateways},
+		{Name: lbv1.EnvSubnets, Value: cidrs},
+	}
+	mounts := []corev1.VolumeMount{{Name: runVolumeName, MountPath: runMountPath}}
+	resources := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("10m"),
+			corev1.ResourceMemory: resource.MustParse("32Mi"),
+		},
+		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+			Path: path, Port: intstr.FromInt32(probePort),
+		}}}
+	}
+
+	d := &appsv1.Deployment{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
+		ObjectMeta: p.objectMeta(),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			// Recreate: two lb pods must never hold the same address on the wire at once.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(p.ServiceName)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: Labels(p.ServiceName), Annotations: podAnnotations},
+				Spec: corev1.PodSpec{
+					ServiceAccountName:           ObjectName(p.ServiceName),
+					AutomountServiceAccountToken: ptr.To(true),
+					SecurityContext: &corev1.PodSecurityContext{
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+						Sysctls:        p.sysctls(),
+					},
+					InitContainers: []corev1.Container{{
+						Name:            initContainer,
+						Image:           p.Image,
+						Command:         []string{lbpodBinary, "init"},
+						Env:             env,
+						VolumeMounts:    mounts,
+						Resources:       resources,
+						SecurityContext: containerSecurityContext(),
+					}},
+					Containers: []corev1.Container{{
+						Name:            mainContainer,
+						Image:           p.Image,
+						Command:         []string{lbpodBinary},
+						Env:             env,
+						VolumeMounts:    mounts,
+						Resources:       resources,
+						SecurityContext: containerSecurityContext(),
+						ReadinessProbe:  probe("/readyz"),
+						LivenessProbe:   probe("/healthz"),
+					}},
+					// iptables takes its lock file under /run, and the root filesystem is read-only.
+					Volumes: []corev1.Volume{{Name: runVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+				},
+			},
+		},
+	}
+	return d, setHash(d, d.Spec)
+}
+
+// sysctls returns the forwarding sysctls for the families the Service has, sorted by name.
+func (p LBPodParams) sysctls() []corev1.Sysctl {
+	var has4, has6 bool
+	for _, a := range p.Addresses {
+		if a.Is4() {
+			has4 = true
+		} else {
+			has6 = true
+		}
+	}
+	var out []corev1.Sysctl
+	if p.Sysctls == ForwardingAll && has4 {
+		out = append(out, corev1.Sysctl{Name: sysctlIPv4Fwd, Value: "1"})
+	}
+	if (p.Sysctls == ForwardingAll || p.Sysctls == ForwardingIPv6) && has6 {
+		out = append(out, corev1.Sysctl{Name: sysctlIPv6Fwd, Value: "1"})
+	}
+	return out
+}
+
+func containerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		Privileged:               ptr.To(false),
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		Capabilities: &corev1.Capabilities{
+			Drop: []corev1.Capability{"ALL"},
+			Add:  []corev1.Capability{"NET_ADMIN", "NET_RAW"},
+		},
+	}
+}
+
+// BuildServiceAccount returns the lb pod's ServiceAccount.
+func BuildServiceAccount(p LBPodParams) (*corev1.ServiceAccount, error) {
+	sa := &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: p.objectMeta(),
+	}
+	return sa, setHash(sa, nil)
+}
+
+// BuildRole returns the Role that lets the lb pod read its own Service and nothing else.
+func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
+	r := &rbacv1.Role{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
+		ObjectMeta: p.objectMeta(),
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups:     []string{""},
+			Resources:     []string{"services"},
+			ResourceNames: []string{p.ServiceName},
+			Verbs:         []string{"get", "list", "watch"},
+		}},
+	}
+	return r, setHash(r, r.Rules)
+}
+
+// BuildRoleBinding binds the lb pod's ServiceAccount to its Role.
+func BuildRoleBinding(p LBPodParams) (*rbacv1.RoleBinding, error) {
+	rb := &rbacv1.RoleBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
+		ObjectMeta: p.objectMeta(),
+		RoleRef: rbacv1.RoleRef{
+			APIGroup: rbacv1.GroupName,
+			Kind:     "Role",
+			Name:     ObjectName(p.ServiceName),
+		},
+		Subjects: []rbacv1.Subject{{
+			Kind:      rbacv1.ServiceAccountKind,
+			Name:      ObjectName(p.ServiceName),
+			Namespace: p.ServiceNamespace,
+		}},
+	}
+	return rb, setHash(rb, struct {
+		R rbacv1.RoleRef
+		S []rbacv1.Subject
+	}{rb.RoleRef, rb.Subjects})
+}
+
+// setHash records on obj a digest of its labels, owner references and the given desired fields.
+func setHash(obj metav1.Object, fields any) error {
+	b, err := json.Marshal(struct {
+		Labels map[string]string
+		Owners []metav1.OwnerReference
+		Fields any
+	}{obj.GetLabels(), obj.GetOwnerReferences(), fields})
+	if err != nil {
+		return fmt.Errorf("%s/%s: hash desired fields: %w", obj.GetNamespace(), obj.GetName(), err)
+	}
+	sum := sha256.Sum256(b)
+	obj.SetAnnotations(map[string]string{DesiredHashAnnotation: hex.EncodeToString(sum[:12])})
+	return nil
+}

@@ -1,0 +1,282 @@
+package controllers
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+)
+
+func seedParams() LBPodParams {
+	return LBPodParams{
+		ServiceName: "test-service", ServiceNamespace: "default", ServiceUID: "161edee1-7f6e-40f5-9e09-5a52c44267d0",
+		Provider: "lb-svc-attachment.kube-system", NADName: "lb-svc-attachment", NADNamespace: "kube-system",
+		SubnetName: "attach-subnet",
+		Addresses:  []netip.Addr{netip.MustParseAddr("172.18.0.18")},
+		CIDRs:      []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16")},
+		Gateways:   []netip.Addr{netip.MustParseAddr("172.18.0.1")},
+		Image:      "localhost/lbsvc-lbpod:dev", Sysctls: ForwardingIPv6,
+	}
+}
+
+func dualParams() LBPodParams {
+	p := seedParams()
+	// Given IPv6 first on purpose: every list must still come out IPv4 first.
+	p.Addresses = []netip.Addr{netip.MustParseAddr("fd00:18::12"), netip.MustParseAddr("172.18.0.18")}
+	p.CIDRs = []netip.Prefix{netip.MustParsePrefix("fd00:18::/64"), netip.MustParsePrefix("172.18.0.0/16")}
+	p.Gateways = []netip.Addr{netip.MustParseAddr("fd00:18::1"), netip.MustParseAddr("172.18.0.1")}
+	return p
+}
+
+func TestBuildDeploymentSeed(t *testing.T) {
+	d, err := BuildDeployment(seedParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantMeta := metav1.ObjectMeta{
+		Name: "lb-svc-test-service", Namespace: "default",
+		Labels: map[string]string{"app.kubernetes.io/component": "lb-svc", "lbsvc.io/service": "test-service",
+			"app.kubernetes.io/managed-by": "lbsvc-operator"},
+		Annotations: map[string]string{DesiredHashAnnotation: d.Annotations[DesiredHashAnnotation]},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "test-service",
+			UID: "161edee1-7f6e-40f5-9e09-5a52c44267d0", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
+	}
+	if !reflect.DeepEqual(d.ObjectMeta, wantMeta) {
+		t.Errorf("metadata:\n got %+v\nwant %+v", d.ObjectMeta, wantMeta)
+	}
+	if len(d.Annotations[DesiredHashAnnotation]) != 24 {
+		t.Errorf("hash %q: want 24 hex digits", d.Annotations[DesiredHashAnnotation])
+	}
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		t.Errorf("replicas %d strategy %q", *d.Spec.Replicas, d.Spec.Strategy.Type)
+	}
+	wantSel := map[string]string{"app.kubernetes.io/component": "lb-svc", "lbsvc.io/service": "test-service"}
+	if !reflect.DeepEqual(d.Spec.Selector.MatchLabels, wantSel) {
+		t.Errorf("selector %v", d.Spec.Selector.MatchLabels)
+	}
+	wantPodAnn := map[string]string{
+		"k8s.v1.cni.cncf.io/networks":                                `[{"name":"lb-svc-attachment","namespace":"kube-system","interface":"net1"}]`,
+		"lb-svc-attachment.kube-system.kubernetes.io/ip_address":     "172.18.0.18",
+		"lb-svc-attachment.kube-system.kubernetes.io/cidr":           "172.18.0.0/16",
+		"lb-svc-attachment.kube-system.kubernetes.io/gateway":        "172.18.0.1",
+		"lb-svc-attachment.kube-system.kubernetes.io/logical_switch": "attach-subnet",
+	}
+	if !reflect.DeepEqual(d.Spec.Template.Annotations, wantPodAnn) {
+		t.Errorf("pod annotations:\n got %v\nwant %v", d.Spec.Template.Annotations, wantPodAnn)
+	}
+	if !reflect.DeepEqual(d.Spec.Template.Labels, d.Labels) {
+		t.Errorf("pod labels %v", d.Spec.Template.Labels)
+	}
+	spec := d.Spec.Template.Spec
+	if spec.ServiceAccountName != "lb-svc-test-service" || !*spec.AutomountServiceAccountToken {
+		t.Errorf("service account %q automount %v", spec.ServiceAccountName, *spec.AutomountServiceAccountToken)
+	}
+	wantPodSC := &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
+	if !reflect.DeepEqual(spec.SecurityContext, wantPodSC) {
+		t.Errorf("pod securityContext %+v (IPv4 service, ipv6 mode: no sysctls)", spec.SecurityContext)
+	}
+	wantEnv := []corev1.EnvVar{
+		{Name: "LBPOD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "LBPOD_SERVICE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['lbsvc.io/service']"}}},
+		{Name: "LBPOD_ADDRESSES", Value: "172.18.0.18/16"},
+		{Name: "LBPOD_GATEWAYS", Value: "172.18.0.1"},
+		{Name: "LBPOD_SUBNETS", Value: "172.18.0.0/16"},
+	}
+	wantSC := &corev1.SecurityContext{
+		Privileged: ptr.To(false), AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
+		Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"NET_ADMIN", "NET_RAW"}},
+	}
+	wantRes := corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("32Mi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
+	}
+	mounts := []corev1.VolumeMount{{Name: "run", MountPath: "/run"}}
+	wantInit := []corev1.Container{{Name: "init", Image: "localhost/lbsvc-lbpod:dev", Command: []string{"/usr/local/bin/lbpod", "init"},
+		Env: wantEnv, VolumeMounts: mounts, Resources: wantRes, SecurityContext: wantSC}}
+	probe := func(path string) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(8081)}}}
+	}
+	wantMain := []corev1.Container{{Name: "lbpod", Image: "localhost/lbsvc-lbpod:dev", Command: []string{"/usr/local/bin/lbpod"},
+		Env: wantEnv, VolumeMounts: mounts, Resources: wantRes, SecurityContext: wantSC,
+		ReadinessProbe: probe("/readyz"), LivenessProbe: probe("/healthz")}}
+	if !reflect.DeepEqual(spec.InitContainers, wantInit) {
+		t.Errorf("init containers:\n got %+v\nwant %+v", spec.InitContainers, wantInit)
+	}
+	if !reflect.DeepEqual(spec.Containers, wantMain) {
+		t.Errorf("containers:\n got %+v\nwant %+v", spec.Containers, wantMain)
+	}
+	wantVol := []corev1.Volume{{Name: "run", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	if !reflect.DeepEqual(spec.Volumes, wantVol) {
+		t.Errorf("volumes %+v", spec.Volumes)
+	}
+}
+
+func TestBuildDeploymentVariants(t *testing.T) {
+	long := strings.Repeat("a", 30) + "-" + strings.Repeat("b", 32) // 63 characters, a dash inside
+	tests := map[string]struct {
+		params       func() LBPodParams
+		wantName     string
+		wantAddrEnv  string
+		wantGwEnv    string
+		wantSubEnv   string
+		wantIPAnn    string
+		wantSysctls  []corev1.Sysctl
+		wantNetworks string
+	}{
+		"dual stack, ipv6 sysctl, IPv4 listed first": {
+			params: dualParams, wantName: "lb-svc-test-service",
+			wantAddrEnv: "172.18.0.18/16,fd00:18::12/64", wantGwEnv: "172.18.0.1,fd00:18::1",
+			wantSubEnv: "172.18.0.0/16,fd00:18::/64", wantIPAnn: "172.18.0.18,fd00:18::12",
+			wantSysctls: []corev1.Sysctl{{Name: "net.ipv6.conf.all.forwarding", Value: "1"}},
+		},
+		"dual stack, all sysctls": {
+			params:   func() LBPodParams { p := dualParams(); p.Sysctls = ForwardingAll; return p },
+			wantName: "lb-svc-test-service", wantAddrEnv: "172.18.0.18/16,fd00:18::12/64", wantGwEnv: "172.18.0.1,fd00:18::1",
+			wantSubEnv: "172.18.0.0/16,fd00:18::/64", wantIPAnn: "172.18.0.18,fd00:18::12",
+			wantSysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}, {Name: "net.ipv6.conf.all.forwarding", Value: "1"}},
+		},
+		"dual stack, no sysctls": {
+			params:   func() LBPodParams { p := dualParams(); p.Sysctls = ForwardingNone; return p },
+			wantName: "lb-svc-test-service", wantAddrEnv: "172.18.0.18/16,fd00:18::12/64", wantGwEnv: "172.18.0.1,fd00:18::1",
+			wantSubEnv: "172.18.0.0/16,fd00:18::/64", wantIPAnn: "172.18.0.18,fd00:18::12",
+		},
+		"IPv4 only, all sysctls": {
+			params:   func() LBPodParams { p := seedParams(); p.Sysctls = ForwardingAll; return p },
+			wantName: "lb-svc-test-service", wantAddrEnv: "172.18.0.18/16", wantGwEnv: "172.18.0.1", wantSubEnv: "172.18.0.0/16",
+			wantIPAnn: "172.18.0.18", wantSysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}},
+		},
+		"IPv6 only, unmasked CIDR is masked": {
+			params: func() LBPodParams {
+				p := seedParams()
+				p.Addresses = []netip.Addr{netip.MustParseAddr("2001:db8::5")}
+				p.CIDRs = []netip.Prefix{netip.MustParsePrefix("2001:db8::7/120")}
+				p.Gateways = []netip.Addr{netip.MustParseAddr("2001:db8::1")}
+				return p
+			},
+			wantName: "lb-svc-test-service", wantAddrEnv: "2001:db8::5/120", wantGwEnv: "2001:db8::1", wantSubEnv: "2001:db8::/120",
+			wantIPAnn: "2001:db8::5", wantSysctls: []corev1.Sysctl{{Name: "net.ipv6.conf.all.forwarding", Value: "1"}},
+		},
+		"63-character service name, dotted NAD name": {
+			params: func() LBPodParams {
+				p := seedParams()
+				p.ServiceName = long
+				p.NADName, p.NADNamespace, p.Provider = "my.nad", "net-ns", "my.nad.net-ns"
+				return p
+			},
+			wantName: "lb-svc-" + long, wantAddrEnv: "172.18.0.18/16", wantGwEnv: "172.18.0.1", wantSubEnv: "172.18.0.0/16",
+			wantIPAnn:    "172.18.0.18",
+			wantNetworks: `[{"name":"my.nad","namespace":"net-ns","interface":"net1"}]`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := tc.params()
+			d, err := BuildDeployment(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Name != tc.wantName || d.Spec.Template.Spec.ServiceAccountName != tc.wantName {
+				t.Errorf("name %q sa %q, want %q", d.Name, d.Spec.Template.Spec.ServiceAccountName, tc.wantName)
+			}
+			if d.Labels["lbsvc.io/service"] != p.ServiceName || d.Spec.Selector.MatchLabels["lbsvc.io/service"] != p.ServiceName {
+				t.Errorf("service label %q", d.Labels["lbsvc.io/service"])
+			}
+			for _, c := range append(d.Spec.Template.Spec.InitContainers, d.Spec.Template.Spec.Containers...) {
+				got := map[string]string{}
+				for _, e := range c.Env {
+					got[e.Name] = e.Value
+				}
+				if got["LBPOD_ADDRESSES"] != tc.wantAddrEnv || got["LBPOD_GATEWAYS"] != tc.wantGwEnv || got["LBPOD_SUBNETS"] != tc.wantSubEnv {
+					t.Errorf("container %s env %v", c.Name, got)
+				}
+			}
+			if got := d.Spec.Template.Annotations[p.Provider+".kubernetes.io/ip_address"]; got != tc.wantIPAnn {
+				t.Errorf("ip_address annotation %q, want %q", got, tc.wantIPAnn)
+			}
+			if tc.wantNetworks != "" && d.Spec.Template.Annotations[NetworksAnnotation] != tc.wantNetworks {
+				t.Errorf("networks %q", d.Spec.Template.Annotations[NetworksAnnotation])
+			}
+			if got := d.Spec.Template.Spec.SecurityContext.Sysctls; !reflect.DeepEqual(got, tc.wantSysctls) {
+				t.Errorf("sysctls %v, want %v", got, tc.wantSysctls)
+			}
+		})
+	}
+}
+
+// The digest follows the pod template: a new address or Subnet rolls the pod; the same input
+// (which has no ports) never does.
+func TestDeploymentHash(t *testing.T) {
+	hash := func(p LBPodParams) string {
+		d, err := BuildDeployment(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Annotations[DesiredHashAnnotation]
+	}
+	base := hash(seedParams())
+	if again := hash(seedParams()); again != base {
+		t.Errorf("same input, different hash: %s %s", base, again)
+	}
+	moved := seedParams()
+	moved.Addresses = []netip.Addr{netip.MustParseAddr("172.18.0.19")}
+	otherSubnet := seedParams()
+	otherSubnet.SubnetName = "other"
+	otherImage := seedParams()
+	otherImage.Image = "localhost/lbsvc-lbpod:v2"
+	for name, p := range map[string]LBPodParams{"address": moved, "subnet": otherSubnet, "image": otherImage} {
+		if hash(p) == base {
+			t.Errorf("%s changed but the hash did not", name)
+		}
+	}
+}
+
+func TestBuildRBAC(t *testing.T) {
+	p := seedParams()
+	sa, err := BuildServiceAccount(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	role, err := BuildRole(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, err := BuildRoleBinding(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, role.ObjectMeta, rb.ObjectMeta} {
+		if m.Name != "lb-svc-test-service" || m.Namespace != "default" || len(m.OwnerReferences) != 1 ||
+			m.OwnerReferences[0].UID != p.ServiceUID || !*m.OwnerReferences[0].Controller || !*m.OwnerReferences[0].BlockOwnerDeletion {
+			t.Errorf("metadata %+v", m)
+		}
+	}
+	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"},
+		ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}}}
+	if !reflect.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("rules %+v", role.Rules)
+	}
+	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "lb-svc-test-service"}
+	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "lb-svc-test-service", Namespace: "default"}}
+	if rb.RoleRef != wantRef || !reflect.DeepEqual(rb.Subjects, wantSubj) {
+		t.Errorf("binding %+v %+v", rb.RoleRef, rb.Subjects)
+	}
+}
+
+func TestParseForwardingSysctls(t *testing.T) {
+	for in, want := range map[string]ForwardingSysctls{"none": ForwardingNone, "ipv6": ForwardingIPv6, "all": ForwardingAll} {
+		if got, err := ParseForwardingSysctls(in); err != nil || got != want {
+			t.Errorf("%q: %q %v", in, got, err)
+		}
+	}
+	if _, err := ParseForwardingSysctls("ipv4"); err == nil || err.Error() != `forwarding sysctls "ipv4": want none, ipv6 or all` {
+		t.Errorf("ipv4: %v", err)
+	}
+}

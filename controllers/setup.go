@@ -1,0 +1,76 @@
+package controllers
+
+import (
+	"fmt"
+
+	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// NewScheme returns a scheme with the built-in types, Subnets and NetworkAttachmentDefinitions.
+func NewScheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, lbv1.AddToScheme, nadv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("build scheme: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// CacheOptions restricts the cached Deployments, ServiceAccounts, Roles and RoleBindings to the
+// ones the operator creates: a cluster holds many, and caching them all would cost memory for
+// nothing.
+func CacheOptions() cache.Options {
+	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{lbv1.ComponentLabel: lbv1.ComponentLBPod})}
+	return cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&appsv1.Deployment{}:     ours,
+		&corev1.ServiceAccount{}: ours,
+		&rbacv1.Role{}:           ours,
+		&rbacv1.RoleBinding{}:    ours,
+	}}
+}
+
+// Setup adds the address book, the Subnet reconciler and, when enableLBSvc is set, the Service
+// reconciler to mgr. It reports whether the Service reconciler was started.
+func Setup(mgr ctrl.Manager, enableLBSvc bool, opts Options) error {
+	log := ctrl.Log.WithName("setup")
+	book := NewAddressBook(mgr.GetCache())
+	if err := mgr.Add(book); err != nil {
+		return fmt.Errorf("add address book: %w", err)
+	}
+	if err := (&SubnetReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book,
+		SkipNameValidation: opts.SkipNameValidation,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up subnet controller: %w", err)
+	}
+	if !enableLBSvc {
+		// An upgrade that forgets the flag must not tear down live Services: with the flag off the
+		// Service reconciler does not run at all, so nothing is created, changed or deleted.
+		log.Info("--enable-lb-svc is false: LoadBalancer Services are ignored; nothing will be created or deleted for them")
+		return nil
+	}
+	if opts.MaxConcurrentReconciles < 1 {
+		opts.MaxConcurrentReconciles = 1
+	}
+	if err := (&ServiceReconciler{
+		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book, Options: opts,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up service controller: %w", err)
+	}
+	log.Info("LoadBalancer Service support enabled", "image", opts.LBSvcImage,
+		"defaultAttachmentProvider", opts.DefaultAttachmentProvider, "forwardingSysctls", opts.ForwardingSysctls,
+		"maxConcurrentReconciles", opts.MaxConcurrentReconciles)
+	return nil
+}
