@@ -28,12 +28,12 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
 )
 
-// SubnetReconciler validates Subnets beyond the schema, keeps their counters current and holds
-// their deletion while Services still have addresses from them.
-//
 // +kubebuilder:rbac:groups=lbsvc.io,resources=subnets,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=lbsvc.io,resources=subnets/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=lbsvc.io,resources=subnets/finalizers,verbs=update
+
+// SubnetReconciler validates Subnets beyond the schema, keeps their counters current and holds
+// their deletion while Services still have addresses from them.
 type SubnetReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
