@@ -141,6 +141,9 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 	if err != nil {
 		return err
 	}
+	if _, err := lbpod.ServiceFromObject(svc); err != nil {
+		return err // before anything is logged: one line for a bad Service
+	}
 	applier, err := newApplier(ctx, o, log)
 	if err != nil {
 		return err

@@ -1,0 +1,227 @@
+//go:build dataplane
+
+package dataplane
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"github.com/vishvananda/netns"
+)
+
+// The benchmarks measure once per run (use -benchtime=1x) and report their figures as metrics;
+// hack/bench-dataplane.sh runs them and prints a summary.
+
+const (
+	iperfPort = 5201
+	connPort  = 5202
+)
+
+// routeStraight adds the baseline path: the client reaches the node's own address (nodeV4)
+// through the lb pod by plain routing, no DNAT and no MASQUERADE (a rule of ours at priority
+// 1000 sends it to the main table; lbpod only manages rules pointing to table 100).
+func (tp *topology) routeStraight() {
+	tp.ip(tp.client, "route", "add", nodeV4+"/32", "via", lbIPv4)
+	tp.ip(tp.lb, "rule", "add", "pref", "1000", "iif", "net1", "to", nodeV4+"/32", "lookup", "main")
+	tp.ip(tp.node, "route", "add", subnetV4, "via", podV4)
+}
+
+// benchTopology builds the topology, a Service with the benchmark ports, and a ready lbpod.
+func benchTopology(b *testing.B) *topology {
+	g := NewWithT(b)
+	tp := newTopology(b)
+	tp.routeStraight()
+	svc := filepath.Join(b.TempDir(), "svc.yaml")
+	writeService(b, svc, []string{clusterIPv4}, []servicePort{{Protocol: "TCP", Port: iperfPort, TargetPort: iperfPort}, {Protocol: "TCP", Port: connPort, TargetPort: connPort}}, nil)
+	tp.startLBPod(svc, "v4")
+	waitReady(g, tp)
+	return tp
+}
+
+// iperf3 runs a 5 s TCP test from the client to addr and returns the received Gbit/s.
+func (tp *topology) iperf3(b *testing.B, addr string) float64 {
+	b.Helper()
+	out, err := exec.Command("ip", "netns", "exec", tp.client, "iperf3", "-c", addr, "-p", fmt.Sprint(iperfPort), "-t", "5", "-O", "1", "-J").Output()
+	if err != nil {
+		b.Fatalf("iperf3 -c %s: %v\n%s", addr, err, out)
+	}
+	var res struct {
+		End struct {
+			SumReceived struct {
+				BitsPerSecond float64 `json:"bits_per_second"`
+			} `json:"sum_received"`
+		} `json:"end"`
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		b.Fatalf("iperf3 output: %v", err)
+	}
+	return res.End.SumReceived.BitsPerSecond / 1e9
+}
+
+// BenchmarkThroughput: iperf3 through the LB address (DNAT + MASQUERADE) vs straight to the node
+// through the same lb pod by routing.
+func BenchmarkThroughput(b *testing.B) {
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		b.Fatalf("iperf3 is needed (Debian package iperf3): %v", err)
+	}
+	tp := benchTopology(b)
+	server := exec.Command("ip", "netns", "exec", tp.node, "iperf3", "-s", "-p", fmt.Sprint(iperfPort))
+	if err := server.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { server.Process.Kill(); server.Wait() })
+	g := NewWithT(b)
+	g.Eventually(func() error {
+		c, err := dialIn(b, tp.client, "tcp", net.JoinHostPort(nodeV4, fmt.Sprint(iperfPort)), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	}).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+	b.ResetTimer()
+	var viaLB, straight float64
+	for range b.N {
+		straight = tp.iperf3(b, nodeV4)
+		viaLB = tp.iperf3(b, lbIPv4)
+	}
+	b.ReportMetric(viaLB, "lb-Gbit/s")
+	b.ReportMetric(straight, "straight-Gbit/s")
+	b.ReportMetric(viaLB/straight, "ratio")
+}
+
+// connRate opens and resets TCP connections to addr from the client for d, with workers in
+// parallel, and returns connections per second.
+func (tp *topology) connRate(b *testing.B, addr string, workers int, d time.Duration) float64 {
+	var count atomic.Int64
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(d)
+	errs := make(chan error, workers)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// This goroutine's thread stays in the client namespace and dies with it (never
+			// unlocked), so every socket below is created there without switching back and forth.
+			runtime.LockOSThread()
+			h, err := netns.GetFromName(tp.client)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer h.Close()
+			if err := netns.Set(h); err != nil {
+				errs <- err
+				return
+			}
+			for time.Now().Before(deadline) {
+				c, err := net.DialTimeout("tcp", addr, time.Second)
+				if err != nil {
+					errs <- err
+					return
+				}
+				// A reset instead of a FIN: no TIME_WAIT, so the client's ports never run out.
+				c.(*net.TCPConn).SetLinger(0)
+				c.Close()
+				count.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	select {
+	case err := <-errs:
+		b.Fatalf("connect to %s: %v", addr, err)
+	default:
+	}
+	return float64(count.Load()) / d.Seconds()
+}
+
+// BenchmarkConnRate: new TCP connections per second through the LB address vs straight.
+func BenchmarkConnRate(b *testing.B) {
+	tp := benchTopology(b)
+	var ln net.Listener
+	if err := inNS(b, tp.node, func() (err error) {
+		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", connPort))
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	b.ResetTimer()
+	var viaLB, straight float64
+	for range b.N {
+		straight = tp.connRate(b, net.JoinHostPort(nodeV4, fmt.Sprint(connPort)), 4, 3*time.Second)
+		viaLB = tp.connRate(b, net.JoinHostPort(lbIPv4, fmt.Sprint(connPort)), 4, 3*time.Second)
+	}
+	b.ReportMetric(viaLB, "lb-conn/s")
+	b.ReportMetric(straight, "straight-conn/s")
+	b.ReportMetric(viaLB/straight, "ratio")
+}
+
+var appliedLine = regexp.MustCompile(`msg=applied trigger=service changes=(\d+) took=(\S+)`)
+
+// appliedTimes returns the durations of lbpod's "applied" log lines for Service changes.
+func appliedTimes(logs string) []time.Duration {
+	var out []time.Duration
+	for _, m := range appliedLine.FindAllStringSubmatch(logs, -1) {
+		if d, err := time.ParseDuration(m[2]); err == nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func tcpPorts(first, n int) []servicePort {
+	var ps []servicePort
+	for i := range n {
+		ps = append(ps, servicePort{Protocol: "TCP", Port: first + i})
+	}
+	return ps
+}
+
+// BenchmarkApply: how long lbpod takes (apply and verify, from its log) to install 1, 10 and 100
+// ports from scratch, and to change one port among 100.
+func BenchmarkApply(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("ports=%d", n), func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				g := NewWithT(b)
+				tp := newTopology(b)
+				svc := filepath.Join(b.TempDir(), "svc.yaml")
+				writeService(b, svc, []string{clusterIPv4}, tcpPorts(10000, n), nil)
+				p := tp.startLBPod(svc, "v4")
+				g.Eventually(func() []time.Duration { return appliedTimes(p.logs.String()) }).
+					WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(1))
+				total += appliedTimes(p.logs.String())[0]
+
+				if n == 100 {
+					changed := append(tcpPorts(10000, 99), servicePort{Protocol: "TCP", Port: 20000})
+					writeService(b, svc, []string{clusterIPv4}, changed, nil)
+					g.Eventually(func() []time.Duration { return appliedTimes(p.logs.String()) }).
+						WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(2))
+					b.ReportMetric(float64(appliedTimes(p.logs.String())[1].Microseconds())/1000, "change-one-of-100-ms")
+				}
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "from-scratch-ms")
+		})
+	}
+}

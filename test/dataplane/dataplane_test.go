@@ -1,0 +1,367 @@
+//go:build dataplane
+
+package dataplane
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+var (
+	lbHTTPv4 = net.JoinHostPort(lbIPv4, fmt.Sprint(httpPort))
+	lbHTTPv6 = net.JoinHostPort(lbIPv6, fmt.Sprint(httpPort))
+)
+
+func lbAddr(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
+
+// waitReady waits until lbpod reports ready.
+func waitReady(g Gomega, tp *topology) {
+	g.Eventually(func() int { code, _ := tp.readyz(); return code }).
+		WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal(200))
+}
+
+// expectServed asserts HTTP on httpPort and UDP on udpPort reach the backend through lbIP.
+func expectServed(g Gomega, tp *topology, clientNS, lbIP, clusterIP string) {
+	g.Eventually(func() (string, error) { return httpGet(tp.t, clientNS, lbAddr(lbIP, httpPort)) }).
+		WithTimeout(3 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal(httpReply(clusterIP, httpPort)))
+	g.Expect(udpExchange(tp.t, clientNS, lbAddr(lbIP, udpPort), "ping")).To(Equal(udpReply(clusterIP, udpPort, "ping")))
+}
+
+var basePorts = []servicePort{
+	{Protocol: "TCP", Port: httpPort},
+	{Protocol: "TCP", Port: echoPort},
+	{Protocol: "UDP", Port: udpPort},
+	{Protocol: "SCTP", Port: 3868},
+}
+
+// TCP (HTTP) and UDP reach the backend through the LB address on the Service's port (the
+// targetPort, 8080, has no listener), and the SCTP rules are installed.
+func TestTCPUDPAndSCTPRulesIPv4(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	tp.startLBPod(svc, "v4")
+	waitReady(g, tp)
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+
+	nat := tp.exec(tp.lb, "iptables-save", "-t", "nat")
+	for _, line := range []string{
+		"-A PREROUTING -j LBSVC-PREROUTING",
+		"-A POSTROUTING -j LBSVC-POSTROUTING",
+		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES",
+		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80",
+		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.109.201.193:53",
+		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p sctp -m sctp --dport 3868 -j DNAT --to-destination 10.109.201.193:3868",
+		"-A LBSVC-POSTROUTING -d 10.109.201.193/32 -j MASQUERADE",
+	} {
+		g.Expect(strings.Split(nat, "\n")).To(ContainElement(line), "iptables-save -t nat:\n%s", nat)
+	}
+	g.Expect(nat).NotTo(ContainSubstring("8080"), "DNAT must go to the Service port, never the targetPort")
+}
+
+// A port added while lbpod runs is served within 1 s, a removed one is refused within 1 s, and a
+// TCP connection held open on an unchanged port keeps working across both changes.
+func TestPortChangesKeepEstablishedFlows(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	tp.startLBPod(svc, "v4")
+	waitReady(g, tp)
+
+	held, err := dialIn(t, tp.client, "tcp", lbAddr(lbIPv4, echoPort), time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer held.Close()
+	reader := bufio.NewReader(held)
+	exchange := func(line string) {
+		t.Helper()
+		g.Expect(held.SetDeadline(time.Now().Add(time.Second))).To(Succeed())
+		_, err := fmt.Fprintln(held, line)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(reader.ReadString('\n')).To(Equal(echoReply(echoPort, line)))
+	}
+	exchange("before")
+
+	g.Expect(httpGet(t, tp.client, lbAddr(lbIPv4, extraHTTPPort))).Error().To(Satisfy(isRefused))
+	writeService(t, svc, []string{clusterIPv4}, append(basePorts, servicePort{Protocol: "TCP", Port: extraHTTPPort}), nil)
+	added := time.Now()
+	g.Eventually(func() (string, error) { return httpGet(t, tp.client, lbAddr(lbIPv4, extraHTTPPort)) }).
+		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Equal(httpReply(clusterIPv4, extraHTTPPort)))
+	t.Logf("added port served after %s", time.Since(added).Round(time.Millisecond))
+	exchange("after add")
+
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	removed := time.Now()
+	g.Eventually(func() error { _, err := httpGet(t, tp.client, lbAddr(lbIPv4, extraHTTPPort)); return err }).
+		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+	t.Logf("removed port refused after %s", time.Since(removed).Round(time.Millisecond))
+	exchange("after remove")
+	g.Expect(httpGet(t, tp.client, lbHTTPv4)).To(Equal(httpReply(clusterIPv4, httpPort)))
+}
+
+// kernelState is what must not change when init runs again.
+func (tp *topology) kernelState() string {
+	var b strings.Builder
+	for _, cmd := range [][]string{
+		{"iptables-save"}, {"ip6tables-save"},
+		{"ip", "rule"}, {"ip", "-6", "rule"},
+		{"ip", "route", "show", "table", "100"}, {"ip", "-6", "route", "show", "table", "100"},
+		{"ip", "addr", "show", "dev", "net1"},
+	} {
+		out := tp.exec(tp.lb, cmd...)
+		if strings.HasSuffix(cmd[0], "-save") {
+			out = saveWithoutComments(out)
+		}
+		fmt.Fprintf(&b, "$ %s\n%s", strings.Join(cmd, " "), out)
+	}
+	return b.String()
+}
+
+// `lbpod init` twice leaves iptables-save, ip rule and table 100 byte-identical, and with the
+// seed's configuration they read exactly as in the seed.
+func TestInitTwiceIsIdempotent(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, []servicePort{{Protocol: "TCP", Port: 80}}, nil)
+
+	out, err := tp.runInit(svc, "dual")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	first := tp.kernelState()
+	out, err = tp.runInit(svc, "dual")
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(ContainSubstring(`msg=applied changes=0 `))
+	g.Expect(tp.kernelState()).To(Equal(first))
+
+	// The seed's listings (iproute2 ends route lines with a space).
+	g.Expect(tp.exec(tp.lb, "ip", "rule")).To(Equal("0:\tfrom all lookup local\n" +
+		"32764:\tfrom all iif eth0 lookup 100\n" +
+		"32765:\tfrom all iif net1 lookup 100\n" +
+		"32766:\tfrom all lookup main\n" +
+		"32767:\tfrom all lookup default\n"))
+	g.Expect(tp.exec(tp.lb, "ip", "route", "show", "table", "100")).To(Equal("default via 172.18.0.1 dev net1 \n" +
+		"10.109.201.193 via 10.16.0.1 dev eth0 \n" +
+		"172.18.0.0/16 dev net1 scope link \n"))
+	g.Expect(tp.exec(tp.lb, "ip", "-6", "route", "show", "table", "100")).To(Equal("fd18::/64 dev net1 metric 1024 pref medium\n" +
+		"fd96::c1 via fd16::1 dev eth0 metric 1024 pref medium\n" +
+		"default via fd18::1 dev net1 metric 1024 pref medium\n"))
+	g.Expect(tp.exec(tp.lb, "iptables", "-t", "nat", "-S")).To(Equal("-P PREROUTING ACCEPT\n" +
+		"-P INPUT ACCEPT\n" +
+		"-P OUTPUT ACCEPT\n" +
+		"-P POSTROUTING ACCEPT\n" +
+		"-N LBSVC-POSTROUTING\n" +
+		"-N LBSVC-PREROUTING\n" +
+		"-N LBSVC-SERVICES\n" +
+		"-A PREROUTING -j LBSVC-PREROUTING\n" +
+		"-A POSTROUTING -j LBSVC-POSTROUTING\n" +
+		"-A LBSVC-POSTROUTING -d 10.109.201.193/32 -j MASQUERADE\n" +
+		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES\n" +
+		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80\n"))
+}
+
+// Drift is repaired: a DNAT rule deleted by hand within one resync period, net1's addresses
+// flushed and net1 recreated at once (netlink events).
+func TestDriftIsRepaired(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	const resync = time.Second
+	tp.startLBPod(svc, "v4", "--resync-period", resync.String())
+	waitReady(g, tp)
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+
+	dnat := []string{"-d", "172.18.0.18/32", "-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", "10.109.201.193:80"}
+	tp.exec(tp.lb, append([]string{"iptables", "-t", "nat", "-D", "LBSVC-SERVICES"}, dnat...)...)
+	g.Expect(httpGet(t, tp.client, lbHTTPv4)).Error().To(Satisfy(isRefused))
+	deleted := time.Now()
+	g.Eventually(func() (string, error) { return httpGet(t, tp.client, lbHTTPv4) }).
+		WithTimeout(resync + 500*time.Millisecond).WithPolling(50 * time.Millisecond).Should(Equal(httpReply(clusterIPv4, httpPort)))
+	t.Logf("deleted DNAT rule restored after %s", time.Since(deleted).Round(time.Millisecond))
+
+	tp.ip(tp.lb, "addr", "flush", "dev", "net1", "scope", "global")
+	g.Eventually(func() string { return tp.ip(tp.lb, "-4", "-o", "addr", "show", "dev", "net1") }).
+		WithTimeout(resync + 500*time.Millisecond).WithPolling(50 * time.Millisecond).Should(ContainSubstring("inet 172.18.0.18/16"))
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+
+	// net1 recreated (a node reboot, a CNI re-ADD): same name, no address, down, a new MAC.
+	tp.ip(tp.lb, "link", "del", "net1")
+	tp.ip(tp.node, "link", "add", "link", "up0", "name", "net1", "type", "macvlan", "mode", "bridge")
+	tp.ip(tp.node, "link", "set", "net1", "netns", tp.lb)
+	g.Eventually(func() (string, error) { return httpGet(t, tp.client, lbHTTPv4) }).
+		WithTimeout(resync + 2*time.Second).WithPolling(50 * time.Millisecond).Should(Equal(httpReply(clusterIPv4, httpPort)))
+	g.Expect(tp.exec(tp.lb, "ip", "route", "show", "table", "100")).To(Equal("default via 172.18.0.1 dev net1 \n" +
+		"10.109.201.193 via 10.16.0.1 dev eth0 \n" +
+		"172.18.0.0/16 dev net1 scope link \n"))
+	waitReady(g, tp)
+}
+
+// loadBalancerSourceRanges: a client inside a range is served, one outside is refused (TCP reset,
+// UDP port unreachable), over IPv4 and IPv6.
+func TestSourceRanges(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, []string{clientV4 + "/32", "fd18::100/127"})
+	tp.startLBPod(svc, "dual")
+	waitReady(g, tp)
+	for _, lb := range []struct{ ip, clusterIP string }{{lbIPv4, clusterIPv4}, {lbIPv6, clusterIPv6}} {
+		expectServed(g, tp, tp.client, lb.ip, lb.clusterIP)
+		g.Expect(httpGet(t, tp.outsider, lbAddr(lb.ip, httpPort))).Error().To(Satisfy(isRefused), "outsider to %s", lb.ip)
+		g.Expect(udpExchange(t, tp.outsider, lbAddr(lb.ip, udpPort), "ping")).Error().To(Satisfy(isRefused), "outsider udp to %s", lb.ip)
+	}
+	// Narrowing the ranges while running refuses the former insider too.
+	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, []string{"192.0.2.0/24"})
+	g.Eventually(func() error { _, err := httpGet(t, tp.client, lbHTTPv4); return err }).
+		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+	g.Eventually(func() error { _, err := httpGet(t, tp.client, lbHTTPv6); return err }).
+		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+}
+
+// IPv6 only: ip6tables DNAT to an IPv6 ClusterIP, IPv6 rules and routes, forwarding turned on.
+func TestIPv6(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv6}, basePorts, nil)
+	tp.startLBPod(svc, "v6")
+	waitReady(g, tp)
+	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
+	g.Expect(strings.Split(tp.exec(tp.lb, "ip6tables-save", "-t", "nat"), "\n")).To(ContainElements(
+		"-A LBSVC-SERVICES -d fd18::18/128 -p tcp -m tcp --dport 80 -j DNAT --to-destination [fd96::c1]:80",
+		"-A LBSVC-SERVICES -d fd18::18/128 -p sctp -m sctp --dport 3868 -j DNAT --to-destination [fd96::c1]:3868",
+		"-A LBSVC-POSTROUTING -d fd96::c1/128 -j MASQUERADE"))
+	g.Expect(tp.exec(tp.lb, "ip", "-6", "rule")).To(ContainSubstring("32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n"))
+	g.Expect(tp.exec(tp.lb, "sysctl", "-n", "net.ipv6.conf.all.forwarding")).To(Equal("1\n"))
+	g.Expect(tp.exec(tp.lb, "ip", "rule")).NotTo(ContainSubstring("lookup 100"), "an IPv6-only pod installs no IPv4 rule")
+}
+
+// Dual stack: both families served at once by one lbpod.
+func TestDualStack(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv6, clusterIPv4}, basePorts, nil)
+	tp.startLBPod(svc, "dual")
+	waitReady(g, tp)
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
+}
+
+// After net1's MAC changes, the client's neighbour entries for the LB addresses follow without
+// the client sending anything (gratuitous ARP, unsolicited NA with override).
+func TestAnnouncementFollowsMACChange(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, nil)
+	tp.startLBPod(svc, "dual")
+	waitReady(g, tp)
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
+
+	neighbour := func(ip string) string {
+		out := strings.Fields(tp.ip(tp.client, "neigh", "show", ip, "dev", "c0"))
+		for i, f := range out {
+			if f == "lladdr" && i+1 < len(out) {
+				return out[i+1]
+			}
+		}
+		return ""
+	}
+	oldMAC := strings.TrimSpace(tp.exec(tp.lb, "cat", "/sys/class/net/net1/address"))
+	g.Expect(neighbour(lbIPv4)).To(Equal(oldMAC))
+	g.Expect(neighbour(lbIPv6)).To(Equal(oldMAC))
+
+	const newMAC = "02:00:5e:10:00:18"
+	tp.ip(tp.lb, "link", "set", "dev", "net1", "address", newMAC)
+	changed := time.Now()
+	g.Eventually(func() string { return neighbour(lbIPv4) }).WithTimeout(3 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal(newMAC))
+	g.Eventually(func() string { return neighbour(lbIPv6) }).WithTimeout(3 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal(newMAC))
+	t.Logf("client neighbour entries followed after %s", time.Since(changed).Round(time.Millisecond))
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+}
+
+// `lbpod init` fails with one line naming the field and value on a bad configuration, and on a
+// missing net1.
+func TestInitErrors(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+
+	out, err := tp.runInit(svc, "v4", "--addresses", "172.18.0.300/16")
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(Equal(`lbpod init: addresses "172.18.0.300/16": "172.18.0.300/16" is not an address with a prefix length (like 172.18.0.18/16)` + "\n"))
+
+	out, err = tp.runInit(svc, "v4", "--gateways", "10.0.0.1")
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(Equal(`lbpod init: gateways "10.0.0.1": 10.0.0.1 is outside subnet 172.18.0.0/16` + "\n"))
+
+	writeService(t, svc, []string{"None"}, basePorts, nil)
+	out, err = tp.runInit(svc, "v4")
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(Equal(`lbpod init: service default/test-svc: spec.clusterIPs "None": a headless Service has no ClusterIP to forward to` + "\n"))
+
+	tp.ip(tp.lb, "link", "del", "net1")
+	out, err = tp.runInit(svc, "v4")
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(Equal("lbpod init: interface \"net1\" not found: is the NetworkAttachmentDefinition attached to this pod (Multus)? (route ip+net: no such network interface)\n"))
+}
+
+// With /proc/sys read-only (as in a pod) and IPv6 forwarding off, lbpod is not ready and says
+// what the operator must do; SIGTERM still ends it promptly.
+func TestForwardingSysctlReadOnly(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv6}, basePorts, nil)
+	tp.exec(tp.lb, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=0")
+	// `ip netns exec` gives the command its own mount namespace: make /proc/sys read-only there.
+	script := "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec \"$@\""
+	args := append([]string{"sh", "-c", script, "sh", lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081"}, stackArgs("v6")...)
+	p := tp.startCommand(args...)
+	g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
+		Should(ContainSubstring("net.ipv6.conf.all.forwarding is 0 and cannot be set here"))
+	code, body := tp.readyz()
+	g.Expect(code).To(Equal(503))
+	g.Expect(body).To(ContainSubstring("run the operator with --forwarding-sysctls=ipv6 (or all), and allow that unsafe sysctl on the kubelet (--allowed-unsafe-sysctls=net.ipv6.conf.all.forwarding)"))
+	g.Expect(strings.Count(p.logs.String(), "cannot be set here")).To(Equal(1), "one clear line, not one per resync:\n%s", p.logs.String())
+	took := p.stop(t)
+	g.Expect(took).To(BeNumerically("<", time.Second))
+}
+
+// startCommand runs an arbitrary command (ending in lbpod) in the lb namespace.
+func (tp *topology) startCommand(args ...string) *lbpodProcess {
+	t := tp.t
+	t.Helper()
+	p := &lbpodProcess{logs: &lockedBuffer{}, done: make(chan error, 1)}
+	p.cmd = execCommand("ip", append([]string{"netns", "exec", tp.lb}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("lbpod log:\n%s", p.logs.String())
+		}
+	})
+	return p
+}

@@ -1,0 +1,498 @@
+//go:build dataplane
+
+// Package dataplane runs the real lbpod binary in network namespaces built per test and checks
+// the data path with real traffic. Run as root: go test -tags dataplane -p 1 ./test/dataplane/...
+package dataplane
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netns"
+)
+
+// lbpodBin is the binary under test, built once by TestMain.
+var lbpodBin string
+
+func TestMain(m *testing.M) {
+	if os.Geteuid() != 0 {
+		fmt.Fprintln(os.Stderr, "dataplane tests need root (network namespaces, iptables)")
+		os.Exit(1)
+	}
+	for _, tool := range []string{"ip", "iptables", "ip6tables", "iptables-save", "ip6tables-save"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			fmt.Fprintf(os.Stderr, "dataplane tests need %s (Debian package iproute2 / iptables): %v\n", tool, err)
+			os.Exit(1)
+		}
+	}
+	dir, err := os.MkdirTemp("", "lbpod-dataplane-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	lbpodBin = filepath.Join(dir, "lbpod")
+	build := exec.Command("go", "build", "-o", lbpodBin, "github.com/lbsvc/lbsvc-operator/cmd/lbpod")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build lbpod: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// Addresses of the topology. The underlay is the seed's 172.18.0.0/16; the pod network, the
+// node and the ClusterIP are the seed's too. They exist only inside the test's namespaces.
+const (
+	lbIPv4      = "172.18.0.18"
+	lbIPv6      = "fd18::18"
+	subnetV4    = "172.18.0.0/16"
+	subnetV6    = "fd18::/64"
+	gatewayV4   = "172.18.0.1"
+	gatewayV6   = "fd18::1"
+	clientV4    = "172.18.0.100"
+	clientV6    = "fd18::100"
+	outsiderV4  = "172.18.0.200"
+	outsiderV6  = "fd18::200"
+	podV4       = "10.16.0.2"
+	podV6       = "fd16::2"
+	nodeV4      = "10.16.0.1"
+	nodeV6      = "fd16::1"
+	clusterIPv4 = "10.109.201.193"
+	clusterIPv6 = "fd96::c1"
+)
+
+// topology is one test's set of namespaces:
+//
+//	client ──┐                                    ┌── lb: net1 (macvlan on node's up0) ── eth0 ──┐
+//	outsider ┴── underlay: br0 ── lport ═ up0 (node)                                            node: lo has the ClusterIP
+//
+// The bridge holds the subnet gateway address, so the lb pod's default route in table 100 has
+// somewhere to point.
+type topology struct {
+	t                                    testing.TB
+	suffix                               string
+	underlay, client, outsider, lb, node string
+}
+
+func randomSuffix(t testing.TB) string {
+	b := make([]byte, 3)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// newTopology builds the namespaces and links; t.Cleanup removes them (deleting a namespace
+// deletes every link in it, and no link is ever created in the test's own namespace).
+func newTopology(t testing.TB) *topology {
+	t.Helper()
+	s := randomSuffix(t)
+	tp := &topology{t: t, suffix: s,
+		underlay: "lbt-u-" + s, client: "lbt-c-" + s, outsider: "lbt-o-" + s, lb: "lbt-l-" + s, node: "lbt-n-" + s}
+	for _, ns := range []string{tp.underlay, tp.client, tp.outsider, tp.lb, tp.node} {
+		mustRun(t, "ip", "netns", "add", ns)
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+				t.Errorf("cleanup: ip netns del %s: %v %s", ns, err, out)
+			}
+		})
+		tp.ip(ns, "link", "set", "lo", "up")
+	}
+	u := tp.underlay
+	tp.ip(u, "link", "add", "br0", "type", "bridge")
+	tp.ip(u, "link", "set", "br0", "up")
+	for _, port := range []struct{ name, peer, ns string }{
+		{"cport", "c0", tp.client}, {"oport", "c0", tp.outsider}, {"lport", "up0", tp.node},
+	} {
+		tp.ip(u, "link", "add", port.name, "type", "veth", "peer", "name", port.peer, "netns", port.ns)
+		tp.ip(u, "link", "set", port.name, "master", "br0", "up")
+		tp.ip(port.ns, "link", "set", port.peer, "up")
+	}
+	// The subnet gateway lives on the bridge (the underlay's router), not on a client: a client
+	// holding it would pick it as the source address towards the LB (IPv6 prefers the longest
+	// common prefix), which would blur the source-range tests.
+	tp.ip(u, "addr", "add", gatewayV4+"/16", "dev", "br0")
+	tp.ip(u, "addr", "add", gatewayV6+"/64", "dev", "br0", "nodad")
+	tp.ip(tp.client, "addr", "add", clientV4+"/16", "dev", "c0")
+	tp.ip(tp.client, "addr", "add", clientV6+"/64", "dev", "c0", "nodad")
+	tp.ip(tp.outsider, "addr", "add", outsiderV4+"/16", "dev", "c0")
+	tp.ip(tp.outsider, "addr", "add", outsiderV6+"/64", "dev", "c0", "nodad")
+
+	// net1: a macvlan in bridge mode on the node's underlay veth, moved into the lb pod.
+	tp.ip(tp.node, "link", "add", "link", "up0", "name", "net1", "type", "macvlan", "mode", "bridge")
+	tp.ip(tp.node, "link", "set", "net1", "netns", tp.lb)
+	// eth0: the pod's cluster network, a veth to the node, default route via the node.
+	tp.ip(tp.node, "link", "add", "nodeveth", "type", "veth", "peer", "name", "eth0", "netns", tp.lb)
+	tp.ip(tp.node, "link", "set", "nodeveth", "up")
+	tp.ip(tp.node, "addr", "add", nodeV4+"/16", "dev", "nodeveth")
+	tp.ip(tp.node, "addr", "add", nodeV6+"/64", "dev", "nodeveth", "nodad")
+	tp.ip(tp.lb, "link", "set", "eth0", "up")
+	tp.ip(tp.lb, "addr", "add", podV4+"/16", "dev", "eth0")
+	tp.ip(tp.lb, "addr", "add", podV6+"/64", "dev", "eth0", "nodad")
+	tp.ip(tp.lb, "route", "add", "default", "via", nodeV4, "dev", "eth0")
+	tp.ip(tp.lb, "-6", "route", "add", "default", "via", nodeV6, "dev", "eth0")
+	// The "ClusterIP", as kube-proxy would present it: an address the node answers on.
+	tp.ip(tp.node, "addr", "add", clusterIPv4+"/32", "dev", "lo")
+	tp.ip(tp.node, "addr", "add", clusterIPv6+"/128", "dev", "lo")
+	return tp
+}
+
+// ip runs `ip -n <ns> args...`, failing the test on error.
+func (tp *topology) ip(ns string, args ...string) string {
+	tp.t.Helper()
+	return mustRun(tp.t, "ip", append([]string{"-n", ns}, args...)...)
+}
+
+// exec runs a command inside a namespace, failing the test on error.
+func (tp *topology) exec(ns string, args ...string) string {
+	tp.t.Helper()
+	return mustRun(tp.t, "ip", append([]string{"netns", "exec", ns}, args...)...)
+}
+
+func mustRun(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// inNS runs f on an OS thread switched into namespace ns. Sockets created there stay in ns
+// after the thread switches back, which is how the backends and clients below live in their
+// namespaces while the test drives them from Go.
+func inNS(t testing.TB, ns string, f func() error) error {
+	t.Helper()
+	runtime.LockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer orig.Close()
+	target, err := netns.GetFromName(ns)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("netns %s: %w", ns, err)
+	}
+	defer target.Close()
+	if err := netns.Set(target); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	ferr := f()
+	if err := netns.Set(orig); err != nil {
+		// Leave the thread locked: Go discards it when the goroutine ends.
+		return fmt.Errorf("back to the test's namespace: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+// dialIn opens a connection from namespace ns.
+func dialIn(t testing.TB, ns, network, addr string, timeout time.Duration) (net.Conn, error) {
+	var conn net.Conn
+	err := inNS(t, ns, func() error {
+		var err error
+		conn, err = net.DialTimeout(network, addr, timeout)
+		return err
+	})
+	return conn, err
+}
+
+// httpGet fetches http://host:port/ from namespace ns and returns the body.
+func httpGet(t testing.TB, ns, hostPort string) (string, error) {
+	client := &http.Client{
+		Timeout: time.Second,
+		Transport: &http.Transport{
+			DisableKeepAlives: true,
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return dialIn(t, ns, network, addr, time.Second)
+			},
+		},
+	}
+	resp, err := client.Get("http://" + hostPort + "/")
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return string(body), fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return string(body), nil
+}
+
+// udpExchange sends payload to addr from namespace ns and returns the first reply.
+func udpExchange(t testing.TB, ns, addr, payload string) (string, error) {
+	conn, err := dialIn(t, ns, "udp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return "", err
+	}
+	if _, err := conn.Write([]byte(payload)); err != nil {
+		return "", err
+	}
+	buf := make([]byte, 1500)
+	n, err := conn.Read(buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
+}
+
+func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
+
+// Backend replies, exact so that a test can tell which server and port answered.
+func httpReply(ip string, port int) string { return fmt.Sprintf("backend %s port %d\n", ip, port) }
+func udpReply(ip string, port int, payload string) string {
+	return fmt.Sprintf("backend %s udp %d: %s", ip, port, payload)
+}
+func echoReply(port int, line string) string { return fmt.Sprintf("echo %d: %s\n", port, line) }
+
+// Ports the node's backends answer on: the Service's `port`s (never the targetPorts).
+const (
+	httpPort      = 80   // HTTP
+	echoPort      = 81   // a line echo, for connections held open across changes
+	extraHTTPPort = 8443 // HTTP, added and removed while lbpod runs
+	udpPort       = 53
+	targetPort    = 8080 // in the Service only: nothing listens on it
+)
+
+// startBackends serves the ClusterIPs in the node namespace: HTTP on httpPort and
+// extraHTTPPort, a line echo on echoPort, UDP on udpPort.
+func (tp *topology) startBackends() {
+	t := tp.t
+	t.Helper()
+	for _, ip := range []string{clusterIPv4, clusterIPv6} {
+		for _, port := range []int{httpPort, extraHTTPPort} {
+			body := httpReply(ip, port)
+			var ln net.Listener
+			if err := inNS(t, tp.node, func() (err error) {
+				ln, err = net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(port)))
+				return err
+			}); err != nil {
+				t.Fatalf("backend listen: %v", err)
+			}
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }), ReadHeaderTimeout: time.Second}
+			go srv.Serve(ln)
+			t.Cleanup(func() { srv.Close() })
+		}
+		var echo net.Listener
+		if err := inNS(t, tp.node, func() (err error) {
+			echo, err = net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(echoPort)))
+			return err
+		}); err != nil {
+			t.Fatalf("echo listen: %v", err)
+		}
+		t.Cleanup(func() { echo.Close() })
+		go func() {
+			for {
+				c, err := echo.Accept()
+				if err != nil {
+					return
+				}
+				go func() {
+					defer c.Close()
+					sc := bufio.NewScanner(c)
+					for sc.Scan() {
+						if _, err := io.WriteString(c, echoReply(echoPort, sc.Text())); err != nil {
+							return
+						}
+					}
+				}()
+			}
+		}()
+		var pc net.PacketConn
+		if err := inNS(t, tp.node, func() (err error) {
+			pc, err = net.ListenPacket("udp", net.JoinHostPort(ip, fmt.Sprint(udpPort)))
+			return err
+		}); err != nil {
+			t.Fatalf("udp listen: %v", err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		go func() {
+			buf := make([]byte, 1500)
+			for {
+				n, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				pc.WriteTo([]byte(udpReply(ip, udpPort, string(buf[:n]))), from)
+			}
+		}()
+	}
+}
+
+// lockedBuffer collects a process's output safely while it runs.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// lbpodProcess is a running `lbpod` main container.
+type lbpodProcess struct {
+	cmd  *exec.Cmd
+	logs *lockedBuffer
+	done chan error
+}
+
+// stackArgs returns the network flags for a stack: "v4", "v6" or "dual".
+func stackArgs(stack string) []string {
+	switch stack {
+	case "v6":
+		return []string{"--addresses", lbIPv6 + "/64", "--gateways", gatewayV6, "--subnets", subnetV6}
+	case "dual":
+		return []string{"--addresses", lbIPv4 + "/16," + lbIPv6 + "/64", "--gateways", gatewayV4 + "," + gatewayV6, "--subnets", subnetV4 + "," + subnetV6}
+	default:
+		return []string{"--addresses", lbIPv4 + "/16", "--gateways", gatewayV4, "--subnets", subnetV4}
+	}
+}
+
+// startLBPod runs `lbpod` in the lb namespace with the Service read from serviceFile.
+func (tp *topology) startLBPod(serviceFile string, stack string, extra ...string) *lbpodProcess {
+	t := tp.t
+	t.Helper()
+	args := append([]string{"netns", "exec", tp.lb, lbpodBin, "--service-file", serviceFile, "--health-addr", "127.0.0.1:8081"}, stackArgs(stack)...)
+	args = append(args, extra...)
+	p := &lbpodProcess{cmd: exec.Command("ip", args...), logs: &lockedBuffer{}, done: make(chan error, 1)}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start lbpod: %v", err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		p.stop(t)
+		if t.Failed() {
+			t.Logf("lbpod log:\n%s", p.logs.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits; it returns how long the exit took.
+func (p *lbpodProcess) stop(t testing.TB) time.Duration {
+	start := time.Now()
+	if p.cmd.ProcessState != nil {
+		return 0
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(5 * time.Second):
+		t.Errorf("lbpod did not exit 5 s after SIGTERM")
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	return time.Since(start)
+}
+
+// readyz returns the status code of lbpod's /readyz and its body.
+func (tp *topology) readyz() (int, string) {
+	conn, err := dialIn(tp.t, tp.lb, "tcp", "127.0.0.1:8081", time.Second)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(time.Second))
+	fmt.Fprint(conn, "GET /readyz HTTP/1.0\r\nHost: lbpod\r\n\r\n")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+// runInit runs `lbpod init` in the lb namespace and returns its combined output.
+func (tp *topology) runInit(serviceFile, stack string, extra ...string) (string, error) {
+	args := append([]string{"netns", "exec", tp.lb, lbpodBin, "init", "--service-file", serviceFile}, stackArgs(stack)...)
+	args = append(args, extra...)
+	out, err := exec.Command("ip", args...).CombinedOutput()
+	return string(out), err
+}
+
+// servicePort is one port of the test Service.
+type servicePort struct {
+	Protocol   string
+	Port       int
+	TargetPort int
+}
+
+// writeService writes the Service object lbpod reads with --service-file. It writes a new file
+// and renames it over the old one so that lbpod never reads half a file.
+func writeService(t testing.TB, path string, clusterIPs []string, ports []servicePort, sourceRanges []string) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("apiVersion: v1\nkind: Service\nmetadata:\n  name: test-svc\n  namespace: default\nspec:\n  type: LoadBalancer\n")
+	b.WriteString("  clusterIPs: [" + strings.Join(clusterIPs, ", ") + "]\n  ports:\n")
+	for _, p := range ports {
+		tp := p.TargetPort
+		if tp == 0 {
+			tp = targetPort
+		}
+		fmt.Fprintf(&b, "  - name: %s-%d\n    protocol: %s\n    port: %d\n    targetPort: %d\n", strings.ToLower(p.Protocol), p.Port, p.Protocol, p.Port, tp)
+	}
+	if len(sourceRanges) > 0 {
+		b.WriteString("  loadBalancerSourceRanges: [" + strings.Join(sourceRanges, ", ") + "]\n")
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// saveWithoutComments returns iptables-save output without its timestamped comment lines.
+func saveWithoutComments(out string) string {
+	var keep []string
+	for _, l := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(l, "#") {
+			keep = append(keep, l)
+		}
+	}
+	return strings.Join(keep, "\n")
+}
+
+var execCommand = exec.Command
