@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs every Go fuzz target of the module, one at a time, each for the given time (default 20s).
+# Targets are discovered per package with `go test -list`, so a new Fuzz function needs no edit
+# here. Every target runs even after one fails; the script exits non-zero if any failed or if
+# no target was found (a silent "nothing to fuzz" would hide a broken discovery).
+#
+#   hack/fuzz.sh [FUZZTIME]     e.g. hack/fuzz.sh 60s, hack/fuzz.sh 5000x
+set -euo pipefail
+
+fuzztime="${1:-20s}"
+cd "$(dirname "$0")/.."
+
+failed=()
+count=0
+for pkg in $(go list ./...); do
+	# -list compiles the package's tests; a package whose tests do not build is a failure.
+	if ! targets=$(go test -run '^$' -list '^Fuzz' "$pkg" 2>&1); then
+		echo "FAIL listing fuzz targets of $pkg:" >&2
+		echo "$targets" >&2
+		failed+=("$pkg (list)")
+		continue
+	fi
+	for target in $(grep -E '^Fuzz[A-Za-z0-9_]*$' <<<"$targets" || true); do
+		count=$((count + 1))
+		echo "=== fuzz $pkg $target for $fuzztime"
+		# -run '^$' skips the package's other tests; the target's seed corpus runs as part of fuzzing.
+		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"; then
+			failed+=("$pkg $target")
+		fi
+	done
+done
+
+if [ "$count" -eq 0 ]; then
+	echo "FAIL: no fuzz targets found" >&2
+	exit 1
+fi
+if [ "${#failed[@]}" -gt 0 ]; then
+	echo "FAIL: ${#failed[@]} of $count fuzz targets failed:" >&2
+	printf '  %s\n' "${failed[@]}" >&2
+	echo "Crashers are in the package's testdata/fuzz/<target>/; commit them as regression cases." >&2
+	exit 1
+fi
+echo "ok: $count fuzz targets, $fuzztime each"
