@@ -148,14 +148,7 @@ func (tp *topology) connRate(b *testing.B, addr string, workers int, d time.Dura
 // BenchmarkConnRate: new TCP connections per second through the LB address vs straight.
 func BenchmarkConnRate(b *testing.B) {
 	tp := benchTopology(b)
-	var ln net.Listener
-	if err := inNS(b, tp.node, func() (err error) {
-		ln, err = net.Listen("tcp", fmt.Sprintf(":%d", connPort))
-		return err
-	}); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { ln.Close() })
+	ln := listenIn(b, tp.node, fmt.Sprintf(":%d", connPort))
 	go func() {
 		for {
 			c, err := ln.Accept()

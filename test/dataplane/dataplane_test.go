@@ -21,6 +21,20 @@ var (
 
 func lbAddr(ip string, port int) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
 
+// servedTopology builds a topology with its backends, writes a Service with basePorts, starts
+// lbpod and waits until it is ready.
+func servedTopology(t *testing.T, stack string, clusterIPs, sourceRanges []string, extra ...string) (Gomega, *topology, string) {
+	t.Helper()
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, clusterIPs, basePorts, sourceRanges)
+	tp.startLBPod(svc, stack, extra...)
+	waitReady(g, tp)
+	return g, tp, svc
+}
+
 // waitReady waits until lbpod reports ready.
 func waitReady(g Gomega, tp *topology) {
 	g.Eventually(func() int { code, _ := tp.readyz(); return code }).
@@ -44,13 +58,7 @@ var basePorts = []servicePort{
 // TCP (HTTP) and UDP reach the backend through the LB address on the Service's port (the
 // targetPort, 8080, has no listener), and the SCTP rules are installed.
 func TestTCPUDPAndSCTPRulesIPv4(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
-	tp.startLBPod(svc, "v4")
-	waitReady(g, tp)
+	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil)
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 
 	nat := tp.exec(tp.lb, "iptables-save", "-t", "nat")
@@ -71,13 +79,7 @@ func TestTCPUDPAndSCTPRulesIPv4(t *testing.T) {
 // A port added while lbpod runs is served within 1 s, a removed one is refused within 1 s, and a
 // TCP connection held open on an unchanged port keeps working across both changes.
 func TestPortChangesKeepEstablishedFlows(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
-	tp.startLBPod(svc, "v4")
-	waitReady(g, tp)
+	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
 
 	held, err := dialIn(t, tp.client, "tcp", lbAddr(lbIPv4, echoPort), time.Second)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -172,14 +174,8 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 // Drift is repaired: a DNAT rule deleted by hand within one resync period, net1's addresses
 // flushed and net1 recreated at once (netlink events).
 func TestDriftIsRepaired(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
 	const resync = time.Second
-	tp.startLBPod(svc, "v4", "--resync-period", resync.String())
-	waitReady(g, tp)
+	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--resync-period", resync.String())
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 
 	dnat := []string{"-d", "172.18.0.18/32", "-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", "10.109.201.193:80"}
@@ -210,13 +206,7 @@ func TestDriftIsRepaired(t *testing.T) {
 // loadBalancerSourceRanges: a client inside a range is served, one outside is refused (TCP reset,
 // UDP port unreachable), over IPv4 and IPv6.
 func TestSourceRanges(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, []string{clientV4 + "/32", "fd18::100/127"})
-	tp.startLBPod(svc, "dual")
-	waitReady(g, tp)
+	g, tp, svc := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, []string{clientV4 + "/32", "fd18::100/127"})
 	for _, lb := range []struct{ ip, clusterIP string }{{lbIPv4, clusterIPv4}, {lbIPv6, clusterIPv6}} {
 		expectServed(g, tp, tp.client, lb.ip, lb.clusterIP)
 		g.Expect(httpGet(t, tp.outsider, lbAddr(lb.ip, httpPort))).Error().To(Satisfy(isRefused), "outsider to %s", lb.ip)
@@ -232,13 +222,7 @@ func TestSourceRanges(t *testing.T) {
 
 // IPv6 only: ip6tables DNAT to an IPv6 ClusterIP, IPv6 rules and routes, forwarding turned on.
 func TestIPv6(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv6}, basePorts, nil)
-	tp.startLBPod(svc, "v6")
-	waitReady(g, tp)
+	g, tp, _ := servedTopology(t, "v6", []string{clusterIPv6}, nil)
 	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
 	g.Expect(strings.Split(tp.exec(tp.lb, "ip6tables-save", "-t", "nat"), "\n")).To(ContainElements(
 		"-A LBSVC-SERVICES -d fd18::18/128 -p tcp -m tcp --dport 80 -j DNAT --to-destination [fd96::c1]:80",
@@ -251,13 +235,7 @@ func TestIPv6(t *testing.T) {
 
 // Dual stack: both families served at once by one lbpod.
 func TestDualStack(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv6, clusterIPv4}, basePorts, nil)
-	tp.startLBPod(svc, "dual")
-	waitReady(g, tp)
+	g, tp, _ := servedTopology(t, "dual", []string{clusterIPv6, clusterIPv4}, nil)
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
 }
@@ -265,13 +243,7 @@ func TestDualStack(t *testing.T) {
 // After net1's MAC changes, the client's neighbour entries for the LB addresses follow without
 // the client sending anything (gratuitous ARP, unsolicited NA with override).
 func TestAnnouncementFollowsMACChange(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, nil)
-	tp.startLBPod(svc, "dual")
-	waitReady(g, tp)
+	g, tp, _ := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, nil)
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
 
@@ -344,24 +316,4 @@ func TestForwardingSysctlReadOnly(t *testing.T) {
 	g.Expect(strings.Count(p.logs.String(), "cannot be set here")).To(Equal(1), "one clear line, not one per resync:\n%s", p.logs.String())
 	took := p.stop(t)
 	g.Expect(took).To(BeNumerically("<", time.Second))
-}
-
-// startCommand runs an arbitrary command (ending in lbpod) in the lb namespace.
-func (tp *topology) startCommand(args ...string) *lbpodProcess {
-	t := tp.t
-	t.Helper()
-	p := &lbpodProcess{logs: &lockedBuffer{}, done: make(chan error, 1)}
-	p.cmd = execCommand("ip", append([]string{"netns", "exec", tp.lb}, args...)...)
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start: %v", err)
-	}
-	go func() { p.done <- p.cmd.Wait() }()
-	t.Cleanup(func() {
-		p.stop(t)
-		if t.Failed() {
-			t.Logf("lbpod log:\n%s", p.logs.String())
-		}
-	})
-	return p
 }

@@ -285,6 +285,17 @@ const (
 	targetPort    = 8080 // in the Service only: nothing listens on it
 )
 
+// listenIn opens a TCP listener in namespace ns.
+func listenIn(t testing.TB, ns, addr string) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	if err := inNS(t, ns, func() (err error) { ln, err = net.Listen("tcp", addr); return err }); err != nil {
+		t.Fatalf("listen on %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	return ln
+}
+
 // startBackends serves the ClusterIPs in the node namespace: HTTP on httpPort and
 // extraHTTPPort, a line echo on echoPort, UDP on udpPort.
 func (tp *topology) startBackends() {
@@ -293,25 +304,12 @@ func (tp *topology) startBackends() {
 	for _, ip := range []string{clusterIPv4, clusterIPv6} {
 		for _, port := range []int{httpPort, extraHTTPPort} {
 			body := httpReply(ip, port)
-			var ln net.Listener
-			if err := inNS(t, tp.node, func() (err error) {
-				ln, err = net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(port)))
-				return err
-			}); err != nil {
-				t.Fatalf("backend listen: %v", err)
-			}
+			ln := listenIn(t, tp.node, net.JoinHostPort(ip, fmt.Sprint(port)))
 			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, body) }), ReadHeaderTimeout: time.Second}
 			go srv.Serve(ln)
 			t.Cleanup(func() { srv.Close() })
 		}
-		var echo net.Listener
-		if err := inNS(t, tp.node, func() (err error) {
-			echo, err = net.Listen("tcp", net.JoinHostPort(ip, fmt.Sprint(echoPort)))
-			return err
-		}); err != nil {
-			t.Fatalf("echo listen: %v", err)
-		}
-		t.Cleanup(func() { echo.Close() })
+		echo := listenIn(t, tp.node, net.JoinHostPort(ip, fmt.Sprint(echoPort)))
 		go func() {
 			for {
 				c, err := echo.Accept()
@@ -389,14 +387,20 @@ func stackArgs(stack string) []string {
 
 // startLBPod runs `lbpod` in the lb namespace with the Service read from serviceFile.
 func (tp *topology) startLBPod(serviceFile string, stack string, extra ...string) *lbpodProcess {
+	tp.t.Helper()
+	args := append([]string{lbpodBin, "--service-file", serviceFile, "--health-addr", "127.0.0.1:8081"}, stackArgs(stack)...)
+	return tp.startCommand(append(args, extra...)...)
+}
+
+// startCommand runs a command (lbpod, or a shell that execs it) in the lb namespace; t.Cleanup
+// stops it and, when the test failed, logs its output.
+func (tp *topology) startCommand(args ...string) *lbpodProcess {
 	t := tp.t
 	t.Helper()
-	args := append([]string{"netns", "exec", tp.lb, lbpodBin, "--service-file", serviceFile, "--health-addr", "127.0.0.1:8081"}, stackArgs(stack)...)
-	args = append(args, extra...)
-	p := &lbpodProcess{cmd: exec.Command("ip", args...), logs: &lockedBuffer{}, done: make(chan error, 1)}
+	p := &lbpodProcess{cmd: exec.Command("ip", append([]string{"netns", "exec", tp.lb}, args...)...), logs: &lockedBuffer{}, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start lbpod: %v", err)
+		t.Fatalf("start %s: %v", strings.Join(args, " "), err)
 	}
 	go func() { p.done <- p.cmd.Wait() }()
 	t.Cleanup(func() {
@@ -494,5 +498,3 @@ func saveWithoutComments(out string) string {
 	}
 	return strings.Join(keep, "\n")
 }
-
-var execCommand = exec.Command
