@@ -231,13 +231,23 @@ func TestServiceFromObject(t *testing.T) {
 }
 
 func TestChooseFlavour(t *testing.T) {
-	cases := []struct {
-		nft, legacy int
+	ok := func(n int) RuleCount { return RuleCount{OK: true, Rules: n} }
+	broken := RuleCount{}
+	cases := map[string]struct {
+		nft, legacy RuleCount
 		want        Flavour
-	}{{0, 0, FlavourNFT}, {5, 5, FlavourNFT}, {3, 10, FlavourLegacy}, {10, 3, FlavourNFT}}
-	for _, tc := range cases {
+	}{
+		"both empty":         {ok(0), ok(0), FlavourNFT},
+		"tie":                {ok(5), ok(5), FlavourNFT},
+		"legacy has more":    {ok(3), ok(10), FlavourLegacy},
+		"nft has more":       {ok(10), ok(3), FlavourNFT},
+		"nft cannot list":    {broken, ok(0), FlavourLegacy},
+		"legacy cannot list": {ok(0), broken, FlavourNFT},
+		"neither can list":   {broken, broken, FlavourNFT},
+	}
+	for name, tc := range cases {
 		if got := ChooseFlavour(tc.nft, tc.legacy); got != tc.want {
-			t.Errorf("ChooseFlavour(%d, %d) = %s, want %s", tc.nft, tc.legacy, got, tc.want)
+			t.Errorf("%s: ChooseFlavour(%+v, %+v) = %s, want %s", name, tc.nft, tc.legacy, got, tc.want)
 		}
 	}
 }

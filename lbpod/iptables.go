@@ -27,12 +27,25 @@ const (
 
 // ChooseFlavour picks the back end the host uses: the one whose rules are more numerous, nft
 // when they tie (an empty namespace, a fresh host). Rules written by one back end are invisible
-// to the other, so mixing them would split the ruleset in two.
-func ChooseFlavour(nftRules, legacyRules int) Flavour {
-	if legacyRules > nftRules {
+// to the other, so mixing them would split the ruleset in two. A back end that cannot even list
+// its rules (its kernel module is not loaded and a pod cannot load it) is not the one in use.
+func ChooseFlavour(nft, legacy RuleCount) Flavour {
+	switch {
+	case !nft.OK && legacy.OK:
 		return FlavourLegacy
+	case nft.OK && !legacy.OK:
+		return FlavourNFT
+	case legacy.Rules > nft.Rules:
+		return FlavourLegacy
+	default:
+		return FlavourNFT
 	}
-	return FlavourNFT
+}
+
+// RuleCount is what one back end's *-save printed: whether it worked, and how many rules.
+type RuleCount struct {
+	OK    bool
+	Rules int
 }
 
 // PathsFor returns the binaries of a flavour.
@@ -54,27 +67,30 @@ func DetectIPTables(ctx context.Context) (IPTablesPaths, string) {
 	case errNFT != nil:
 		return PathsFor(FlavourLegacy), "only iptables-legacy installed"
 	}
-	nft := countRules(ctx, "iptables-nft-save") + countRules(ctx, "ip6tables-nft-save")
-	legacy := countRules(ctx, "iptables-legacy-save") + countRules(ctx, "ip6tables-legacy-save")
+	nft := countRules(ctx, "iptables-nft-save", "ip6tables-nft-save")
+	legacy := countRules(ctx, "iptables-legacy-save", "ip6tables-legacy-save")
 	f := ChooseFlavour(nft, legacy)
-	return PathsFor(f), fmt.Sprintf("nft shows %d rules, legacy %d: using %s", nft, legacy, f)
+	return PathsFor(f), fmt.Sprintf("nft: %+v, legacy: %+v: using %s", nft, legacy, f)
 }
 
-// countRules counts the rules (lines starting with "-") a *-save binary prints; a failure counts
-// as none, since a back end that cannot even list is not the one in use.
-func countRules(ctx context.Context, save string) int {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, save).Output()
-	if err != nil {
-		return 0
-	}
-	n := 0
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "-") {
-			n++
+// countRules counts the rules (lines starting with "-") the *-save binaries print; it is OK when
+// at least one of them ran.
+func countRules(ctx context.Context, saves ...string) RuleCount {
+	var c RuleCount
+	for _, save := range saves {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		out, err := exec.CommandContext(cctx, save).Output()
+		cancel()
+		if err != nil {
+			continue
+		}
+		c.OK = true
+		sc := bufio.NewScanner(bytes.NewReader(out))
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "-") {
+				c.Rules++
+			}
 		}
 	}
-	return n
+	return c
 }
