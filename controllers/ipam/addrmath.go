@@ -107,8 +107,6 @@ func (s span) size() u128 {
 	return d.inc()
 }
 
-func (s span) contains(u u128) bool { return !u.less(s.first) && !s.last.less(u) }
-
 // prefixSpan returns the first and last address of a masked prefix.
 func prefixSpan(p netip.Prefix) span {
 	first := toU128(p.Addr())

@@ -471,3 +471,75 @@ func TestConfigIsCopied(t *testing.T) {
 		t.Fatal("config of an unknown subnet")
 	}
 }
+
+func TestWholeAddressSpaces(t *testing.T) {
+	// Hand-built (ParseSubnet refuses ::/0 for holding the IPv4-mapped block): the arithmetic
+	// must neither overflow nor scan.
+	a := allocator(t,
+		SubnetConfig{Name: "all4", CIDRs: mustPrefixes(t, "0.0.0.0/0"), Gateways: mustAddrs(t, "0.0.0.1")},
+		SubnetConfig{Name: "all6", CIDRs: mustPrefixes(t, "::/0")},
+		SubnetConfig{Name: "top6", CIDRs: mustPrefixes(t, "::/0"), Excludes: []Range{rng("::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe")}})
+	// 2^32 less network, broadcast and gateway.
+	wantUsage(t, a, "all4", Usage{V4Available: 1<<32 - 3})
+	wantAddrs(t, mustAllocate(t, a, "all4", "ns/a"), "0.0.0.2")
+	wantAddrs(t, mustAllocate(t, a, "all4", "ns/b", "255.255.255.254"), "255.255.255.254")
+	wantUsage(t, a, "all4", Usage{V4Used: 2, V4Available: 1<<32 - 5})
+	wantUsage(t, a, "all6", Usage{V6Available: math.MaxInt64})
+	wantAddrs(t, mustAllocate(t, a, "all6", "ns/c"), "::1")
+	wantUsage(t, a, "top6", Usage{V6Available: 1})
+	wantAddrs(t, mustAllocate(t, a, "top6", "ns/d"), "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff")
+	wantUsage(t, a, "top6", Usage{V6Used: 1, V6Available: 0})
+}
+
+func TestAddrMath(t *testing.T) {
+	for _, s := range []string{"0.0.0.0", "10.1.2.3", "255.255.255.255", "::", "fd00::1", "::ffff:10.1.2.3", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "1:2:3:4:5:6:7:8"} {
+		a := netip.MustParseAddr(s)
+		if got := addrOf(toU128(a), familyOf(a)); got != a {
+			t.Errorf("%s: round trip gave %s", s, got)
+		}
+	}
+	spans := map[string][2]string{
+		"10.0.0.0/8":         {"10.0.0.0", "10.255.255.255"},
+		"10.0.0.5/32":        {"10.0.0.5", "10.0.0.5"},
+		"0.0.0.0/0":          {"0.0.0.0", "255.255.255.255"},
+		"fd00::/64":          {"fd00::", "fd00::ffff:ffff:ffff:ffff"},
+		"fd00::/63":          {"fd00::", "fd00::1:ffff:ffff:ffff:ffff"},
+		"fd00::/65":          {"fd00::", "fd00::7fff:ffff:ffff:ffff"},
+		"::/0":               {"::", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"},
+		"fd00::8/128":        {"fd00::8", "fd00::8"},
+		"2001:db8:8000::/33": {"2001:db8:8000::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"},
+	}
+	for p, want := range spans {
+		prefix := netip.MustParsePrefix(p)
+		s := prefixSpan(prefix)
+		f := familyOf(prefix.Addr())
+		if got := [2]string{addrOf(s.first, f).String(), addrOf(s.last, f).String()}; got != want {
+			t.Errorf("%s: got %v, want %v", p, got, want)
+		}
+	}
+	u := func(n uint64) u128 { return u128{lo: n} }
+	got := mergeSpans([]span{{u(10), u(12)}, {u(1), u(3)}, {u(4), u(5)}, {u(11), u(20)}, {u(22), u(22)}, {u(7), u(7)}})
+	want := []span{{u(1), u(5)}, {u(7), u(7)}, {u(10), u(20)}, {u(22), u(22)}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("merge: got %v, want %v", got, want)
+	}
+	var set spanSet
+	for _, n := range []uint64{5, 7, 6, 1, 9, 6} {
+		set.add(u(n))
+	}
+	if want := []span{{u(1), u(1)}, {u(5), u(7)}, {u(9), u(9)}}; !reflect.DeepEqual(set.runs, want) {
+		t.Errorf("add: got %v, want %v", set.runs, want)
+	}
+	for _, n := range []uint64{6, 1, 42} {
+		set.remove(u(n))
+	}
+	if want := []span{{u(5), u(5)}, {u(7), u(7)}, {u(9), u(9)}}; !reflect.DeepEqual(set.runs, want) {
+		t.Errorf("remove: got %v, want %v", set.runs, want)
+	}
+	if got := (span{u128{}, maxU128}).size(); got != maxU128 {
+		t.Errorf("size of everything: %v", got)
+	}
+	if got := (u128{hi: 1}).int64Sat(); got != math.MaxInt64 {
+		t.Errorf("saturation: %d", got)
+	}
+}
