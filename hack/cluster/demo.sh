@@ -27,13 +27,14 @@ apply_samples() {
 }
 
 lb_ip() { kc -n default get service test-service -o jsonpath='{.status.loadBalancer.ingress[0].ip}'; }
+has_lb_ip() { [ -n "$(lb_ip)" ]; }
 
 up() {
   local t0=$SECONDS ip
   "$HERE/up.sh" >/dev/null
   install_operator
   apply_samples
-  wait_for "test-service to get an EXTERNAL-IP" 120 test -n "$(lb_ip)" || true
+  wait_for "test-service to get an EXTERNAL-IP" 120 has_lb_ip || true
   ip=$(lb_ip)
   [ -n "$ip" ] || { kc -n default describe service test-service >&2; exit 1; }
   if ! wait_for "curl http://$ip:80 from netns $CLIENT_NS" 180 $IN_CLIENT curl -sf -m 2 "http://$ip:80/"; then
@@ -50,7 +51,7 @@ The seed's story is up. Look at it:
   kubectl get pod -o wide                  # lb-svc-test-service-...  1/1 Running, dynamic-... x2
   kubectl get svc test-service             # EXTERNAL-IP $ip
   kubectl get subnets
-  kubectl -n lbsvc-system logs deploy/lbsvc-operator-controller-manager 2>/dev/null || kubectl -n lbsvc-system logs -l control-plane=controller-manager
+  kubectl -n lbsvc-system logs deploy/lbsvc-operator
 
 Curl the LB address from the underlay's client namespace ($CLIENT_NS holds ${CLIENT_ADDR}, the Subnet's gateway):
   nsenter --net=/run/netns/$CLIENT_NS curl -s http://$ip:80/

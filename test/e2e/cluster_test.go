@@ -193,7 +193,7 @@ func podReady(p *corev1.Pod) bool {
 func waitLBPod(t *testing.T, namespace, service string) *corev1.Pod {
 	t.Helper()
 	var pod *corev1.Pod
-	Eventually(func() error {
+	NewWithT(t).Eventually(func() error {
 		var err error
 		pod, err = lbPod(context.Background(), namespace, service)
 		return err

@@ -52,7 +52,7 @@ func servicePort(port int32) corev1.ServicePort {
 func waitIngress(t *testing.T, namespace, name string) string {
 	t.Helper()
 	var ip string
-	Eventually(func() (string, error) {
+	NewWithT(t).Eventually(func() (string, error) {
 		var err error
 		ip, err = ingressIP(context.Background(), namespace, name)
 		return ip, err
@@ -64,7 +64,7 @@ func waitIngress(t *testing.T, namespace, name string) string {
 // get an answer; it fails the test after timeout.
 func timeUntilCurl(t *testing.T, url string, since time.Time, timeout time.Duration) time.Duration {
 	t.Helper()
-	Eventually(func() error {
+	NewWithT(t).Eventually(func() error {
 		_, err := curlFromClient(url)
 		return err
 	}).WithTimeout(timeout).WithPolling(50*time.Millisecond).Should(Succeed(), "curl %s", url)
