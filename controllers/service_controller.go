@@ -175,8 +175,17 @@ func hasOurTraces(svc *corev1.Service) bool {
 	return ok
 }
 
-// Reconcile implements reconcile.Reconciler.
+// Reconcile implements reconcile.Reconciler. A write conflict (the cache had not seen our own
+// previous write yet) is retried through the rate limiter without being logged as an error.
 func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	res, err := r.reconcile(ctx, req)
+	if apierrors.IsConflict(err) {
+		return ctrl.Result{Requeue: true}, nil
+	}
+	return res, err
+}
+
+func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if err := r.Book.WaitReady(ctx); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -421,7 +430,7 @@ func statusEqual(a, b corev1.ServiceStatus) bool {
 	}
 	for i := range a.LoadBalancer.Ingress {
 		x, y := a.LoadBalancer.Ingress[i], b.LoadBalancer.Ingress[i]
-		if x.IP != y.IP || x.Hostname != y.Hostname || (x.IPMode == nil) != (y.IPMode == nil) || len(x.Ports) != len(y.Ports) {
+		if x.IP != y.IP || x.Hostname != y.Hostname || ipMode(x) != ipMode(y) || len(x.Ports) != len(y.Ports) {
 			return false
 		}
 	}
@@ -433,6 +442,15 @@ func statusEqual(a, b corev1.ServiceStatus) bool {
 		}
 	}
 	return true
+}
+
+// ipMode reads an ingress' ipMode with the API server's default (VIP) for unset, so that the
+// defaulted value the server returns compares equal to the unset one we write.
+func ipMode(i corev1.LoadBalancerIngress) corev1.LoadBalancerIPMode {
+	if i.IPMode == nil {
+		return corev1.LoadBalancerIPModeVIP
+	}
+	return *i.IPMode
 }
 
 func equalStringMaps(a, b map[string]string) bool {
