@@ -203,7 +203,7 @@ func createNAD(t *testing.T, ns, name string) string {
 func subnetObj(name, provider, cidr, gateway string, excludes []string) *lbv1.Subnet {
 	return &lbv1.Subnet{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: lbv1.SubnetSpec{Protocol: lbv1.ProtocolIPv4, Provider: provider, CIDRBlock: cidr, Gateway: gateway, ExcludeIPs: excludes},
+		Spec:       lbv1.SubnetSpec{Protocol: lbv1.ProtocolIPv4, Provider: provider, CIDRBlock: cidr, Gateway: gateway, ExcludeIPs: excludes},
 	}
 }
 
