@@ -5,9 +5,13 @@
 # no target was found (a silent "nothing to fuzz" would hide a broken discovery).
 #
 #   hack/fuzz.sh [FUZZTIME]     e.g. hack/fuzz.sh 60s, hack/fuzz.sh 5000x
+#
+# FUZZMINIMIZETIME (default 10s) bounds the minimization of each new input: go's default, 60s,
+# can spend most of a short run minimizing instead of fuzzing.
 set -euo pipefail
 
 fuzztime="${1:-20s}"
+minimizetime="${FUZZMINIMIZETIME:-10s}"
 cd "$(dirname "$0")/.."
 
 failed=()
@@ -24,7 +28,7 @@ for pkg in $(go list ./...); do
 		count=$((count + 1))
 		echo "=== fuzz $pkg $target for $fuzztime"
 		# -run '^$' skips the package's other tests; the target's seed corpus runs as part of fuzzing.
-		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg"; then
+		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimizetime" "$pkg"; then
 			failed+=("$pkg $target")
 		fi
 	done

@@ -8,7 +8,10 @@
 // Decisions beyond the contract, each tested:
 //   - Never handed out: the gateway, excluded addresses, an IPv4 network and broadcast address on
 //     prefixes up to /30, and the IPv6 subnet-router anycast address (the network address). An IPv4
-//     /31 has two usable addresses and a /32 one (RFC 3021).
+//     /31 has two usable addresses and a /32 one (RFC 3021). A /31 parsed by ParseSubnet keeps one
+//     besides its gateway; a /32 has no room for a default gateway, so ParseSubnet needs its one
+//     address named as gateway and it then serves nothing (only a hand-built SubnetConfig without
+//     gateway hands the address out).
 //   - IPv4-mapped IPv6 spellings (::ffff:a.b.c.d) are rejected everywhere, never unmapped: one
 //     address has one spelling, so it can never be held twice under two names.
 //   - Addresses are numbers (u128) and what is blocked or held is kept as merged runs, so finding

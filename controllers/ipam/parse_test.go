@@ -113,6 +113,10 @@ func TestParseSubnet(t *testing.T) {
 			in:      in{"", "10.0.0.0/8,", "", nil},
 			wantErr: `subnet "s": cidrBlock "10.0.0.0/8," has an empty item: invalid subnet configuration`,
 		},
+		"CIDR with a zone": {
+			in:      in{"", "fd00:18::%net1/64", "", nil},
+			wantErr: `subnet "s": cidrBlock "fd00:18::%net1/64" is not a CIDR (IPv6 zones cannot be present in a prefix): invalid subnet configuration`,
+		},
 		"IPv4-mapped CIDR": {
 			in:      in{"", "::ffff:172.18.0.0/112", "", nil},
 			wantErr: `subnet "s": cidrBlock ::ffff:172.18.0.0/112 overlaps the IPv4-mapped block ::ffff:0.0.0.0/96; write IPv4 CIDRs as IPv4: invalid subnet configuration`,
