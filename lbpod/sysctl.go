@@ -22,12 +22,12 @@ type ErrForwarding struct {
 }
 
 func (e *ErrForwarding) Error() string {
-	which := "all"
+	flag := "--forwarding-sysctls=all"
 	if strings.HasPrefix(e.Sysctl, "net.ipv6") {
-		which = "ipv6"
+		flag = "--forwarding-sysctls=ipv6 (or all)"
 	}
-	return fmt.Sprintf("%s is 0 and cannot be set here (%v): run the operator with --forwarding-sysctls=%s (or all), and allow that unsafe sysctl on the kubelet (--allowed-unsafe-sysctls=%s)",
-		e.Sysctl, e.Err, which, e.Sysctl)
+	return fmt.Sprintf("%s is 0 and cannot be set here (%v): run the operator with %s, and allow that unsafe sysctl on the kubelet (--allowed-unsafe-sysctls=%s)",
+		e.Sysctl, e.Err, flag, e.Sysctl)
 }
 
 // EnsureForwarding reads the forwarding sysctl of each family under procSys (normally

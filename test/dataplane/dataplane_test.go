@@ -317,3 +317,46 @@ func TestForwardingSysctlReadOnly(t *testing.T) {
 	took := p.stop(t)
 	g.Expect(took).To(BeNumerically("<", time.Second))
 }
+
+// eth0 the way some CNIs set it up: a /32 with the default route via a link-scope gateway
+// outside any subnet (Calico's 169.254.1.1), or a plain device route with no gateway at all.
+// The ClusterIP route in table 100 follows the main table's default route.
+func TestUplinkWithoutSubnetGateway(t *testing.T) {
+	cases := map[string]struct {
+		defaultRoute [][]string
+		wantRoute    string
+	}{
+		"link-scope gateway": {
+			defaultRoute: [][]string{{"route", "add", "169.254.1.1", "dev", "eth0", "scope", "link"}, {"route", "add", "default", "via", "169.254.1.1", "dev", "eth0"}},
+			wantRoute:    "10.109.201.193 via 169.254.1.1 dev eth0 \n",
+		},
+		"device route": {
+			defaultRoute: [][]string{{"route", "add", "default", "dev", "eth0"}},
+			wantRoute:    "10.109.201.193 dev eth0 scope link \n",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			g := NewWithT(t)
+			tp := newTopology(t)
+			tp.startBackends()
+			tp.ip(tp.lb, "route", "del", "default")
+			tp.ip(tp.lb, "addr", "del", podV4+"/16", "dev", "eth0")
+			tp.ip(tp.lb, "addr", "add", podV4+"/32", "dev", "eth0")
+			for _, r := range tc.defaultRoute {
+				tp.ip(tp.lb, r...)
+			}
+			// The node answers ARP for the gateway (and for the ClusterIP itself) and routes
+			// back to the pod's /32.
+			tp.ip(tp.node, "addr", "add", "169.254.1.1/32", "dev", "lo")
+			tp.ip(tp.node, "route", "add", podV4+"/32", "dev", "nodeveth")
+			svc := filepath.Join(t.TempDir(), "svc.yaml")
+			writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+			tp.startLBPod(svc, "v4")
+			waitReady(g, tp)
+			expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+			g.Expect(tp.exec(tp.lb, "ip", "route", "show", "table", "100")).To(Equal("default via 172.18.0.1 dev net1 \n" +
+				tc.wantRoute + "172.18.0.0/16 dev net1 scope link \n"))
+		})
+	}
+}

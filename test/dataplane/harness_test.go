@@ -153,7 +153,7 @@ func newTopology(t testing.TB) *topology {
 	tp.ip(tp.lb, "-6", "route", "add", "default", "via", nodeV6, "dev", "eth0")
 	// The "ClusterIP", as kube-proxy would present it: an address the node answers on.
 	tp.ip(tp.node, "addr", "add", clusterIPv4+"/32", "dev", "lo")
-	tp.ip(tp.node, "addr", "add", clusterIPv6+"/128", "dev", "lo")
+	tp.ip(tp.node, "addr", "add", clusterIPv6+"/128", "dev", "lo", "nodad")
 	return tp
 }
 
