@@ -1,0 +1,106 @@
+//go:build integration
+
+package main
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// The API source against a real kube-apiserver, with the lb pod's RBAC: get/list/watch on its one
+// Service (resourceNames). List and watch only pass because they carry the field selector on the
+// name; the Service's changes and deletion reach the box.
+func TestAPISourceWithSingleServiceRBAC(t *testing.T) {
+	g := NewWithT(t)
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
+	t.Cleanup(func() { _ = env.Stop() })
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+
+	const ns, name = "lbpod-source", "web"
+	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, svcName := range []string{name, "other"} {
+		_, err = admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: ns},
+			Spec: corev1.ServiceSpec{
+				Type:  corev1.ServiceTypeLoadBalancer,
+				Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+			},
+		}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	_, err = admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-" + name, Namespace: ns},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{name}, Verbs: []string{"get", "list", "watch"}}},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-" + name, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "lb-svc-" + name},
+		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "lb-svc-" + name}},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+
+	user, err := env.AddUser(envtest.User{Name: "lb-svc-" + name}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	podClient := kubernetes.NewForConfigOrDie(user.Config())
+	src := &apiSource{client: podClient, namespace: ns, name: name, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+
+	// The RBAC is as narrow as meant: the other Service, and a list without the selector, are refused.
+	_, err = podClient.CoreV1().Services(ns).Get(ctx, "other", metav1.GetOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "get other: %v", err)
+	_, err = podClient.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "list without selector: %v", err)
+
+	got, err := src.Get(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(got.Name).To(Equal(name))
+
+	box := newServiceBox()
+	go src.Run(ctx, box)
+	ports := func() []int32 {
+		svc, err := box.get()
+		if err != nil || svc == nil {
+			return nil
+		}
+		var ps []int32
+		for _, p := range svc.Spec.Ports {
+			ps = append(ps, p.Port)
+		}
+		return ps
+	}
+	g.Eventually(ports).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]int32{80}))
+
+	svc, err := admin.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Name: "https", Port: 443, Protocol: corev1.ProtocolTCP})
+	_, err = admin.CoreV1().Services(ns).Update(ctx, svc, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Eventually(ports).WithTimeout(time.Second).WithPolling(10 * time.Millisecond).Should(Equal([]int32{80, 443}))
+
+	// A change to the other Service is not seen (nor allowed to be).
+	g.Expect(admin.CoreV1().Services(ns).Delete(ctx, "other", metav1.DeleteOptions{})).To(Succeed())
+	g.Expect(admin.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(func() string {
+		_, err := box.get()
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal("service lbpod-source/web was deleted"))
+}
