@@ -143,16 +143,16 @@ func TestSubnetValidation(t *testing.T) {
 	ns := newNamespace(t)
 	provider := "any." + ns
 	net := nextNet()
-	older := subnetObj("ov-old-"+suffix(), provider, net+".0/24", net+".1", nil)
+	// Age decides which of two overlapping Subnets stays valid; within one second of creation
+	// time, the name does: "ov-a-" sorts before "ov-b-", so no wait is needed here.
+	older := subnetObj("ov-a-"+suffix(), provider, net+".0/24", net+".1", nil)
 	create(t, older)
 	waitReady(t, older.Name, metav1.ConditionTrue, controllers.ReasonSubnetValid)
-	// Creation timestamps have one-second resolution: make sure the second one is younger.
-	time.Sleep(1100 * time.Millisecond) //nolint:forbidigo // creationTimestamp resolution, not a wait for the operator
 	cases := []struct {
 		subnet *lbv1.Subnet
 		reason string
 	}{
-		{subnetObj("ov-new-"+suffix(), provider, net+".128/25", net+".129", nil), controllers.ReasonSubnetOverlap},
+		{subnetObj("ov-b-"+suffix(), provider, net+".128/25", net+".129", nil), controllers.ReasonSubnetOverlap},
 		{subnetObj("gw-out-"+suffix(), provider, nextNet()+".0/24", "10.250.9.1", nil), controllers.ReasonSubnetInvalid},
 		{subnetObj("ex-out-"+suffix(), provider, nextNet()+".0/24", "", []string{"10.250.9.5..10.250.9.9"}), controllers.ReasonSubnetInvalid},
 	}
