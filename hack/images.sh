@@ -38,7 +38,8 @@ image() {
     echo "image $ref: up to date" >&2
     return 0
   fi
-  "$WORK/mkimage" -o "$OUT/$name.tar.tmp" -t "$ref" "$@" >&2
+  "$WORK/mkimage" -o "$OUT/$name.tar.tmp" -t "$ref" "$@" >/dev/null
+  echo "image $ref: built" >&2
   mv "$OUT/$name.tar.tmp" "$OUT/$name.tar"
   echo "$stamp" >"$OUT/$name.inputs"
 }
