@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,7 +149,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 
 	box := newServiceBox()
 	go src.Run(ctx, box)
-	kernel := watchKernel(ctx, log)
+	kernel := watchKernel(ctx, log, o.iface, o.uplink)
 	ann := &announcer{iface: o.iface, addrs: network.Addresses, interval: o.announceInterval, burst: make(chan struct{}, 1), stats: &st.announce, log: log}
 	go ann.run(ctx)
 
@@ -158,6 +159,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		svc      *corev1.Service
 		svcErr   error = errors.New("waiting for the Service")
 		lastMAC  string
+		lastSeen string // kernelFingerprint after the last reconcile
 		debounce <-chan time.Time
 		first    = true
 	)
@@ -192,6 +194,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		if mac != "" {
 			lastMAC = mac
 		}
+		lastSeen = kernelFingerprint(o.iface, o.uplink)
 	}
 	for {
 		select {
@@ -208,16 +211,21 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 			}
 		case <-debounce:
 			debounce = nil
-			reconcile("netlink")
+			// Most events echo our own changes: look again only when the links or their
+			// addresses differ from what the last reconcile left.
+			if kernelFingerprint(o.iface, o.uplink) != lastSeen {
+				reconcile("netlink")
+			}
 		case <-resync.C:
 			reconcile("resync")
 		}
 	}
 }
 
-// watchKernel signals link and address changes (net1 recreated, an address flushed, a MAC
-// changed) so that they are repaired at once rather than at the next resync.
-func watchKernel(ctx context.Context, log *slog.Logger) <-chan struct{} {
+// watchKernel signals the link and address changes that matter (net1 or eth0 recreated, up or
+// down, a new MAC; a global address added or removed) so that they are repaired at once rather
+// than at the next resync. Link-local addresses come and go with IPv6 DAD and are not ours.
+func watchKernel(ctx context.Context, log *slog.Logger, ifaces ...string) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	links := make(chan netlink.LinkUpdate, 64)
 	addrs := make(chan netlink.AddrUpdate, 64)
@@ -239,26 +247,58 @@ func watchKernel(ctx context.Context, log *slog.Logger) <-chan struct{} {
 		}
 	}
 	go func() {
-		for {
+		for links != nil || addrs != nil {
 			select {
 			case <-ctx.Done():
 				return
-			case _, ok := <-links:
+			case u, ok := <-links:
 				if !ok {
 					links = nil
 					continue
 				}
-				notify()
-			case _, ok := <-addrs:
+				if slices.Contains(ifaces, u.Attrs().Name) {
+					notify()
+				}
+			case u, ok := <-addrs:
 				if !ok {
 					addrs = nil
 					continue
 				}
-				notify()
+				if !u.LinkAddress.IP.IsLinkLocalUnicast() {
+					notify()
+				}
 			}
+		}
+		if ctx.Err() == nil {
+			log.Warn("netlink subscriptions closed; relying on the periodic resync")
 		}
 	}()
 	return out
+}
+
+// kernelFingerprint summarises what the netlink events are about: each interface's index, MAC,
+// up flag and global addresses.
+func kernelFingerprint(ifaces ...string) string {
+	var b strings.Builder
+	for _, name := range ifaces {
+		link, err := netlink.LinkByName(name)
+		if err != nil {
+			fmt.Fprintf(&b, "%s:missing;", name)
+			continue
+		}
+		a := link.Attrs()
+		fmt.Fprintf(&b, "%s:%d:%s:%t:", name, a.Index, a.HardwareAddr, a.Flags&net.FlagUp != 0)
+		addrs, _ := netlink.AddrList(link, netlink.FAMILY_ALL)
+		var global []string
+		for _, ad := range addrs {
+			if !ad.IP.IsLinkLocalUnicast() {
+				global = append(global, ad.IPNet.String())
+			}
+		}
+		slices.Sort(global)
+		b.WriteString(strings.Join(global, ",") + ";")
+	}
+	return b.String()
 }
 
 // announcer sends the announcements: three, a second apart, on trigger; one every interval.

@@ -178,17 +178,19 @@ func TestDriftIsRepaired(t *testing.T) {
 	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--resync-period", resync.String())
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 
+	// iptables changes make no netlink event: only the resync can see this one.
 	dnat := []string{"-d", "172.18.0.18/32", "-p", "tcp", "-m", "tcp", "--dport", "80", "-j", "DNAT", "--to-destination", "10.109.201.193:80"}
 	tp.exec(tp.lb, append([]string{"iptables", "-t", "nat", "-D", "LBSVC-SERVICES"}, dnat...)...)
 	g.Expect(httpGet(t, tp.client, lbHTTPv4)).Error().To(Satisfy(isRefused))
 	deleted := time.Now()
 	g.Eventually(func() (string, error) { return httpGet(t, tp.client, lbHTTPv4) }).
-		WithTimeout(resync + 500*time.Millisecond).WithPolling(50 * time.Millisecond).Should(Equal(httpReply(clusterIPv4, httpPort)))
+		WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).Should(Equal(httpReply(clusterIPv4, httpPort)))
 	t.Logf("deleted DNAT rule restored after %s", time.Since(deleted).Round(time.Millisecond))
+	g.Expect(tp.lbpod.logs.String()).To(MatchRegexp(`msg=changed change="\+iptables iptables -t nat -A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80"\n.*msg=applied trigger=resync changes=1 `))
 
 	tp.ip(tp.lb, "addr", "flush", "dev", "net1", "scope", "global")
 	g.Eventually(func() string { return tp.ip(tp.lb, "-4", "-o", "addr", "show", "dev", "net1") }).
-		WithTimeout(resync + 500*time.Millisecond).WithPolling(50 * time.Millisecond).Should(ContainSubstring("inet 172.18.0.18/16"))
+		WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).Should(ContainSubstring("inet 172.18.0.18/16"))
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 
 	// net1 recreated (a node reboot, a CNI re-ADD): same name, no address, down, a new MAC.
@@ -201,6 +203,15 @@ func TestDriftIsRepaired(t *testing.T) {
 		"10.109.201.193 via 10.16.0.1 dev eth0 \n" +
 		"172.18.0.0/16 dev net1 scope link \n"))
 	waitReady(g, tp)
+
+	// Strays added by hand are removed: a second rule into table 100 (the kernel itself refuses an
+	// identical one), a duplicate jump.
+	tp.ip(tp.lb, "rule", "add", "pref", "32000", "iif", "net1", "lookup", "100")
+	tp.exec(tp.lb, "iptables", "-t", "nat", "-A", "PREROUTING", "-j", "LBSVC-PREROUTING")
+	g.Eventually(func() string { return tp.exec(tp.lb, "ip", "rule") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
+		Should(Equal("0:\tfrom all lookup local\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"))
+	g.Eventually(func() string { return tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "PREROUTING") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
+		Should(Equal("-P PREROUTING ACCEPT\n-A PREROUTING -j LBSVC-PREROUTING\n"))
 }
 
 // loadBalancerSourceRanges: a client inside a range is served, one outside is refused (TCP reset,
@@ -229,7 +240,7 @@ func TestIPv6(t *testing.T) {
 		"-A LBSVC-SERVICES -d fd18::18/128 -p sctp -m sctp --dport 3868 -j DNAT --to-destination [fd96::c1]:3868",
 		"-A LBSVC-POSTROUTING -d fd96::c1/128 -j MASQUERADE"))
 	g.Expect(tp.exec(tp.lb, "ip", "-6", "rule")).To(ContainSubstring("32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n"))
-	g.Expect(tp.exec(tp.lb, "sysctl", "-n", "net.ipv6.conf.all.forwarding")).To(Equal("1\n"))
+	g.Expect(tp.exec(tp.lb, "cat", "/proc/sys/net/ipv6/conf/all/forwarding")).To(Equal("1\n"))
 	g.Expect(tp.exec(tp.lb, "ip", "rule")).NotTo(ContainSubstring("lookup 100"), "an IPv6-only pod installs no IPv4 rule")
 }
 
@@ -303,7 +314,7 @@ func TestForwardingSysctlReadOnly(t *testing.T) {
 	tp := newTopology(t)
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv6}, basePorts, nil)
-	tp.exec(tp.lb, "sysctl", "-qw", "net.ipv6.conf.all.forwarding=0")
+	g.Expect(tp.exec(tp.lb, "cat", "/proc/sys/net/ipv6/conf/all/forwarding")).To(Equal("0\n"), "a new namespace starts with IPv6 forwarding off")
 	// `ip netns exec` gives the command its own mount namespace: make /proc/sys read-only there.
 	script := "mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys && exec \"$@\""
 	args := append([]string{"sh", "-c", script, "sh", lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081"}, stackArgs("v6")...)

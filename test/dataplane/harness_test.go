@@ -92,6 +92,8 @@ type topology struct {
 	t                                    testing.TB
 	suffix                               string
 	underlay, client, outsider, lb, node string
+	// lbpod is the last process startCommand started.
+	lbpod *lbpodProcess
 }
 
 func randomSuffix(t testing.TB) string {
@@ -403,6 +405,7 @@ func (tp *topology) startCommand(args ...string) *lbpodProcess {
 		t.Fatalf("start %s: %v", strings.Join(args, " "), err)
 	}
 	go func() { p.done <- p.cmd.Wait() }()
+	tp.lbpod = p
 	t.Cleanup(func() {
 		p.stop(t)
 		if t.Failed() {
