@@ -4,10 +4,12 @@ package dataplane
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -371,3 +373,98 @@ func TestUplinkWithoutSubnetGateway(t *testing.T) {
 		})
 	}
 }
+
+// The announcements are gratuitous ARP requests (sender = target = the LB address, from net1's
+// MAC, broadcast), sent as a burst at start and then every --announce-interval, whether anybody
+// asks or not.
+func TestAnnouncementsRepeat(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	// Listen before lbpod starts so that the start burst is seen too.
+	garps := captureGARPs(t, tp.client, "c0", lbIPv4)
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	tp.startLBPod(svc, "v4", "--announce-interval", "300ms")
+	waitReady(g, tp)
+	mac := strings.TrimSpace(tp.exec(tp.lb, "cat", "/sys/class/net/net1/address"))
+
+	// In 2 s: the burst (3, a second apart) plus the periodic ones (about 6).
+	start := time.Now()
+	var seen []string
+	g.Eventually(func() int {
+		for {
+			select {
+			case src := <-garps:
+				seen = append(seen, src)
+			default:
+				return len(seen)
+			}
+		}
+	}).WithTimeout(2 * time.Second).WithPolling(50 * time.Millisecond).Should(BeNumerically(">=", 6))
+	t.Logf("%d gratuitous ARPs in %s", len(seen), time.Since(start).Round(time.Millisecond))
+	for _, src := range seen {
+		g.Expect(src).To(Equal(mac + " -> ff:ff:ff:ff:ff:ff"))
+	}
+}
+
+// captureGARPs reads ARP frames on dev in namespace ns and sends "<src MAC> -> <dst MAC>" for each
+// gratuitous request for ip (sender and target both ip).
+func captureGARPs(t *testing.T, ns, dev, ip string) <-chan string {
+	t.Helper()
+	const ethPARP = 0x0806
+	var fd int
+	if err := inNS(t, ns, func() error {
+		var err error
+		fd, err = syscall.Socket(syscall.AF_PACKET, syscall.SOCK_RAW, int(htons(ethPARP)))
+		if err != nil {
+			return err
+		}
+		ifi, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		return syscall.Bind(fd, &syscall.SockaddrLinklayer{Protocol: htons(ethPARP), Ifindex: ifi.Index})
+	}); err != nil {
+		t.Fatalf("packet socket in %s: %v", ns, err)
+	}
+	// Reads time out every 100 ms so that the reader notices the end of the test.
+	if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &syscall.Timeval{Usec: 100000}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	t.Cleanup(func() { close(done); <-stopped; syscall.Close(fd) })
+	want := net.ParseIP(ip).To4()
+	out := make(chan string, 100)
+	go func() {
+		defer close(stopped)
+		buf := make([]byte, 1500)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			n, err := syscall.Read(fd, buf)
+			if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EINTR) {
+				continue
+			}
+			if err != nil {
+				return
+			}
+			// Ethernet (14) + ARP: op at 20, sender MAC 22, sender IP 28, target IP 38.
+			if n < 42 || buf[20] != 0 || buf[21] != 1 {
+				continue
+			}
+			if net.IP(buf[28:32]).Equal(want) && net.IP(buf[38:42]).Equal(want) {
+				select {
+				case out <- net.HardwareAddr(buf[6:12]).String() + " -> " + net.HardwareAddr(buf[0:6]).String():
+				default:
+				}
+			}
+		}
+	}()
+	return out
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
