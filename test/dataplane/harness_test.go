@@ -433,14 +433,17 @@ func (p *lbpodProcess) stop(t testing.TB) time.Duration {
 }
 
 // readyz returns the status code of lbpod's /readyz and its body.
-func (tp *topology) readyz() (int, string) {
+func (tp *topology) readyz() (int, string) { return tp.healthGet("/readyz") }
+
+// healthGet fetches a path from lbpod's health server in the lb namespace.
+func (tp *topology) healthGet(path string) (int, string) {
 	conn, err := dialIn(tp.t, tp.lb, "tcp", "127.0.0.1:8081", time.Second)
 	if err != nil {
 		return 0, err.Error()
 	}
 	defer conn.Close()
 	_ = conn.SetDeadline(time.Now().Add(time.Second))
-	fmt.Fprint(conn, "GET /readyz HTTP/1.0\r\nHost: lbpod\r\n\r\n")
+	fmt.Fprintf(conn, "GET %s HTTP/1.0\r\nHost: lbpod\r\n\r\n", path)
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
 		return 0, err.Error()
