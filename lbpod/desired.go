@@ -31,7 +31,8 @@ const (
 	ChainServices = "LBSVC-SERVICES"
 	// ChainPostrouting (nat) masquerades what goes to the ClusterIP.
 	ChainPostrouting = "LBSVC-POSTROUTING"
-	// ChainInput (filter) refuses Service ports to sources outside loadBalancerSourceRanges.
+	// ChainInput (filter) refuses what is addressed to the pod itself on the LB address: sources
+	// outside loadBalancerSourceRanges, and the pod's own listeners.
 	ChainInput = "LBSVC-INPUT"
 )
 
@@ -157,10 +158,11 @@ func Desired(cfg Config, obs Observed, names Names) State {
 // desiredTables computes our chains for one family.
 //
 // Allowed sources (all, when loadBalancerSourceRanges is empty) jump from LBSVC-PREROUTING to
-// LBSVC-SERVICES, which DNATs each Service port to ClusterIP:port. A refused source is not DNATed,
-// so its packet is addressed to the pod itself: LBSVC-INPUT rejects it on the Service ports (with a
-// TCP reset or an ICMP port unreachable), which also keeps it away from anything listening in the
-// pod, like the health server.
+// LBSVC-SERVICES, which DNATs each Service port to ClusterIP:port. What is DNATed is forwarded, so
+// whatever still reaches INPUT addressed to the LB address is meant for the pod itself: a refused
+// source, a port the Service does not have, or the pod's own health server. LBSVC-INPUT rejects
+// all of it (a TCP reset, an ICMP port unreachable), so the underlay sees nothing of the pod but
+// its Service ports. ICMP stays allowed (ping, and IPv6 neighbour discovery).
 func desiredTables(fam Family, lbIP, clusterIP netip.Addr, hasClusterIP bool, ports []Port, sourceRanges []netip.Prefix) Tables {
 	lb := hostPrefix(lbIP)
 	t := Tables{Family: fam, Jumps: []Jump{
@@ -188,9 +190,10 @@ func desiredTables(fam Family, lbIP, clusterIP netip.Addr, hasClusterIP bool, po
 		if hasClusterIP {
 			svc.Rules = append(svc.Rules, append(slices.Clone(match), "-j", "DNAT", "--to-destination", netip.AddrPortFrom(clusterIP, uint16(p.Port)).String()))
 		}
-		if len(sourceRanges) > 0 {
-			input.Rules = append(input.Rules, append(slices.Clone(match), "-j", "REJECT", "--reject-with", rejectWith(fam, p.Protocol)))
-		}
+	}
+	for _, proto := range []Protocol{TCP, UDP, SCTP} {
+		p := strings.ToLower(string(proto))
+		input.Rules = append(input.Rules, []string{"-d", lb, "-p", p, "-j", "REJECT", "--reject-with", rejectWith(fam, proto)})
 	}
 	if hasClusterIP {
 		post.Rules = append(post.Rules, []string{"-d", hostPrefix(clusterIP), "-j", "MASQUERADE"})
@@ -199,7 +202,7 @@ func desiredTables(fam Family, lbIP, clusterIP netip.Addr, hasClusterIP bool, po
 	return t
 }
 
-// rejectWith is the REJECT type iptables -S prints for a refused Service port.
+// rejectWith is the REJECT type iptables -S prints for a refused packet of a protocol.
 func rejectWith(fam Family, proto Protocol) string {
 	switch {
 	case proto == TCP:

@@ -161,7 +161,11 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		lastMAC  string
 		lastSeen string // kernelFingerprint after the last reconcile
 		debounce <-chan time.Time
-		first    = true
+		// A failed reconcile (an xtables lock held too long, net1 not there yet) is retried
+		// sooner than the resync, backing off from 1 s up to the resync period.
+		retry   <-chan time.Time
+		backoff = time.Second
+		first   = true
 	)
 	reconcile := func(why string) {
 		if svcErr != nil {
@@ -178,8 +182,13 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 			if ready.set(false, res.err.Error()) {
 				log.Error("not ready", "reason", res.err.Error())
 			}
-		} else if ready.set(true, "") {
-			log.Info("ready", "trigger", why)
+			retry = time.After(backoff)
+			backoff = min(2*backoff, o.resyncPeriod)
+		} else {
+			retry, backoff = nil, time.Second
+			if ready.set(true, "") {
+				log.Info("ready", "trigger", why)
+			}
 		}
 		// Announce after the first apply, after adding an address, and when net1's MAC changed
 		// (a recreated net1, or one whose MAC was changed by hand).
@@ -218,6 +227,8 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 			}
 		case <-resync.C:
 			reconcile("resync")
+		case <-retry:
+			reconcile("retry")
 		}
 	}
 }

@@ -60,8 +60,12 @@ var basePorts = []servicePort{
 // TCP (HTTP) and UDP reach the backend through the LB address on the Service's port (the
 // targetPort, 8080, has no listener), and the SCTP rules are installed.
 func TestTCPUDPAndSCTPRulesIPv4(t *testing.T) {
-	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil)
+	// The health server on all addresses, as in the pod.
+	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--health-addr", ":8081")
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	// The kubelet reaches it on the pod IP; the underlay does not, on the LB address.
+	g.Expect(httpGetPath(t, tp.node, net.JoinHostPort(podV4, "8081"), "/healthz")).To(Equal("ok\n"))
+	g.Expect(httpGet(t, tp.client, lbAddr(lbIPv4, 8081))).Error().To(Satisfy(isRefused))
 
 	nat := tp.exec(tp.lb, "iptables-save", "-t", "nat")
 	for _, line := range []string{
@@ -171,6 +175,14 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 		"-A LBSVC-POSTROUTING -d 10.109.201.193/32 -j MASQUERADE\n" +
 		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES\n" +
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80\n"))
+	g.Expect(tp.exec(tp.lb, "iptables", "-t", "filter", "-S")).To(Equal("-P INPUT ACCEPT\n" +
+		"-P FORWARD ACCEPT\n" +
+		"-P OUTPUT ACCEPT\n" +
+		"-N LBSVC-INPUT\n" +
+		"-A INPUT -j LBSVC-INPUT\n" +
+		"-A LBSVC-INPUT -d 172.18.0.18/32 -p tcp -j REJECT --reject-with tcp-reset\n" +
+		"-A LBSVC-INPUT -d 172.18.0.18/32 -p udp -j REJECT --reject-with icmp-port-unreachable\n" +
+		"-A LBSVC-INPUT -d 172.18.0.18/32 -p sctp -j REJECT --reject-with icmp-port-unreachable\n"))
 }
 
 // Drift is repaired: a DNAT rule deleted by hand within one resync period, net1's addresses

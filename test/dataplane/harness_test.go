@@ -224,6 +224,11 @@ func dialIn(t testing.TB, ns, network, addr string, timeout time.Duration) (net.
 
 // httpGet fetches http://host:port/ from namespace ns and returns the body.
 func httpGet(t testing.TB, ns, hostPort string) (string, error) {
+	return httpGetPath(t, ns, hostPort, "/")
+}
+
+// httpGetPath fetches http://host:port<path> from namespace ns and returns the body.
+func httpGetPath(t testing.TB, ns, hostPort, path string) (string, error) {
 	client := &http.Client{
 		Timeout: time.Second,
 		Transport: &http.Transport{
@@ -233,7 +238,7 @@ func httpGet(t testing.TB, ns, hostPort string) (string, error) {
 			},
 		},
 	}
-	resp, err := client.Get("http://" + hostPort + "/")
+	resp, err := client.Get("http://" + hostPort + path)
 	if err != nil {
 		return "", err
 	}
