@@ -15,6 +15,9 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -68,7 +71,21 @@ func parseFlags(name string, args []string) (options, error) {
 	return o, nil
 }
 
+// ensureSbinInPath appends the sbin directories to PATH: iptables lives there, and an image
+// built without a PATH in its config may start us with a short one.
+func ensureSbinInPath() {
+	path := os.Getenv("PATH")
+	dirs := filepath.SplitList(path)
+	for _, d := range []string{"/usr/local/sbin", "/usr/sbin", "/sbin"} {
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	_ = os.Setenv("PATH", strings.Join(dirs, string(filepath.ListSeparator)))
+}
+
 func main() {
+	ensureSbinInPath()
 	args := os.Args[1:]
 	mode := "lbpod"
 	if len(args) > 0 && args[0] == "init" {
