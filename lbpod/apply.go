@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/coreos/go-iptables/iptables"
@@ -417,6 +418,13 @@ func (a *Applier) syncChain(ipt *iptables.IPTables, cmd string, c Chain, dryRun 
 			if err := ipt.Delete(c.Table, c.Name, splitRule(spec)...); err != nil {
 				return changes, fmt.Errorf("%s -t %s -D %s %s: %w", cmd, c.Table, c.Name, spec, err)
 			}
+			if c.Name == ChainServices {
+				if n, err := forgetFlows(splitRule(spec)); err != nil {
+					a.Log.Warn("could not delete the conntrack entries of a removed port", "rule", spec, "err", err)
+				} else if n > 0 {
+					a.Log.Info("deleted the conntrack entries of a removed port", "rule", spec, "entries", n)
+				}
+			}
 		}
 	}
 	for _, r := range c.Rules {
@@ -433,6 +441,51 @@ func (a *Applier) syncChain(ipt *iptables.IPTables, cmd string, c Chain, dryRun 
 		}
 	}
 	return changes, nil
+}
+
+// forgetFlows deletes the conntrack entries of a removed UDP or SCTP Service port (spec is its
+// DNAT rule): a client that keeps sending from the same source port would otherwise stay
+// translated to the ClusterIP until the entry times out. TCP is left alone, as kube-proxy does:
+// no new connection is translated, and established ones may finish.
+func forgetFlows(spec []string) (uint, error) {
+	var dst, proto, dport string
+	for i := 0; i+1 < len(spec); i++ {
+		switch spec[i] {
+		case "-d":
+			dst = spec[i+1]
+		case "-p":
+			proto = spec[i+1]
+		case "--dport":
+			dport = spec[i+1]
+		}
+	}
+	protoNum := map[string]uint8{"udp": unix.IPPROTO_UDP, "sctp": unix.IPPROTO_SCTP}[proto]
+	if protoNum == 0 {
+		return 0, nil
+	}
+	lb, err := netip.ParsePrefix(dst)
+	if err != nil {
+		return 0, fmt.Errorf("destination %q: %w", dst, err)
+	}
+	port, err := strconv.ParseUint(dport, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("port %q: %w", dport, err)
+	}
+	filter := &netlink.ConntrackFilter{}
+	if err := filter.AddIP(netlink.ConntrackOrigDstIP, lb.Addr().AsSlice()); err != nil {
+		return 0, err
+	}
+	if err := filter.AddProtocol(protoNum); err != nil {
+		return 0, err
+	}
+	if err := filter.AddPort(netlink.ConntrackOrigDstPort, uint16(port)); err != nil {
+		return 0, err
+	}
+	family := netlink.InetFamily(unix.AF_INET)
+	if familyOf(lb.Addr()) == IPv6 {
+		family = netlink.InetFamily(unix.AF_INET6)
+	}
+	return netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, filter)
 }
 
 func isNotExist(err error) bool {

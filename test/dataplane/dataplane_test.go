@@ -484,3 +484,37 @@ func captureGARPs(t *testing.T, ns, dev, ip string) <-chan string {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// A removed UDP port stops being served even to a client that keeps sending from the same source
+// port: its conntrack entries are deleted with the DNAT rule (kube-proxy does the same), instead
+// of translating until they time out.
+func TestRemovedUDPPortForgetsFlows(t *testing.T) {
+	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
+	conn, err := dialIn(t, tp.client, "udp", lbAddr(lbIPv4, udpPort), time.Second)
+	g.Expect(err).NotTo(HaveOccurred())
+	defer conn.Close()
+	exchange := func(payload string) (string, error) {
+		if err := conn.SetDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
+			return "", err
+		}
+		if _, err := conn.Write([]byte(payload)); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 1500)
+		n, err := conn.Read(buf)
+		return string(buf[:n]), err
+	}
+	g.Expect(exchange("one")).To(Equal(udpReply(clusterIPv4, udpPort, "one")))
+
+	var withoutUDP []servicePort
+	for _, p := range basePorts {
+		if p.Protocol != "UDP" {
+			withoutUDP = append(withoutUDP, p)
+		}
+	}
+	writeService(t, svc, []string{clusterIPv4}, withoutUDP, nil)
+	g.Eventually(func() error { _, err := exchange("again"); return err }).
+		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+	g.Eventually(tp.lbpod.logs.String).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
+		Should(ContainSubstring(`msg="deleted the conntrack entries of a removed port" rule="-d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.109.201.193:53" entries=1`))
+}
