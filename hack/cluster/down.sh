@@ -53,6 +53,22 @@ stop etcd
 if [ -d "$CLUSTER_DIR" ]; then
   awk -v d="$CLUSTER_DIR/" 'index($2, d) == 1 {print $2}' /proc/self/mounts | sort -r | xargs -r -n1 umount -l 2>/dev/null
 fi
+# What kubelet, containerd and libcni keep at fixed host paths: the container log links pointing
+# into our run dir, the CNI result cache of our sandboxes, the device-plugin socket; then those
+# directories themselves if up.sh found them absent.
+for l in /var/log/containers/*.log; do
+  [ -L "$l" ] && case $(readlink "$l") in "$CLUSTER_DIR"/*) rm -f "$l" ;; esac
+done
+for s in "$CLUSTER_DIR"/containerd/root/io.containerd.grpc.v1.cri/sandboxes/*/; do
+  [ -d "$s" ] && rm -f /var/lib/cni/results/*-"$(basename "$s")"-*
+done
+if [ -f "$CLUSTER_DIR/hostdirs.created" ]; then
+  while read -r d; do
+    [ -n "$d" ] && [ -d "$d" ] || continue
+    rm -f "$d/device-plugins/kubelet.sock"
+    find "$d" -depth -type d -empty -delete
+  done <"$CLUSTER_DIR/hostdirs.created"
+fi
 # Pod network namespaces containerd made (all cni-* that were not there before up).
 if [ -f "$CLUSTER_DIR/netns.before" ]; then
   for n in $(ls /run/netns 2>/dev/null | grep '^cni-'); do

@@ -57,3 +57,7 @@ wait_for() {
 }
 
 kc() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+# Host paths that kubelet (device plugins), containerd 1.6 (shim sockets) and libcni (result cache)
+# use whatever they are configured with, and the kubelet's container log links.
+FIXED_HOST_DIRS="/var/lib/kubelet /run/containerd /var/lib/cni /var/log/containers"

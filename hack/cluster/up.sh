@@ -12,11 +12,21 @@ ROOT=$(cd "$HERE/../.." && pwd)
 T0=$SECONDS
 
 [ "$(id -u)" = 0 ] || { echo "up.sh needs root (network namespaces, mounts, cgroups)" >&2; exit 1; }
-for cmd in containerd runc ctr conntrack iptables nsenter openssl curl; do
-  command -v $cmd >/dev/null || { echo "missing $cmd: run hack/install-deps.sh" >&2; exit 1; }
-done
-[ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/macvlan ] ||
-  { echo "missing CNI plugins in /usr/lib/cni: run hack/install-deps.sh" >&2; exit 1; }
+# Debian packages: containerd runc containernetworking-plugins iptables conntrack util-linux
+# (nsenter) iproute2 openssl curl. On a fresh machine, hack/install-deps.sh installs them.
+deps_present() {
+  local cmd
+  for cmd in containerd runc ctr conntrack iptables nsenter ip openssl curl; do
+    command -v $cmd >/dev/null || { echo "missing command: $cmd" >&2; return 1; }
+  done
+  [ -x /usr/lib/cni/bridge ] && [ -x /usr/lib/cni/macvlan ] && [ -x /usr/lib/cni/host-local ] ||
+    { echo "missing CNI plugins in /usr/lib/cni" >&2; return 1; }
+}
+if ! deps_present; then
+  log "installing the Debian packages the cluster needs (hack/install-deps.sh)"
+  "$ROOT/hack/install-deps.sh" >&2
+  deps_present
+fi
 
 # --- build (cached: a second run rebuilds nothing)
 bindir=$("$ROOT/hack/build-tools.sh" cluster | tail -1)
@@ -57,6 +67,9 @@ mkdir -p "$PKI" "$LOGS" "$PIDS" "$CLUSTER_DIR"/{cni/net.d,cni/bin,cni/ipam,cni/m
 # containerd names pod network namespaces /run/netns/cni-<uuid>: remember the ones that are not ours.
 mkdir -p /run/netns
 ls /run/netns | grep '^cni-' >"$CLUSTER_DIR/netns.before" || true
+# A few host paths are fixed in kubelet, containerd 1.6 and libcni whatever the configuration; down.sh
+# removes those directories only if they did not exist before.
+for d in $FIXED_HOST_DIRS; do [ -e "$d" ] || echo "$d"; done >"$CLUSTER_DIR/hostdirs.created"
 
 # --- PKI: CA, API server serving cert, one system:masters client cert, service-account keys
 (
@@ -169,6 +182,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
         runtime_type = "io.containerd.runc.v2"
         [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
           SystemdCgroup = false
+          Root = "$CLUSTER_DIR/containerd/runc"
           BinaryName = "$(command -v runc)"
     [plugins."io.containerd.grpc.v1.cri".cni]
       bin_dir = "$CLUSTER_DIR/cni/bin"
@@ -271,7 +285,7 @@ for h in /sys/fs/cgroup/*/; do
   fi
 done
 start kubelet "$BIN/kubelet" --config="$CLUSTER_DIR/kubelet.yaml" --kubeconfig="$KUBECONFIG_PATH" \
-  --root-dir="$CLUSTER_DIR/kubelet" --hostname-override=$NODE_NAME --node-ip=$NODE_IP --v=1
+  --root-dir="$CLUSTER_DIR/kubelet" --cert-dir="$CLUSTER_DIR/kubelet/pki" --hostname-override=$NODE_NAME --node-ip=$NODE_IP --v=1
 start kube-proxy "$BIN/kube-proxy" --config="$CLUSTER_DIR/kube-proxy.yaml"
 wait_for "node $NODE_NAME Ready" 120 node_ready
 log "node $NODE_NAME Ready ($((SECONDS - T0))s)"
