@@ -72,7 +72,7 @@ test-unit: ## Pure packages: allocator, builders, desired state, parsers.
 
 .PHONY: test-integration
 test-integration: envtest-assets ## Controllers against a real kube-apiserver and etcd.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) -tags integration -timeout 20m ./test/integration/...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) -tags integration -timeout 20m ./test/integration/... ./cmd/lbpod/...
 
 .PHONY: test-dataplane
 test-dataplane: ## lb pod data path in real network namespaces (root).

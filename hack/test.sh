@@ -35,7 +35,7 @@ stage_fuzz() { hack/fuzz.sh "${FUZZTIME:-5s}"; }
 stage_integration() {
   local assets
   assets=$(hack/build-tools.sh envtest | tail -n1)
-  KUBEBUILDER_ASSETS=$assets gotest integration -count=1 -tags integration -timeout 20m ./test/integration/...
+  KUBEBUILDER_ASSETS=$assets gotest integration -count=1 -tags integration -timeout 20m ./test/integration/... ./cmd/lbpod/...
 }
 stage_dataplane() { gotest dataplane -count=1 -p 1 -tags dataplane -timeout 20m ./test/dataplane/...; }
 stage_e2e() { GOTESTSUM="$GOTESTSUM" TEST_LOGDIR="$LOGDIR" hack/cluster/e2e.sh; }
