@@ -7,7 +7,7 @@ packages=(
   # data path: iptables (nft and legacy), ip tooling, traffic generators
   iptables iproute2 iperf3 conntrack ethtool curl
   # local cluster: container runtime, CNI reference plugins (bridge, host-local, macvlan, loopback)
-  containerd runc containernetworking-plugins
+  containerd runc containernetworking-plugins openssl
   # scripts
   bc util-linux procps kmod ca-certificates git make
 )
