@@ -9,12 +9,20 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 . "$HERE/lib.sh"
 
+# The cluster must never change how the host itself forwards (it lives in its own namespaces).
+host_forwarding() { echo "$(sysctl -n net.ipv4.ip_forward) $(sysctl -n net.ipv6.conf.all.forwarding)"; }
+forwarding_before=$(host_forwarding)
+
 cleanup() {
   local rc=$?
   if [ "${KEEP_CLUSTER:-0}" = 1 ]; then
     log "KEEP_CLUSTER=1: cluster left up (hack/cluster/down.sh removes it)"
   else
     "$HERE/down.sh" || rc=1
+  fi
+  if [ "$(host_forwarding)" != "$forwarding_before" ]; then
+    log "FAIL: the host's forwarding sysctls changed from '$forwarding_before' to '$(host_forwarding)'"
+    rc=1
   fi
   exit $rc
 }
