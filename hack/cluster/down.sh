@@ -10,16 +10,21 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 
 alive() { [ -f "$PIDS/$1.pid" ] && kill -0 "$(cat "$PIDS/$1.pid")" 2>/dev/null; }
 
-# stop NAME: SIGTERM the process recorded in NAME.pid, SIGKILL after 10 s.
+any_alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 0; done; return 1; }
+
+# stop NAME...: SIGTERM the processes recorded in NAME.pid together (each takes a second or two to
+# shut down), SIGKILL whatever still runs after 10 s.
 stop() {
-  local pid i
-  [ -f "$PIDS/$1.pid" ] || return 0
-  pid=$(cat "$PIDS/$1.pid")
-  if kill "$pid" 2>/dev/null; then
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-    kill -9 "$pid" 2>/dev/null
-  fi
-  rm -f "$PIDS/$1.pid"
+  local name pids=() i
+  for name in "$@"; do
+    [ -f "$PIDS/$name.pid" ] || continue
+    pids+=("$(cat "$PIDS/$name.pid")")
+    rm -f "$PIDS/$name.pid"
+  done
+  [ ${#pids[@]} -gt 0 ] || return 0
+  kill "${pids[@]}" 2>/dev/null
+  for i in $(seq 100); do any_alive "${pids[@]}" || break; sleep 0.1; done
+  kill -9 "${pids[@]}" 2>/dev/null
 }
 
 # Delete pods while kubelet and containerd still run, so CNI DEL removes their links and addresses.
@@ -27,8 +32,7 @@ if alive kubelet && alive apiserver; then
   kc delete deployments,daemonsets,statefulsets,replicasets --all -A --wait=false --request-timeout=5s >/dev/null 2>&1
   kc delete pods --all -A --grace-period=1 --wait=true --timeout=30s --request-timeout=35s >/dev/null 2>&1
 fi
-stop kube-proxy
-stop kubelet
+stop kube-proxy kubelet
 
 # Every container and sandbox left: kill through containerd, then the shims it started (their pids
 # are recorded in containerd's state dir) and anything still in our cgroups.
@@ -44,9 +48,7 @@ for c in /sys/fs/cgroup/*/$CGROUP_ROOT; do
   [ -d "$c" ] || continue
   find "$c" -name cgroup.procs -exec cat {} + 2>/dev/null | xargs -r kill -9 2>/dev/null
 done
-stop scheduler
-stop controller-manager
-stop apiserver
+stop scheduler controller-manager apiserver
 stop etcd
 
 # Mounts under the run dir (overlay rootfs, secrets, shm), deepest first.
