@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -241,4 +242,27 @@ func TestLBAddressServesOnlyServicePorts(t *testing.T) {
 		out, err := curlFromClient("http://" + seedAddress + ":8081" + path)
 		g.Expect(err).To(HaveOccurred(), "the lb pod's %s answers on the LB address from the underlay: %.200s", path, out)
 	}
+}
+
+// TestUDPThroughLBAddress: a UDP port of a Service is served through the LB address too (the
+// backend echoes each datagram after its pod name).
+func TestUDPThroughLBAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	svc := newLBService("e2e-udp-"+suffix(), "")
+	svc.Spec.Ports = []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 5353, TargetPort: intstr.FromInt32(80)}}
+	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
+	deleteServiceOnCleanup(t, svc)
+	ip := waitIngress(t, svc.Namespace, svc.Name)
+	waitLBPod(t, svc.Namespace, svc.Name)
+	g.Eventually(backendNames, time.Minute).WithArguments(t).Should(HaveLen(backendReplicas))
+	backends := backendNames(t)
+
+	// bash's /dev/udp: one datagram out, the first line of the answer back (head reads the whole
+	// datagram at once; bash's read would take one byte of it and drop the rest).
+	script := `exec 3<>/dev/udp/` + ip + `/5353 && printf e2e-ping >&3 && timeout 1 head -n 1 <&3`
+	g.Eventually(func() (string, error) {
+		out, err := run("nsenter", "--net=/run/netns/"+clientNetns, "bash", "-c", script)
+		return strings.TrimSpace(out), err
+	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(BeElementOf(backends))
 }
