@@ -24,7 +24,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Subnet{}, &SubnetList{})
+	s.AddKnownTypes(GroupVersion, &Subnet{}, &SubnetList{}, &IP{}, &IPList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }

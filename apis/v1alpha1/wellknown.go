@@ -56,3 +56,22 @@ const (
 func ProviderAnnotation(provider, suffix string) string {
 	return provider + ".kubernetes.io/" + suffix
 }
+
+// Names around the IP objects.
+const (
+	// DrainFinalizer keeps an IP object (and so its name, the address) taken until no lb pod
+	// that could hold the address exists.
+	DrainFinalizer = "lbsvc.io/drain"
+
+	// IPv4Label and IPv6Label, on the lb Deployment, its pod template and so its ReplicaSets and
+	// pods, carry the IP object name of the address the pod holds. They find the pods that could
+	// still hold a draining address, whatever the Service has become since.
+	IPv4Label = "lbsvc.io/ipv4"
+	IPv6Label = "lbsvc.io/ipv6"
+
+	// ServiceNamespaceLabel and ServiceUIDLabel, with ServiceLabel, tie every per-Service object
+	// to its Service, also when it lives in another namespace (--lb-pod-namespace), where owner
+	// references cannot reach.
+	ServiceNamespaceLabel = "lbsvc.io/service-namespace"
+	ServiceUIDLabel       = "lbsvc.io/service-uid"
+)

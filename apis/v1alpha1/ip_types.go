@@ -1,0 +1,121 @@
+package v1alpha1
+
+import (
+	"net/netip"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// IPOwner names the Service an address is allocated to. The UID makes a Service deleted and
+// created again under the same name a different owner: it never inherits a draining address.
+type IPOwner struct {
+	// Namespace of the Service.
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Name of the Service.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// UID of the Service.
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+}
+
+// IPSpec is one allocated address. It never changes: a Service that moves to another address
+// gets a new IP object and the old one drains.
+//
+// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an IP object's spec is immutable"
+// +kubebuilder:validation:XValidation:rule="isIP(self.address)",message="address must be an IP address"
+type IPSpec struct {
+	// Address is the allocated address, in its canonical text form.
+	// +kubebuilder:validation:MaxLength=45
+	Address string `json:"address"`
+	// Subnet is the Subnet the address comes from.
+	// +kubebuilder:validation:MaxLength=253
+	Subnet string `json:"subnet"`
+	// Service is the owner.
+	Service IPOwner `json:"service"`
+}
+
+// IPPhase is where an address is in its life.
+// +kubebuilder:validation:Enum=Bound;Draining
+type IPPhase string
+
+// The phases of an IP object.
+const (
+	// IPBound: the address belongs to its Service, whose lb pods may hold it.
+	IPBound IPPhase = "Bound"
+	// IPDraining: the Service let go of the address; it is handed out again only once no lb pod
+	// that could hold it exists (the object is deleted then).
+	IPDraining IPPhase = "Draining"
+)
+
+// IPHolder is an lb pod that holds, or could hold, the address.
+type IPHolder struct {
+	// Pod is "<namespace>/<name>" of the lb pod.
+	Pod string `json:"pod"`
+	// Node the pod runs on (empty while unscheduled).
+	// +optional
+	Node string `json:"node,omitempty"`
+}
+
+// IPStatus reports the phase and the lb pods behind the address.
+type IPStatus struct {
+	// Phase is Bound or Draining.
+	// +optional
+	Phase IPPhase `json:"phase,omitempty"`
+	// Holders are the lb pods that carry the address in their template (at most 16 listed).
+	// +optional
+	// +kubebuilder:validation:MaxItems=16
+	Holders []IPHolder `json:"holders,omitempty"`
+	// Node is the node of the first holder, for `kubectl get ips`.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Message says what the address waits for, when it waits.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1024
+	Message string `json:"message,omitempty"`
+}
+
+// IP records who holds an underlay address. Creating it is the claim: the API server, not a
+// cache, decides between two claimants (AlreadyExists means taken). Only the operator writes IP
+// objects. The finalizer lbsvc.io/drain keeps the name taken until no lb pod can hold the
+// address any more.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=lbip
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Address",type=string,JSONPath=`.spec.address`
+// +kubebuilder:printcolumn:name="Subnet",type=string,JSONPath=`.spec.subnet`
+// +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.service.namespace`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service.name`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type IP struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   IPSpec   `json:"spec"`
+	Status IPStatus `json:"status,omitempty"`
+}
+
+// IPList is a list of IP objects.
+//
+// +kubebuilder:object:root=true
+type IPList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IP `json:"items"`
+}
+
+// IPName is the object name of an address: the IPv4 dotted form, or the fully expanded IPv6
+// form with '-' for ':' ("fd00-0000-...-0018"). Both are canonical (one name per address) and
+// valid as object names and label values.
+func IPName(a netip.Addr) string {
+	a = a.WithZone("")
+	if a.Is4() || a.Is4In6() {
+		return a.Unmap().String()
+	}
+	return strings.ReplaceAll(a.StringExpanded(), ":", "-")
+}
