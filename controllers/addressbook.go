@@ -10,8 +10,12 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -19,25 +23,30 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
 )
 
-// AddressBook is the operator's memory of who holds which address. It wraps the pure allocator
-// with what the reconcilers share: the restart gate (no address is handed out before every
-// recorded allocation is loaded back), the Subnet configurations last applied, conflicts found
-// while loading, and the Services to wake up when addresses move or free up.
+// AddressBook mirrors the IP objects in memory so that the Service reconciler can pick a free
+// address without listing, and claims addresses by creating IP objects: the API server decides
+// between two claimants (AlreadyExists means taken), so neither a stale cache nor a second
+// operator process can hand one address out twice.
 //
-// It is a manager Runnable: Start waits for the cache, rebuilds the allocator from the Services'
-// lbsvc.io/allocated-ips annotations, then opens the gate. It runs after leader election, so a
-// standby operator never hands out anything.
+// It is a manager Runnable: Start rebuilds the mirror from the IP objects read through the API
+// reader (not the cache, which may not yet hold a previous leader's last writes), adopts the
+// allocations an earlier release recorded only as annotations, then opens the gate. It runs after
+// leader election.
 type AddressBook struct {
-	alloc *ipam.Allocator
-	cache cache.Cache
+	alloc  *ipam.Allocator
+	cache  cache.Cache
+	reader client.Reader
+	writer client.Client
 
 	ready     chan struct{}
 	readyOnce sync.Once
 
-	mu        sync.Mutex
-	subnets   map[string]ipam.SubnetConfig // configuration last given to the allocator
-	conflicts map[string]string            // owner → message, from the rebuild
-	waiting   map[string]map[string]bool   // subnet → owners refused for lack of a free address
+	mu         sync.Mutex
+	subnets    map[string]ipam.SubnetConfig // configuration last given to the allocator
+	ips        map[string]ipRecord          // IP object name → what it says
+	rebuilding bool
+	tombstones map[string]bool // IP objects deleted while the rebuild's list was in flight
+	waiting    map[types.NamespacedName]bool
 
 	// Wake carries Services to reconcile again (a channel source of the Service controller).
 	Wake chan event.GenericEvent
@@ -45,17 +54,32 @@ type AddressBook struct {
 	stopped chan struct{}
 }
 
-// NewAddressBook returns a closed-gate AddressBook that rebuilds from c when started.
-func NewAddressBook(c cache.Cache) *AddressBook {
+// ipRecord is one IP object as mirrored.
+type ipRecord struct {
+	uid      types.UID
+	addr     netip.Addr
+	subnet   string
+	owner    lbv1.IPOwner
+	draining bool
+}
+
+// maxClaimTries bounds one claim's attempts when other claimants keep winning the addresses it
+// picks (each loss teaches the mirror one more taken address).
+const maxClaimTries = 32
+
+// NewAddressBook returns a closed-gate AddressBook.
+func NewAddressBook(c cache.Cache, reader client.Reader, writer client.Client) *AddressBook {
 	return &AddressBook{
-		alloc:     ipam.New(),
-		cache:     c,
-		ready:     make(chan struct{}),
-		subnets:   map[string]ipam.SubnetConfig{},
-		conflicts: map[string]string{},
-		waiting:   map[string]map[string]bool{},
-		Wake:      make(chan event.GenericEvent, 1024),
-		stopped:   make(chan struct{}),
+		alloc:   ipam.New(),
+		cache:   c,
+		reader:  reader,
+		writer:  writer,
+		ready:   make(chan struct{}),
+		subnets: map[string]ipam.SubnetConfig{},
+		ips:     map[string]ipRecord{},
+		waiting: map[types.NamespacedName]bool{},
+		Wake:    make(chan event.GenericEvent, 1024),
+		stopped: make(chan struct{}),
 	}
 }
 
@@ -63,173 +87,327 @@ func NewAddressBook(c cache.Cache) *AddressBook {
 func (b *AddressBook) Start(ctx context.Context) error {
 	defer close(b.stopped)
 	log := logf.FromContext(ctx).WithName("addressbook")
+	inf, err := b.cache.GetInformer(ctx, &lbv1.IP{})
+	if err != nil {
+		return fmt.Errorf("address book: IP informer: %w", err)
+	}
+	b.mu.Lock()
+	b.rebuilding, b.tombstones = true, map[string]bool{}
+	b.mu.Unlock()
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { b.onIP(o, false) },
+		UpdateFunc: func(_, o any) { b.onIP(o, false) },
+		DeleteFunc: func(o any) { b.onIP(o, true) },
+	}); err != nil {
+		return fmt.Errorf("address book: IP event handler: %w", err)
+	}
 	if !b.cache.WaitForCacheSync(ctx) {
 		return errors.New("address book: cache did not sync")
 	}
 	var subnets lbv1.SubnetList
-	if err := b.cache.List(ctx, &subnets); err != nil {
+	if err := b.reader.List(ctx, &subnets); err != nil {
 		return fmt.Errorf("address book: list subnets: %w", err)
 	}
-	var services corev1.ServiceList
-	if err := b.cache.List(ctx, &services); err != nil {
-		return fmt.Errorf("address book: list services: %w", err)
+	var ips lbv1.IPList
+	if err := b.reader.List(ctx, &ips); err != nil {
+		return fmt.Errorf("address book: list IP objects: %w", err)
 	}
-	restored, conflicts := b.rebuild(subnets.Items, services.Items)
-	log.Info("allocator rebuilt from recorded allocations", "subnets", len(subnets.Items),
-		"services", restored, "conflicts", conflicts)
+	b.mu.Lock()
+	for i := range subnets.Items {
+		if cfg, err := ParseSubnetSpec(&subnets.Items[i]); err == nil {
+			b.alloc.SetSubnet(cfg)
+			b.subnets[cfg.Name] = cfg
+		}
+	}
+	for i := range ips.Items {
+		if !b.tombstones[ips.Items[i].Name] {
+			b.observeLocked(&ips.Items[i])
+		}
+	}
+	b.rebuilding, b.tombstones = false, nil
+	b.mu.Unlock()
+	adopted, err := b.adopt(ctx)
+	if err != nil {
+		return err
+	}
+	log.Info("address mirror rebuilt from IP objects", "subnets", len(subnets.Items), "ips", len(ips.Items), "adopted", adopted)
 	b.readyOnce.Do(func() { close(b.ready) })
 	<-ctx.Done()
 	return nil
 }
 
-// rebuild loads every parseable Subnet, then every recorded allocation, oldest Service first, so
-// that when two Services recorded the same address the older one keeps it.
-func (b *AddressBook) rebuild(subnets []lbv1.Subnet, services []corev1.Service) (restored, conflicts int) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for i := range subnets {
-		if cfg, err := ParseSubnetSpec(&subnets[i]); err == nil {
-			b.alloc.SetSubnet(cfg)
-			b.subnets[cfg.Name] = cfg
-		}
+// adopt turns the allocations of a release without IP objects into IP objects: only where the
+// lbsvc.io/allocated-ips annotation equals status.loadBalancer.ingress (which the edit role
+// cannot write), so a forged annotation adopts nothing. Oldest Service first; the API server
+// settles any collision.
+func (b *AddressBook) adopt(ctx context.Context) (int, error) {
+	var services corev1.ServiceList
+	if err := b.reader.List(ctx, &services); err != nil {
+		return 0, fmt.Errorf("address book: list services: %w", err)
 	}
-	sort.SliceStable(services, func(i, j int) bool {
-		a, c := &services[i], &services[j]
+	sort.SliceStable(services.Items, func(i, j int) bool {
+		a, c := &services.Items[i], &services.Items[j]
 		if !a.CreationTimestamp.Equal(&c.CreationTimestamp) {
 			return a.CreationTimestamp.Before(&c.CreationTimestamp)
 		}
 		return a.Namespace+"/"+a.Name < c.Namespace+"/"+c.Name
 	})
-	for i := range services {
-		svc := &services[i]
+	n := 0
+	for i := range services.Items {
+		svc := &services.Items[i]
 		recorded, subnet := svc.Annotations[lbv1.AllocatedIPsAnnotation], svc.Annotations[lbv1.AllocatedSubnetAnnotation]
-		if recorded == "" || subnet == "" {
+		if recorded == "" || subnet == "" || len(b.OwnedBy(svc.UID)) > 0 || !svc.DeletionTimestamp.IsZero() {
 			continue
 		}
-		owner := OwnerKey(svc)
 		addrs, err := ipam.ParseAddrs(recorded)
-		if err == nil {
-			_, err = b.alloc.Allocate(subnet, owner, addrs)
-		}
-		if err != nil {
-			b.conflicts[owner] = fmt.Sprintf("recorded address(es) %s in subnet %q could not be restored: %v", recorded, subnet, err)
-			conflicts++
+		if err != nil || !sameAddrSet(addrs, ingressSet(svc)) {
 			continue
 		}
-		restored++
+		for _, a := range addrs {
+			ip := newIP(a, subnet, IPOwnerOf(svc))
+			if err := b.writer.Create(ctx, ip, client.FieldOwner(FieldOwner)); err != nil {
+				if apierrors.IsAlreadyExists(err) {
+					continue
+				}
+				return n, fmt.Errorf("address book: adopt %s for service %s/%s: %w", a, svc.Namespace, svc.Name, err)
+			}
+			b.Observe(ip)
+			n++
+		}
 	}
-	return restored, conflicts
+	return n, nil
 }
 
-// WaitReady blocks until the allocator has been rebuilt (or ctx ends).
+func sameAddrSet(addrs []netip.Addr, set map[netip.Addr]bool) bool {
+	if len(addrs) != len(set) {
+		return false
+	}
+	for _, a := range addrs {
+		if !set[a] {
+			return false
+		}
+	}
+	return true
+}
+
+// newIP is the IP object that claims addr for owner.
+func newIP(addr netip.Addr, subnet string, owner lbv1.IPOwner) *lbv1.IP {
+	return &lbv1.IP{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:       lbv1.IPName(addr),
+			Finalizers: []string{lbv1.DrainFinalizer},
+			Labels:     map[string]string{ManagedByLabel: ManagedByValue},
+		},
+		Spec: lbv1.IPSpec{Address: addr.String(), Subnet: subnet, Service: owner},
+	}
+}
+
+// ownerKey is the allocator's key of an owner: the UID makes a Service deleted and created again
+// a different owner.
+func ownerKey(o lbv1.IPOwner) string { return o.Namespace + "/" + o.Name + "/" + o.UID }
+
+func (b *AddressBook) onIP(o any, deleted bool) {
+	if t, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	ip, ok := o.(*lbv1.IP)
+	if !ok {
+		return
+	}
+	if deleted {
+		b.forget(ip.Name, ip.UID)
+		return
+	}
+	b.Observe(ip)
+}
+
+// Observe records what an IP object says.
+func (b *AddressBook) Observe(ip *lbv1.IP) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.observeLocked(ip)
+}
+
+func (b *AddressBook) observeLocked(ip *lbv1.IP) {
+	addr, err := netip.ParseAddr(ip.Spec.Address)
+	if err != nil {
+		return
+	}
+	b.ips[ip.Name] = ipRecord{uid: ip.UID, addr: addr, subnet: ip.Spec.Subnet, owner: ip.Spec.Service,
+		draining: !ip.DeletionTimestamp.IsZero()}
+	b.alloc.HoldAddr(ip.Spec.Subnet, addr, ownerKey(ip.Spec.Service))
+}
+
+// forget drops a deleted IP object and wakes the Services waiting for an address.
+func (b *AddressBook) forget(name string, uid types.UID) {
+	b.mu.Lock()
+	if b.rebuilding {
+		b.tombstones[name] = true
+	}
+	rec, ok := b.ips[name]
+	if ok && (uid == "" || rec.uid == "" || rec.uid == uid) {
+		delete(b.ips, name)
+		b.alloc.FreeAddr(rec.addr)
+	}
+	b.mu.Unlock()
+	if ok {
+		b.WakeWaiting()
+	}
+}
+
+// WaitReady blocks until the mirror has been rebuilt (or ctx ends).
 func (b *AddressBook) WaitReady(ctx context.Context) error {
 	select {
 	case <-b.ready:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("waiting for the allocator rebuild: %w", ctx.Err())
+		return fmt.Errorf("waiting for the address mirror rebuild: %w", ctx.Err())
 	}
 }
 
-// OwnerKey is the allocator's owner name of a Service: "namespace/name".
-func OwnerKey(svc *corev1.Service) string { return svc.Namespace + "/" + svc.Name }
+// OwnedBy lists the IP objects owned by a Service UID, sorted by address.
+func (b *AddressBook) OwnedBy(uid types.UID) []OwnedIP {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []OwnedIP
+	for name, r := range b.ips {
+		if r.owner.UID == string(uid) {
+			out = append(out, OwnedIP{Name: name, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
+	return out
+}
 
-// EnsureSubnet gives the allocator cfg when it differs from what it has. Services whose addresses
-// the new configuration invalidates are woken up: their next Allocate keeps what is still valid
-// and replaces the rest.
+// InSubnet lists the IP objects of a Subnet.
+func (b *AddressBook) InSubnet(subnet string) (addrs []netip.Addr, owners []lbv1.IPOwner) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, r := range b.ips {
+		if r.subnet == subnet {
+			addrs = append(addrs, r.addr)
+			owners = append(owners, r.owner)
+		}
+	}
+	return addrs, owners
+}
+
+// EnsureSubnet gives the allocator cfg when it differs from what it has, and wakes the waiting
+// Services (a larger range or fewer exclusions may let them in).
 func (b *AddressBook) EnsureSubnet(cfg ipam.SubnetConfig) {
 	b.mu.Lock()
 	if old, ok := b.subnets[cfg.Name]; ok && reflect.DeepEqual(old, cfg) {
 		b.mu.Unlock()
 		return
 	}
-	invalid := b.alloc.SetSubnet(cfg)
+	b.alloc.SetSubnet(cfg)
 	b.subnets[cfg.Name] = cfg
 	b.mu.Unlock()
-	for _, o := range invalid {
-		b.wake(o)
-	}
-	// A larger range or fewer exclusions may let refused Services in.
-	b.wakeWaiting(cfg.Name)
+	b.WakeWaiting()
 }
 
-// RemoveSubnet forgets a Subnet (called once no Service holds an address from it).
-func (b *AddressBook) RemoveSubnet(name string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.alloc.RemoveSubnet(name)
-	delete(b.subnets, name)
-	delete(b.waiting, name)
-}
-
-// Allocate hands owner its address(es) in subnet, and remembers refused owners so that a freed
-// address wakes them.
-func (b *AddressBook) Allocate(subnet, owner string, requested []netip.Addr) ([]netip.Addr, error) {
-	b.mu.Lock()
-	addrs, err := b.alloc.Allocate(subnet, owner, requested)
-	if err != nil && (errors.Is(err, ipam.ErrInUse) || errors.Is(err, ipam.ErrExhausted)) {
-		if b.waiting[subnet] == nil {
-			b.waiting[subnet] = map[string]bool{}
+// Claim creates the IP object of one address for owner: c.Static when set, else the lowest
+// address of c.Family the mirror shows free. A refusal (address in use, draining, excluded,
+// exhausted, ...) is returned as such; an API failure as an error.
+func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner lbv1.IPOwner) (netip.Addr, *Refusal, error) {
+	key := ownerKey(owner)
+	for try := 0; try < maxClaimTries; try++ {
+		addr, err := b.alloc.Pick(subnet, c.Family, c.Static, key)
+		if err != nil {
+			ref := AllocationRefusal(err)
+			if errors.Is(err, ipam.ErrInUse) {
+				ref.Message = fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", c.Static, lbv1.IPName(c.Static))
+			}
+			return netip.Addr{}, ref, nil
 		}
-		b.waiting[subnet][owner] = true
-	} else if err == nil {
-		delete(b.waiting[subnet], owner)
+		ip := newIP(addr, subnet, owner)
+		err = b.writer.Create(ctx, ip, client.FieldOwner(FieldOwner))
+		if err == nil {
+			b.Observe(ip)
+			return addr, nil, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return netip.Addr{}, nil, fmt.Errorf("claim %s: create IP %s: %w", addr, ip.Name, err)
+		}
+		cur := &lbv1.IP{}
+		if err := b.reader.Get(ctx, client.ObjectKey{Name: ip.Name}, cur); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // released in between: try again
+			}
+			return netip.Addr{}, nil, fmt.Errorf("claim %s: get IP %s: %w", addr, ip.Name, err)
+		}
+		b.Observe(cur)
+		if cur.Spec.Service.UID == owner.UID && cur.DeletionTimestamp.IsZero() {
+			return addr, nil, nil
+		}
+		if c.Static.IsValid() {
+			if !cur.DeletionTimestamp.IsZero() {
+				return netip.Addr{}, &Refusal{ReasonAddressDraining, fmt.Sprintf(
+					"spec.loadBalancerIP %s is draining: an lb pod that held it for another Service still exists; this Service gets it once that pod is gone (kubectl get ip %s)",
+					addr, ip.Name)}, nil
+			}
+			return netip.Addr{}, &Refusal{ReasonAddressInUse, fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", addr, ip.Name)}, nil
+		}
 	}
-	b.mu.Unlock()
-	return addrs, err
+	return netip.Addr{}, nil, fmt.Errorf("claim in subnet %q: lost %d races for a free address", subnet, maxClaimTries)
 }
 
-// Release frees owner's addresses and wakes the Services waiting for an address in that Subnet.
-func (b *AddressBook) Release(owner string) (subnet string, released []netip.Addr) {
+// Drain deletes an IP object (its finalizer keeps it, Draining, until no lb pod can hold the
+// address). The UID precondition makes sure a stale mirror never deletes another owner's claim.
+func (b *AddressBook) Drain(ctx context.Context, o OwnedIP) error {
 	b.mu.Lock()
-	subnet, released = b.alloc.Release(owner)
-	delete(b.conflicts, owner)
-	for _, w := range b.waiting {
-		delete(w, owner)
+	rec, ok := b.ips[o.Name]
+	b.mu.Unlock()
+	if !ok || rec.draining {
+		return nil
+	}
+	ip := &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: o.Name}}
+	err := b.writer.Delete(ctx, ip, client.Preconditions{UID: &rec.uid})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		return fmt.Errorf("drain %s: %w", o.Addr, err)
+	}
+	b.mu.Lock()
+	if r, ok := b.ips[o.Name]; ok && r.uid == rec.uid {
+		r.draining = true
+		b.ips[o.Name] = r
 	}
 	b.mu.Unlock()
-	if len(released) > 0 {
-		b.wakeWaiting(subnet)
-	}
-	return subnet, released
+	return nil
 }
 
-// Lookup returns what owner holds.
-func (b *AddressBook) Lookup(owner string) (subnet string, addrs []netip.Addr, ok bool) {
-	return b.alloc.Lookup(owner)
-}
-
-// Owners lists the owners holding addresses in subnet.
-func (b *AddressBook) Owners(subnet string) []string { return b.alloc.Owners(subnet) }
-
-// Usage reports a Subnet's counters.
-func (b *AddressBook) Usage(subnet string) (ipam.Usage, bool) { return b.alloc.Usage(subnet) }
-
-// TakeConflict returns, once, the message of a conflict found for owner during the rebuild.
-func (b *AddressBook) TakeConflict(owner string) (string, bool) {
+// SetWaiting records whether a Service waits for something that a released address or a Subnet
+// change may bring.
+func (b *AddressBook) SetWaiting(key types.NamespacedName, waiting bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	msg, ok := b.conflicts[owner]
-	delete(b.conflicts, owner)
-	return msg, ok
+	if waiting {
+		b.waiting[key] = true
+	} else {
+		delete(b.waiting, key)
+	}
 }
 
-func (b *AddressBook) wakeWaiting(subnet string) {
+// Waiting lists the waiting Services.
+func (b *AddressBook) Waiting() []types.NamespacedName {
 	b.mu.Lock()
-	var owners []string
-	for o := range b.waiting[subnet] {
-		owners = append(owners, o)
+	defer b.mu.Unlock()
+	out := make([]types.NamespacedName, 0, len(b.waiting))
+	for k := range b.waiting {
+		out = append(out, k)
 	}
-	b.mu.Unlock()
-	for _, o := range owners {
-		b.wake(o)
+	return out
+}
+
+// WakeWaiting enqueues every waiting Service.
+func (b *AddressBook) WakeWaiting() {
+	for _, k := range b.Waiting() {
+		b.wake(k)
 	}
 }
 
-// wake enqueues a Service without ever blocking the caller (a reconciler holding no lock must
-// not wait on the queue it feeds): when the buffer is full the send finishes in the background.
-func (b *AddressBook) wake(owner string) {
-	key := ownerName(owner)
+// wake enqueues a Service without ever blocking the caller (an informer handler or a reconciler
+// must not wait on the queue it feeds): when the buffer is full the send finishes in the background.
+func (b *AddressBook) wake(key types.NamespacedName) {
 	svc := &corev1.Service{}
 	svc.Namespace, svc.Name = key.Namespace, key.Name
 	ev := event.GenericEvent{Object: svc}
@@ -243,19 +421,4 @@ func (b *AddressBook) wake(owner string) {
 			}
 		}()
 	}
-}
-
-func cutOwner(owner string) (ns, name string, ok bool) {
-	for i := 0; i < len(owner); i++ {
-		if owner[i] == '/' {
-			return owner[:i], owner[i+1:], true
-		}
-	}
-	return "", owner, false
-}
-
-// ownerName turns an owner key back into an object key.
-func ownerName(owner string) types.NamespacedName {
-	ns, name, _ := cutOwner(owner)
-	return types.NamespacedName{Namespace: ns, Name: name}
 }

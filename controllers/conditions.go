@@ -56,6 +56,16 @@ const (
 	ReasonCleanupFailed = "CleanupFailed"
 	// ReasonCleanedUp: the Service is no longer served; its objects and address are gone.
 	ReasonCleanedUp = "CleanedUp"
+	// ReasonAddressDraining: the address asked for is draining (its last lb pod still exists);
+	// the Service gets it once that pod is gone.
+	ReasonAddressDraining = "AddressDraining"
+	// ReasonObjectConflict: an object at one of the Service's per-Service names is not ours.
+	ReasonObjectConflict = "ObjectConflict"
+	// ReasonDrainBlocked (Event on an IP object): a pod that could hold the address sits on a
+	// node that is not Ready, so the address cannot be handed out again.
+	ReasonDrainBlocked = "DrainBlocked"
+	// ReasonDrained (Event on an IP object): no lb pod can hold the address any more.
+	ReasonDrained = "Drained"
 	// ReasonDeploymentAvailable / ReasonDeploymentUnavailable / ReasonDeploymentPending describe
 	// ConditionLBPodAvailable.
 	ReasonDeploymentAvailable   = "DeploymentAvailable"
@@ -80,4 +90,5 @@ const (
 	actionResolve  = "Resolve"
 	actionValidate = "Validate"
 	actionDelete   = "Delete"
+	actionRelease  = "Release"
 )

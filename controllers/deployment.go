@@ -27,9 +27,10 @@ const (
 	ManagedByLabel = "app.kubernetes.io/managed-by"
 	ManagedByValue = "lbsvc-operator"
 
-	// DesiredHashAnnotation, on each object the operator builds, is a digest of the desired
-	// fields; an equal digest means nothing to write, which keeps unchanged Services write-free.
-	DesiredHashAnnotation = "lbsvc.io/desired-hash"
+	// ServiceUIDAnnotation, on each object the operator builds, names the Service's UID: with
+	// the owner reference (same namespace) or the label of the same name, it proves the object is
+	// ours even after a hand edit removed one of them.
+	ServiceUIDAnnotation = "lbsvc.io/service-uid"
 
 	// NetworksAnnotation is Multus' request for extra interfaces.
 	NetworksAnnotation = "k8s.v1.cni.cncf.io/networks"
@@ -76,6 +77,10 @@ type LBPodParams struct {
 	ServiceName      string
 	ServiceNamespace string
 	ServiceUID       types.UID
+	// PodNamespace is where the Deployment and ServiceAccount live (--lb-pod-namespace, or the
+	// Service's namespace); the Role and RoleBinding stay in the Service's namespace, since they
+	// grant reading the Service.
+	PodNamespace string
 	// Provider is the attachment provider, "<nad name>.<nad namespace>".
 	Provider     string
 	NADName      string
@@ -90,8 +95,52 @@ type LBPodParams struct {
 	Sysctls   ForwardingSysctls
 }
 
-// ObjectName is the name of the Deployment, ServiceAccount, Role and RoleBinding of a Service.
+// ObjectName is the name of the Deployment, ServiceAccount, Role and RoleBinding of a Service
+// whose lb pod runs in its own namespace.
 func ObjectName(service string) string { return lbv1.DeploymentPrefix + service }
+
+// ObjectNameIn is the per-Service object name when lb pods of many namespaces share one
+// (--lb-pod-namespace): "lb-svc-<namespace>-<service>" cut to 40 characters, then a digest of
+// "<namespace>/<service>", since namespace names may hold dashes too ("a-b"/"c" and "a"/"b-c"
+// must not meet).
+func ObjectNameIn(podNamespace, namespace, service string) string {
+	if podNamespace == "" || podNamespace == namespace {
+		return ObjectName(service)
+	}
+	readable := namespace + "-" + service
+	if len(readable) > 40 {
+		readable = strings.TrimRight(readable[:40], "-.")
+	}
+	sum := sha256.Sum256([]byte(namespace + "/" + service))
+	return lbv1.DeploymentPrefix + readable + "-" + hex.EncodeToString(sum[:4])
+}
+
+// name is the Service's per-Service object name.
+func (p LBPodParams) name() string { return ObjectNameIn(p.PodNamespace, p.ServiceNamespace, p.ServiceName) }
+
+// podNamespace is where the Deployment and ServiceAccount live.
+func (p LBPodParams) podNamespace() string {
+	if p.PodNamespace == "" {
+		return p.ServiceNamespace
+	}
+	return p.PodNamespace
+}
+
+// shared tells whether the lb pod lives outside the Service's namespace.
+func (p LBPodParams) shared() bool { return p.podNamespace() != p.ServiceNamespace }
+
+// AddressLabels are the labels naming the IP objects of addrs (lbsvc.io/ipv4, lbsvc.io/ipv6).
+func AddressLabels(addrs []netip.Addr) map[string]string {
+	out := map[string]string{}
+	for _, a := range addrs {
+		if a.Is4() {
+			out[lbv1.IPv4Label] = lbv1.IPName(a)
+		} else {
+			out[lbv1.IPv6Label] = lbv1.IPName(a)
+		}
+	}
+	return out
+}
 
 // familyOrdered returns the indices of p.Addresses with IPv4 first, so that every
 // comma-separated list the lb pod reads is in the same, predictable order.
@@ -142,21 +191,41 @@ func Labels(service string) map[string]string {
 	}
 }
 
-// selectorLabels is the Deployment's (immutable) selector: stable for the Service's lifetime.
-func selectorLabels(service string) map[string]string {
-	return map[string]string{
-		lbv1.ComponentLabel: lbv1.ComponentLBPod,
-		lbv1.ServiceLabel:   service,
-	}
+// labels are Labels plus the Service's namespace and UID.
+func (p LBPodParams) labels() map[string]string {
+	l := Labels(p.ServiceName)
+	l[lbv1.ServiceNamespaceLabel] = p.ServiceNamespace
+	l[lbv1.ServiceUIDLabel] = string(p.ServiceUID)
+	return l
 }
 
-func (p LBPodParams) objectMeta() metav1.ObjectMeta {
-	return metav1.ObjectMeta{
-		Name:            ObjectName(p.ServiceName),
-		Namespace:       p.ServiceNamespace,
-		Labels:          Labels(p.ServiceName),
-		OwnerReferences: []metav1.OwnerReference{p.ownerReference()},
+// selectorLabels is the Deployment's (immutable) selector: stable for the Service's lifetime.
+// In a shared lb pod namespace it also names the Service's namespace, since Services of two
+// namespaces may share a name.
+func (p LBPodParams) selectorLabels() map[string]string {
+	l := map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod,
+		lbv1.ServiceLabel:   p.ServiceName,
 	}
+	if p.shared() {
+		l[lbv1.ServiceNamespaceLabel] = p.ServiceNamespace
+	}
+	return l
+}
+
+// objectMeta is the metadata of an object in namespace ns: an owner reference to the Service
+// where the namespaces allow one (garbage collection then follows the Service).
+func (p LBPodParams) objectMeta(ns string) metav1.ObjectMeta {
+	m := metav1.ObjectMeta{
+		Name:        p.name(),
+		Namespace:   ns,
+		Labels:      p.labels(),
+		Annotations: map[string]string{ServiceUIDAnnotation: string(p.ServiceUID)},
+	}
+	if ns == p.ServiceNamespace {
+		m.OwnerReferences = []metav1.OwnerReference{p.ownerReference()}
+	}
+	return m
 }
 
 // networkSelection is one entry of the Multus networks annotation.
@@ -182,7 +251,7 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		lbv1.ProviderAnnotation(p.Provider, lbv1.LogicalSwitchAnnotationSuffix): p.SubnetName,
 	}
 	env := []corev1.EnvVar{
-		{Name: lbv1.EnvNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: lbv1.EnvNamespace, Value: p.ServiceNamespace},
 		{Name: lbv1.EnvService, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + lbv1.ServiceLabel + "']"}}},
 		{Name: lbv1.EnvAddresses, Value: addrPrefixes},
 		{Name: lbv1.EnvGateways, Value: gateways},
@@ -202,18 +271,24 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		}}}
 	}
 
+	podLabels := p.labels()
+	for k, v := range AddressLabels(p.Addresses) {
+		podLabels[k] = v
+	}
+	meta := p.objectMeta(p.podNamespace())
+	meta.Labels = podLabels
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
-		ObjectMeta: p.objectMeta(),
+		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](1),
 			// Recreate: two lb pods must never hold the same address on the wire at once.
 			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
-			Selector: &metav1.LabelSelector{MatchLabels: selectorLabels(p.ServiceName)},
+			Selector: &metav1.LabelSelector{MatchLabels: p.selectorLabels()},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: Labels(p.ServiceName), Annotations: podAnnotations},
+				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:           ObjectName(p.ServiceName),
+					ServiceAccountName:           p.name(),
 					AutomountServiceAccountToken: ptr.To(true),
 					SecurityContext: &corev1.PodSecurityContext{
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -245,7 +320,7 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 			},
 		},
 	}
-	return d, setHash(d, d.Spec)
+	return d, nil
 }
 
 // sysctls returns the forwarding sysctls for the families the Service has, sorted by name.
@@ -284,16 +359,16 @@ func containerSecurityContext() *corev1.SecurityContext {
 func BuildServiceAccount(p LBPodParams) (*corev1.ServiceAccount, error) {
 	sa := &corev1.ServiceAccount{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
-		ObjectMeta: p.objectMeta(),
+		ObjectMeta: p.objectMeta(p.podNamespace()),
 	}
-	return sa, setHash(sa, nil)
+	return sa, nil
 }
 
 // BuildRole returns the Role that lets the lb pod read its own Service and nothing else.
 func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 	r := &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-		ObjectMeta: p.objectMeta(),
+		ObjectMeta: p.objectMeta(p.ServiceNamespace),
 		Rules: []rbacv1.PolicyRule{{
 			APIGroups:     []string{""},
 			Resources:     []string{"services"},
@@ -301,42 +376,24 @@ func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 			Verbs:         []string{"get", "list", "watch"},
 		}},
 	}
-	return r, setHash(r, r.Rules)
+	return r, nil
 }
 
 // BuildRoleBinding binds the lb pod's ServiceAccount to its Role.
 func BuildRoleBinding(p LBPodParams) (*rbacv1.RoleBinding, error) {
 	rb := &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-		ObjectMeta: p.objectMeta(),
+		ObjectMeta: p.objectMeta(p.ServiceNamespace),
 		RoleRef: rbacv1.RoleRef{
 			APIGroup: rbacv1.GroupName,
 			Kind:     "Role",
-			Name:     ObjectName(p.ServiceName),
+			Name:     p.name(),
 		},
 		Subjects: []rbacv1.Subject{{
 			Kind:      rbacv1.ServiceAccountKind,
-			Name:      ObjectName(p.ServiceName),
-			Namespace: p.ServiceNamespace,
+			Name:      p.name(),
+			Namespace: p.podNamespace(),
 		}},
 	}
-	return rb, setHash(rb, struct {
-		R rbacv1.RoleRef
-		S []rbacv1.Subject
-	}{rb.RoleRef, rb.Subjects})
-}
-
-// setHash records on obj a digest of its labels, owner references and the given desired fields.
-func setHash(obj metav1.Object, fields any) error {
-	b, err := json.Marshal(struct {
-		Labels map[string]string
-		Owners []metav1.OwnerReference
-		Fields any
-	}{obj.GetLabels(), obj.GetOwnerReferences(), fields})
-	if err != nil {
-		return fmt.Errorf("%s/%s: hash desired fields: %w", obj.GetNamespace(), obj.GetName(), err)
-	}
-	sum := sha256.Sum256(b)
-	obj.SetAnnotations(map[string]string{DesiredHashAnnotation: hex.EncodeToString(sum[:12])})
-	return nil
+	return rb, nil
 }

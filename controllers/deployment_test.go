@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
 
 func seedParams() LBPodParams {
@@ -44,16 +46,14 @@ func TestBuildDeploymentSeed(t *testing.T) {
 	wantMeta := metav1.ObjectMeta{
 		Name: "lb-svc-test-service", Namespace: "default",
 		Labels: map[string]string{"app.kubernetes.io/component": "lb-svc", "lbsvc.io/service": "test-service",
-			"app.kubernetes.io/managed-by": "lbsvc-operator"},
-		Annotations: map[string]string{DesiredHashAnnotation: d.Annotations[DesiredHashAnnotation]},
+			"app.kubernetes.io/managed-by": "lbsvc-operator", "lbsvc.io/service-namespace": "default",
+			"lbsvc.io/service-uid": "161edee1-7f6e-40f5-9e09-5a52c44267d0", "lbsvc.io/ipv4": "172.18.0.18"},
+		Annotations: map[string]string{"lbsvc.io/service-uid": "161edee1-7f6e-40f5-9e09-5a52c44267d0"},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "test-service",
 			UID: "161edee1-7f6e-40f5-9e09-5a52c44267d0", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}},
 	}
 	if !reflect.DeepEqual(d.ObjectMeta, wantMeta) {
 		t.Errorf("metadata:\n got %+v\nwant %+v", d.ObjectMeta, wantMeta)
-	}
-	if len(d.Annotations[DesiredHashAnnotation]) != 24 {
-		t.Errorf("hash %q: want 24 hex digits", d.Annotations[DesiredHashAnnotation])
 	}
 	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
 		t.Errorf("replicas %d strategy %q", *d.Spec.Replicas, d.Spec.Strategy.Type)
@@ -84,7 +84,7 @@ func TestBuildDeploymentSeed(t *testing.T) {
 		t.Errorf("pod securityContext %+v (IPv4 service, ipv6 mode: no sysctls)", spec.SecurityContext)
 	}
 	wantEnv := []corev1.EnvVar{
-		{Name: "LBPOD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+		{Name: "LBPOD_NAMESPACE", Value: "default"},
 		{Name: "LBPOD_SERVICE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['lbsvc.io/service']"}}},
 		{Name: "LBPOD_ADDRESSES", Value: "172.18.0.18/16"},
 		{Name: "LBPOD_GATEWAYS", Value: "172.18.0.1"},
@@ -211,19 +211,19 @@ func TestBuildDeploymentVariants(t *testing.T) {
 	}
 }
 
-// The digest follows the pod template: a new address or Subnet rolls the pod; the same input
-// (which has no ports) never does.
-func TestDeploymentHash(t *testing.T) {
-	hash := func(p LBPodParams) string {
+// The pod template follows the address, Subnet and image, and only them: the same input (which
+// has no ports) builds the same template, so a port change never rolls the pod.
+func TestDeploymentTemplateInputs(t *testing.T) {
+	tmpl := func(p LBPodParams) corev1.PodTemplateSpec {
 		d, err := BuildDeployment(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d.Annotations[DesiredHashAnnotation]
+		return d.Spec.Template
 	}
-	base := hash(seedParams())
-	if again := hash(seedParams()); again != base {
-		t.Errorf("same input, different hash: %s %s", base, again)
+	base := tmpl(seedParams())
+	if again := tmpl(seedParams()); !reflect.DeepEqual(again, base) {
+		t.Errorf("same input, different template")
 	}
 	moved := seedParams()
 	moved.Addresses = []netip.Addr{netip.MustParseAddr("172.18.0.19")}
@@ -232,9 +232,50 @@ func TestDeploymentHash(t *testing.T) {
 	otherImage := seedParams()
 	otherImage.Image = "localhost/lbsvc-lbpod:v2"
 	for name, p := range map[string]LBPodParams{"address": moved, "subnet": otherSubnet, "image": otherImage} {
-		if hash(p) == base {
-			t.Errorf("%s changed but the hash did not", name)
+		if reflect.DeepEqual(tmpl(p), base) {
+			t.Errorf("%s changed but the template did not", name)
 		}
+	}
+	if got := tmpl(moved).Labels[lbv1.IPv4Label]; got != "172.18.0.19" {
+		t.Errorf("address label %q, want 172.18.0.19", got)
+	}
+}
+
+// With --lb-pod-namespace the Deployment and ServiceAccount move there, named after the Service's
+// namespace too, without owner references; the Role and RoleBinding stay beside the Service.
+func TestSharedPodNamespace(t *testing.T) {
+	p := seedParams()
+	p.PodNamespace = "lbsvc-system"
+	d, _ := BuildDeployment(p)
+	sa, _ := BuildServiceAccount(p)
+	role, _ := BuildRole(p)
+	rb, _ := BuildRoleBinding(p)
+	if d.Namespace != "lbsvc-system" || !strings.HasPrefix(d.Name, "lb-svc-default-test-service-") || len(d.OwnerReferences) != 0 {
+		t.Errorf("deployment %s/%s owners %v", d.Namespace, d.Name, d.OwnerReferences)
+	}
+	if sa.Namespace != "lbsvc-system" || d.Spec.Template.Spec.ServiceAccountName != sa.Name {
+		t.Errorf("service account %s/%s, pod uses %q", sa.Namespace, sa.Name, d.Spec.Template.Spec.ServiceAccountName)
+	}
+	if role.Namespace != "default" || rb.Namespace != "default" || len(role.OwnerReferences) != 1 {
+		t.Errorf("role %s, binding %s, owners %v", role.Namespace, rb.Namespace, role.OwnerReferences)
+	}
+	if s := rb.Subjects[0]; s.Namespace != "lbsvc-system" || s.Name != sa.Name {
+		t.Errorf("binding subject %+v", s)
+	}
+	if d.Spec.Selector.MatchLabels[lbv1.ServiceNamespaceLabel] != "default" {
+		t.Errorf("selector %v must name the Service's namespace", d.Spec.Selector.MatchLabels)
+	}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == lbv1.EnvNamespace && (e.Value != "default" || e.ValueFrom != nil) {
+			t.Errorf("%s = %+v, want the Service's namespace", e.Name, e)
+		}
+	}
+	long := ObjectNameIn("lbsvc-system", strings.Repeat("n", 63), strings.Repeat("s", 63))
+	if len(long) > 56 || long != ObjectNameIn("lbsvc-system", strings.Repeat("n", 63), strings.Repeat("s", 63)) {
+		t.Errorf("long name %q (%d)", long, len(long))
+	}
+	if a, b := ObjectNameIn("lbsvc-system", "a-b", "c"), ObjectNameIn("lbsvc-system", "a", "b-c"); a == b {
+		t.Errorf("a-b/c and a/b-c share the name %q", a)
 	}
 }
 

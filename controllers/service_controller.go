@@ -2,19 +2,20 @@ package controllers
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -30,39 +31,37 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
 )
 
-// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups="",resources=services/status,verbs=update;patch
+// +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups="",resources=services/status,verbs=patch
 // +kubebuilder:rbac:groups="",resources=services/finalizers,verbs=update
-// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // FieldOwner names the operator in managedFields and events.
 const FieldOwner = "lbsvc-operator"
 
-// Field indexes on cached Services.
-const (
-	// indexServiceProvider: the attachment provider a served Service uses (maps NADs and Subnets
-	// to the Services they affect).
-	indexServiceProvider = "lbsvc.io/provider"
-	// indexServiceSubnet: the Subnet a Service's recorded allocation comes from.
-	indexServiceSubnet = "lbsvc.io/recorded-subnet"
-)
+// indexServiceProvider: the attachment provider a served Service uses (maps NADs and Subnets to
+// the Services they affect).
+const indexServiceProvider = "lbsvc.io/provider"
 
 // Options are the operator settings the reconcilers need (from cmd/operator's flags).
 type Options struct {
+	// EnableLBSvc is --enable-lb-svc; off, only deletions of Services we served complete.
+	EnableLBSvc bool
 	// LBSvcImage is the lb pod image.
 	LBSvcImage string
 	// DefaultAttachmentProvider, when set, serves LoadBalancer Services without the annotation.
 	DefaultAttachmentProvider string
 	// ForwardingSysctls selects the lb pod's forwarding sysctls.
 	ForwardingSysctls ForwardingSysctls
+	// LBPodNamespace, when set, is where every lb pod runs (empty: the Service's namespace).
+	LBPodNamespace string
 	// MaxConcurrentReconciles is the number of Services reconciled in parallel.
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets tests run several managers in one process.
@@ -70,47 +69,72 @@ type Options struct {
 }
 
 // ServiceReconciler gives each served LoadBalancer Service an address and its lb-svc objects,
-// and takes both away when the Service stops being served.
+// and takes both away when the Service stops being served. Each pass gathers its inputs once,
+// calls DecideService (pure) and applies the plan.
 type ServiceReconciler struct {
-	Client   client.Client
+	Client client.Client
+	// Reader reads from the API server directly, for the rare checks a cache cannot answer.
+	Reader   client.Reader
 	Recorder events.EventRecorder
 	Book     *AddressBook
 	Options  Options
 }
 
-// SetupWithManager registers the field indexes and the controller.
+// SetupWithManager registers the field index and the controller.
 func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := indexServices(mgr, r.Options.DefaultAttachmentProvider); err != nil {
-		return err
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexServiceProvider, func(o client.Object) []string {
+		if p, ok := ServiceProvider(o.(*corev1.Service), r.Options.DefaultAttachmentProvider); ok {
+			return []string{p}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index services by provider: %w", err)
 	}
-	servicesFor := func(field string, value func(client.Object) string) handler.MapFunc {
+	servicesOf := func(providerOf func(client.Object) string) handler.MapFunc {
 		return func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list corev1.ServiceList
-			if err := mgr.GetCache().List(ctx, &list, client.MatchingFields{field: value(o)}); err != nil {
-				logf.FromContext(ctx).Error(err, "list services to wake", "field", field)
+			if err := mgr.GetCache().List(ctx, &list, client.MatchingFields{indexServiceProvider: providerOf(o)}); err != nil {
+				logf.FromContext(ctx).Error(err, "list services to wake")
 				return nil
 			}
 			reqs := make([]reconcile.Request, 0, len(list.Items))
 			for i := range list.Items {
 				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
+			// A Subnet change (deleted, overlap resolved, namespaces widened) may unblock any
+			// waiting Service, whatever its provider.
+			for _, k := range r.Book.Waiting() {
+				reqs = append(reqs, reconcile.Request{NamespacedName: k})
+			}
 			return reqs
 		}
 	}
 	nadProvider := func(o client.Object) string { return o.GetName() + "." + o.GetNamespace() }
 	subnetProvider := func(o client.Object) string { return o.(*lbv1.Subnet).Spec.Provider }
+	byLabels := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		l := o.GetLabels()
+		if l[lbv1.ServiceNamespaceLabel] == "" || l[lbv1.ServiceLabel] == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[lbv1.ServiceNamespaceLabel], Name: l[lbv1.ServiceLabel]}}}
+	})
+	ipOwner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		s := o.(*lbv1.IP).Spec.Service
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}}}
+	})
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("service").
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.interesting))).
-		Owns(&appsv1.Deployment{}).
-		Owns(&corev1.ServiceAccount{}).
-		Owns(&rbacv1.Role{}).
-		Owns(&rbacv1.RoleBinding{}).
-		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(servicesFor(indexServiceProvider, nadProvider))).
+		Watches(&appsv1.Deployment{}, byLabels).
+		Watches(&corev1.ServiceAccount{}, byLabels).
+		Watches(&rbacv1.Role{}, byLabels).
+		Watches(&rbacv1.RoleBinding{}, byLabels).
+		Watches(&lbv1.IP{}, ipOwner).
+		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(servicesOf(nadProvider))).
 		// Subnet status changes (counters) must not wake every Service of the Subnet: only its spec.
-		Watches(&lbv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(servicesFor(indexServiceProvider, subnetProvider)),
-			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted()))).
+		Watches(&lbv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(servicesOf(subnetProvider)),
+			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted(), deleted()))).
 		WatchesRawSource(source.Channel(r.Book.Wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles,
@@ -126,31 +150,12 @@ func deletionStarted() predicate.Funcs {
 	}}
 }
 
-// indexServices registers the Service indexes both reconcilers use (once per manager).
-func indexServices(mgr ctrl.Manager, defaultProvider string) error {
-	ctx := context.Background()
-	if err := mgr.GetFieldIndexer().IndexField(ctx, &corev1.Service{}, indexServiceProvider, func(o client.Object) []string {
-		if p, ok := ServiceProvider(o.(*corev1.Service), defaultProvider); ok {
-			return []string{p}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index services by provider: %w", err)
+// deleted passes deletions (and creations, which GenerationChanged does not see as changes).
+func deleted() predicate.Funcs {
+	return predicate.Funcs{
+		DeleteFunc: func(event.DeleteEvent) bool { return true },
+		CreateFunc: func(event.CreateEvent) bool { return true },
 	}
-	return nil
-}
-
-// indexServicesBySubnet registers the recorded-subnet index (used by both reconcilers).
-func indexServicesBySubnet(mgr ctrl.Manager) error {
-	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Service{}, indexServiceSubnet, func(o client.Object) []string {
-		if s := o.GetAnnotations()[lbv1.AllocatedSubnetAnnotation]; s != "" {
-			return []string{s}
-		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("index services by recorded subnet: %w", err)
-	}
-	return nil
 }
 
 // interesting filters out Services the operator has nothing to do with: the common case of a
@@ -160,152 +165,114 @@ func (r *ServiceReconciler) interesting(o client.Object) bool {
 	if !ok {
 		return true
 	}
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer || hasOurTraces(svc)
-}
-
-// hasOurTraces tells whether the operator has touched the Service (and so must clean it up).
-func hasOurTraces(svc *corev1.Service) bool {
-	if controllerutil.ContainsFinalizer(svc, lbv1.CleanupFinalizer) {
-		return true
-	}
-	if _, ok := svc.Annotations[lbv1.AllocatedIPsAnnotation]; ok {
-		return true
-	}
-	_, ok := svc.Annotations[lbv1.AllocatedSubnetAnnotation]
-	return ok
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer || hasOurConditions(svc) || len(r.Book.OwnedBy(svc.UID)) > 0
 }
 
 // Reconcile implements reconcile.Reconciler. A write conflict (the cache had not seen our own
 // previous write yet) is retried through the rate limiter without being logged as an error.
 func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	res, err := r.reconcile(ctx, req)
+	err := r.reconcile(ctx, req)
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{Requeue: true}, nil
 	}
-	return res, err
+	return ctrl.Result{}, err
 }
 
-func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	if err := r.Book.WaitReady(ctx); err != nil {
-		return ctrl.Result{}, err
+		return err
 	}
 	svc := &corev1.Service{}
 	if err := r.Client.Get(ctx, req.NamespacedName, svc); err != nil {
 		if apierrors.IsNotFound(err) {
-			// Gone without our finalizer (never served, or already cleaned): make sure nothing is held.
-			r.Book.Release(req.Namespace + "/" + req.Name)
-			return ctrl.Result{}, nil
+			r.Book.SetWaiting(req.NamespacedName, false)
+			return nil
 		}
-		return ctrl.Result{}, fmt.Errorf("get service %s: %w", req, err)
+		return fmt.Errorf("get service %s: %w", req, err)
+	}
+	in, err := r.gather(ctx, svc)
+	if err != nil {
+		return err
+	}
+	plan := DecideService(in)
+	return r.apply(ctx, svc, plan)
+}
+
+// gather reads everything DecideService needs, once.
+func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (ServiceInputs, error) {
+	in := ServiceInputs{
+		Service: svc, EnableLBSvc: r.Options.EnableLBSvc, DefaultProvider: r.Options.DefaultAttachmentProvider,
+		Owned: r.Book.OwnedBy(svc.UID),
 	}
 	provider, served := ServiceProvider(svc, r.Options.DefaultAttachmentProvider)
-	if !served || !svc.DeletionTimestamp.IsZero() {
-		if !hasOurTraces(svc) && !hasOurStatus(svc) {
-			return ctrl.Result{}, nil
+	if !served || !r.Options.EnableLBSvc || !svc.DeletionTimestamp.IsZero() {
+		return in, nil
+	}
+	if name, ns, err := SplitProvider(provider); err == nil {
+		var nad nadv1.NetworkAttachmentDefinition
+		err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &nad)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return in, fmt.Errorf("get network attachment definition %s/%s: %w", ns, name, err)
 		}
-		return ctrl.Result{}, r.cleanup(ctx, svc)
+		in.NADFound = err == nil
 	}
-	return r.serve(ctx, svc, provider)
-}
-
-// serve resolves the NAD and Subnet, allocates, records, applies the lb-svc objects and reports.
-func (r *ServiceReconciler) serve(ctx context.Context, svc *corev1.Service, provider string) (ctrl.Result, error) {
-	owner := OwnerKey(svc)
-	if msg, ok := r.Book.TakeConflict(owner); ok {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonAddressConflict, actionAllocate, "%s; reallocating", msg)
+	var subnets lbv1.SubnetList
+	if err := r.Client.List(ctx, &subnets); err != nil {
+		return in, fmt.Errorf("list subnets: %w", err)
 	}
-
-	nadName, nadNS, refusal := r.resolve(ctx, svc, provider)
-	var subnet *lbv1.Subnet
-	if refusal == nil {
-		subnet, refusal = r.chooseSubnet(ctx, svc, provider)
-	}
-	var addrs []netip.Addr
-	var cfgErr error
-	if refusal == nil {
-		cfg, err := r.subnetConfig(ctx, subnet)
+	in.Subnets = subnets.Items
+	if c := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated); c != nil && c.Reason == ReasonObjectConflict {
+		// Only after a conflict was seen: is the foreign object still there? (uncached read)
+		foreign, err := r.foreignObject(ctx, svc)
 		if err != nil {
-			refusal, cfgErr = asRefusal(err)
-		} else {
-			requested, err := RequestedAddrs(svc)
-			if err == nil {
-				addrs, err = r.Book.Allocate(subnet.Name, owner, requested)
-				if err != nil {
-					err = AllocationRefusal(err)
-				}
-			}
-			if err != nil {
-				refusal, cfgErr = asRefusal(err)
-			} else {
-				return r.apply(ctx, svc, provider, nadName, nadNS, subnet.Name, SortAddrs(addrs), cfg)
-			}
+			return in, err
 		}
+		in.ForeignObject = foreign
 	}
-	if cfgErr != nil {
-		return ctrl.Result{}, cfgErr
-	}
-	return ctrl.Result{}, r.refuse(ctx, svc, refusal)
+	return in, nil
 }
 
-func asRefusal(err error) (*Refusal, error) {
-	var ref *Refusal
-	if errors.As(err, &ref) {
-		return ref, nil
+// apply carries the plan out.
+func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan Plan) error {
+	key := client.ObjectKeyFromObject(svc)
+	switch plan.Action {
+	case PlanNothing:
+		r.Book.SetWaiting(key, false)
+		return nil
+	case PlanTeardown:
+		r.Book.SetWaiting(key, plan.Refusal != nil)
+		return r.teardown(ctx, svc, plan)
 	}
-	return nil, err
-}
 
-// resolve checks the provider names an existing NetworkAttachmentDefinition.
-func (r *ServiceReconciler) resolve(ctx context.Context, svc *corev1.Service, provider string) (name, ns string, ref *Refusal) {
-	name, ns, err := SplitProvider(provider)
-	if err != nil {
-		ref, _ = asRefusal(err)
-		return "", "", ref
+	if plan.SubnetConfig.CIDRs != nil && plan.Refusal == nil {
+		r.Book.EnsureSubnet(plan.SubnetConfig)
 	}
-	var nad nadv1.NetworkAttachmentDefinition
-	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, &nad); err != nil {
-		return "", "", &Refusal{ReasonNADNotFound, fmt.Sprintf("network attachment definition %s/%s (provider %q): %v", ns, name, provider, err)}
+	addrs := make([]netip.Addr, 0, len(plan.Keep)+len(plan.Claims))
+	for _, k := range plan.Keep {
+		addrs = append(addrs, k.Addr)
 	}
-	return name, ns, nil
-}
-
-func (r *ServiceReconciler) chooseSubnet(ctx context.Context, svc *corev1.Service, provider string) (*lbv1.Subnet, *Refusal) {
-	var list lbv1.SubnetList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return nil, &Refusal{ReasonSubnetNotFound, fmt.Sprintf("list subnets: %v", err)}
-	}
-	s, err := ChooseSubnet(svc, provider, list.Items)
-	if err != nil {
-		ref, _ := asRefusal(err)
-		return nil, ref
-	}
-	return s, nil
-}
-
-// subnetConfig validates the chosen Subnet against all others and hands it to the allocator.
-func (r *ServiceReconciler) subnetConfig(ctx context.Context, s *lbv1.Subnet) (cfgOut subnetCfg, err error) {
-	if !s.DeletionTimestamp.IsZero() {
-		return cfgOut, &Refusal{ReasonSubnetNotReady, fmt.Sprintf("subnet %q is being deleted", s.Name)}
-	}
-	var list lbv1.SubnetList
-	if err := r.Client.List(ctx, &list); err != nil {
-		return cfgOut, fmt.Errorf("list subnets: %w", err)
-	}
-	cfg, err := ValidateSubnet(s, list.Items)
-	if err != nil {
-		var ref *Refusal
-		if errors.As(err, &ref) {
-			return cfgOut, &Refusal{ReasonSubnetNotReady, fmt.Sprintf("subnet %q: %s", s.Name, ref.Message)}
+	var claimed []netip.Addr
+	for _, c := range plan.Claims {
+		addr, ref, err := r.Book.Claim(ctx, plan.Subnet, c, IPOwnerOf(svc))
+		if err != nil {
+			return err
 		}
-		return cfgOut, err
+		if ref != nil {
+			// Refused: the Service gives up what it held and shows why (claims already made
+			// drain with the rest: nothing half-served stays).
+			r.Book.SetWaiting(key, true)
+			plan.Action, plan.Refusal = PlanTeardown, ref
+			plan.Drain = bound(r.Book.OwnedBy(svc.UID))
+			return r.teardown(ctx, svc, plan)
+		}
+		claimed = append(claimed, addr)
 	}
-	r.Book.EnsureSubnet(cfg)
-	return cfg, nil
-}
+	addrs = SortAddrs(append(addrs, claimed...))
+	r.Book.SetWaiting(key, plan.Refusal != nil)
+	if len(addrs) == 0 {
+		return r.teardown(ctx, svc, Plan{Action: PlanTeardown, Refusal: plan.Refusal, Drain: plan.Drain})
+	}
 
-// apply records the allocation, creates or updates the lb-svc objects and sets the status.
-func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, provider, nadName, nadNS, subnetName string,
-	addrs []netip.Addr, cfg subnetCfg) (ctrl.Result, error) {
 	recorded := JoinAddrs(addrs)
 	previous := svc.Annotations[lbv1.AllocatedIPsAnnotation]
 	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
@@ -314,42 +281,58 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, prov
 			s.Annotations = map[string]string{}
 		}
 		s.Annotations[lbv1.AllocatedIPsAnnotation] = recorded
-		s.Annotations[lbv1.AllocatedSubnetAnnotation] = subnetName
+		s.Annotations[lbv1.AllocatedSubnetAnnotation] = plan.Subnet
 	}); err != nil {
-		return ctrl.Result{}, err
-	}
-	if previous != recorded {
-		if previous == "" {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonAllocated, actionAllocate,
-				"allocated %s from subnet %q", recorded, subnetName)
-		} else {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonAddressMoved, actionAllocate,
-				"address moved from %s to %s (subnet %q)", previous, recorded, subnetName)
-		}
+		return err
 	}
 
-	cidrs, gateways := FamilyParams(addrs, cfg)
+	cidrs, gateways := FamilyParams(addrs, plan.SubnetConfig)
 	params := LBPodParams{
-		ServiceName: svc.Name, ServiceNamespace: svc.Namespace, ServiceUID: svc.UID,
-		Provider: provider, NADName: nadName, NADNamespace: nadNS, SubnetName: subnetName,
+		ServiceName: svc.Name, ServiceNamespace: svc.Namespace, ServiceUID: svc.UID, PodNamespace: r.Options.LBPodNamespace,
+		Provider: plan.Provider, NADName: plan.NADName, NADNamespace: plan.NADNamespace, SubnetName: plan.Subnet,
 		Addresses: addrs, CIDRs: cidrs, Gateways: gateways,
 		Image: r.Options.LBSvcImage, Sysctls: r.Options.ForwardingSysctls,
 	}
-	deploy, err := r.applyObjects(ctx, svc, params)
+	deploy, foreign, err := r.applyObjects(ctx, svc, params)
 	if err != nil {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonApplyFailed, actionApply, "%v", err)
-		return ctrl.Result{}, err
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonApplyFailed, actionApply, "%s", boundMessage(err.Error()))
+		return err
+	}
+	if foreign != "" {
+		in := ServiceInputs{Service: svc, EnableLBSvc: true, Owned: r.Book.OwnedBy(svc.UID), ForeignObject: foreign,
+			DefaultProvider: r.Options.DefaultAttachmentProvider}
+		return r.apply(ctx, svc, DecideService(in))
+	}
+	for _, d := range plan.Drain {
+		if err := r.Book.Drain(ctx, d); err != nil {
+			return err
+		}
+	}
+	switch {
+	case previous == "" && len(claimed) > 0:
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonAllocated, actionAllocate, "allocated %s from subnet %q", recorded, plan.Subnet)
+	case previous != recorded && previous != "":
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonAddressMoved, actionAllocate,
+			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", boundMessage(previous), recorded, plan.Subnet)
 	}
 
-	allocated := metav1.Condition{
-		Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
-		Message: fmt.Sprintf("%s from subnet %s", recorded, subnetName),
+	allocated := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
+		Message: fmt.Sprintf("%s from subnet %s", recorded, plan.Subnet)}
+	if plan.Refusal != nil {
+		allocated.Reason, allocated.Message = plan.Refusal.Reason, boundMessage(plan.Refusal.Message)
+		r.warnOnChange(svc, allocated)
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, svc, addrs, []metav1.Condition{allocated, podCondition(deploy)})
+	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, podCondition(deploy)})
 }
 
-// subnetCfg is the parsed Subnet the lb pod's prefix and gateway come from.
-type subnetCfg = ipam.SubnetConfig
+// warnOnChange sends the Warning Event of a refusal when the condition changes, so requeues and
+// unrelated updates do not flood the Service's events.
+func (r *ServiceReconciler) warnOnChange(svc *corev1.Service, cond metav1.Condition) {
+	old := meta.FindStatusCondition(svc.Status.Conditions, cond.Type)
+	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason || old.Message != cond.Message {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, cond.Reason, actionAllocate, "%s", cond.Message)
+	}
+}
 
 // podCondition mirrors the Deployment's Available condition; it never waits for the pod.
 func podCondition(d *appsv1.Deployment) metav1.Condition {
@@ -359,7 +342,7 @@ func podCondition(d *appsv1.Deployment) metav1.Condition {
 		if dc.Type != appsv1.DeploymentAvailable {
 			continue
 		}
-		msg := fmt.Sprintf("deployment %s: %s", d.Name, dc.Message)
+		msg := boundMessage(fmt.Sprintf("deployment %s/%s: %s", d.Namespace, d.Name, dc.Message))
 		if dc.Status == corev1.ConditionTrue {
 			return metav1.Condition{Type: ConditionLBPodAvailable, Status: metav1.ConditionTrue, Reason: ReasonDeploymentAvailable, Message: msg}
 		}
@@ -368,17 +351,60 @@ func podCondition(d *appsv1.Deployment) metav1.Condition {
 	return c
 }
 
-// refuse reports why the Service cannot be served. The Warning Event is sent only when the
-// condition changes, so requeues and unrelated updates do not flood the Service's events.
-// Whatever the Service held before stays held (the allocator keeps it on a failed request).
-func (r *ServiceReconciler) refuse(ctx context.Context, svc *corev1.Service, ref *Refusal) error {
-	cond := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionFalse, Reason: ref.Reason, Message: ref.Message}
-	old := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated)
-	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason || old.Message != cond.Message {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ref.Reason, actionAllocate, "%s", ref.Message)
+// teardown deletes our objects, drains every owned address and clears what we wrote. With a
+// refusal the Service keeps our finalizer and shows the reason; without one it is let go.
+func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, plan Plan) error {
+	if err := r.deleteObjects(ctx, svc); err != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonCleanupFailed, actionCleanup, "%s", boundMessage(err.Error()))
+		return err
 	}
-	_, held, _ := r.Book.Lookup(OwnerKey(svc))
-	return r.patchStatus(ctx, svc, SortAddrs(held), []metav1.Condition{cond})
+	owned := r.Book.OwnedBy(svc.UID)
+	for _, d := range plan.Drain {
+		if err := r.Book.Drain(ctx, d); err != nil {
+			return err
+		}
+	}
+	ours := map[string]bool{}
+	for _, o := range owned {
+		ours[o.Addr.String()] = true
+	}
+	if plan.Refusal != nil {
+		cond := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionFalse, Reason: plan.Refusal.Reason,
+			Message: boundMessage(plan.Refusal.Message)}
+		r.warnOnChange(svc, cond)
+		if err := r.patchStatus(ctx, svc, nil, ours, []metav1.Condition{cond}); err != nil {
+			return err
+		}
+		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionLBPodAvailable)
+		return nil
+	}
+	if plan.Deleting {
+		// The Service goes: its status goes with it.
+	} else if err := r.patchStatus(ctx, svc, nil, ours, nil); err != nil {
+		return err
+	}
+	recorded := svc.Annotations[lbv1.AllocatedIPsAnnotation]
+	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
+		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
+		delete(s.Annotations, lbv1.AllocatedSubnetAnnotation)
+		if plan.RemoveFinalizer {
+			controllerutil.RemoveFinalizer(s, lbv1.CleanupFinalizer)
+		}
+	}); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if len(owned) > 0 {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonCleanedUp, actionCleanup,
+			"released %s: it drains until its lb pod is gone; the lb-svc objects are deleted", joinOwnedOr(owned, recorded))
+	}
+	return nil
+}
+
+func joinOwnedOr(owned []OwnedIP, recorded string) string {
+	if len(owned) == 0 {
+		return orDash(recorded)
+	}
+	return joinOwned(owned)
 }
 
 // patchMeta applies mutate to the Service's metadata and patches only when something changed.
@@ -394,13 +420,31 @@ func (r *ServiceReconciler) patchMeta(ctx context.Context, svc *corev1.Service, 
 	return nil
 }
 
-// patchStatus sets the ingress to addrs and the given conditions, patching only on a difference.
-func (r *ServiceReconciler) patchStatus(ctx context.Context, svc *corev1.Service, addrs []netip.Addr, conds []metav1.Condition) error {
+// patchStatus sets the ingress to addrs (or, with remove, only drops the entries of those
+// addresses: what another controller wrote stays) and sets conds; with no conds our conditions
+// are removed. It patches only on a difference.
+func (r *ServiceReconciler) patchStatus(ctx context.Context, svc *corev1.Service, addrs []netip.Addr, remove map[string]bool, conds []metav1.Condition) error {
 	before := svc.DeepCopy()
-	svc.Status.LoadBalancer.Ingress = ingressFor(addrs)
+	if remove != nil {
+		svc.Status.LoadBalancer.Ingress = slices.DeleteFunc(svc.Status.LoadBalancer.Ingress, func(i corev1.LoadBalancerIngress) bool {
+			return i.Hostname == "" && remove[i.IP]
+		})
+		if len(svc.Status.LoadBalancer.Ingress) == 0 {
+			svc.Status.LoadBalancer.Ingress = nil
+		}
+	} else {
+		svc.Status.LoadBalancer.Ingress = ingressFor(addrs)
+	}
+	if conds == nil {
+		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionAddressAllocated)
+		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionLBPodAvailable)
+	}
 	for _, c := range conds {
 		c.ObservedGeneration = svc.Generation
 		meta.SetStatusCondition(&svc.Status.Conditions, c)
+	}
+	if remove != nil && len(conds) == 1 {
+		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionLBPodAvailable)
 	}
 	if statusEqual(before.Status, svc.Status) {
 		return nil
@@ -465,160 +509,220 @@ func equalStringMaps(a, b map[string]string) bool {
 	return true
 }
 
-func hasOurStatus(svc *corev1.Service) bool {
-	return meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated) != nil ||
-		meta.FindStatusCondition(svc.Status.Conditions, ConditionLBPodAvailable) != nil
-}
-
-// applyObjects creates or updates the ServiceAccount, Role, RoleBinding and Deployment.
-func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Service, p LBPodParams) (*appsv1.Deployment, error) {
-	sa, err := BuildServiceAccount(p)
-	if err != nil {
-		return nil, err
-	}
-	role, err := BuildRole(p)
-	if err != nil {
-		return nil, err
-	}
-	rb, err := BuildRoleBinding(p)
-	if err != nil {
-		return nil, err
-	}
-	deploy, err := BuildDeployment(p)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.ensure(ctx, svc, sa, &corev1.ServiceAccount{}, func(cur client.Object) {}); err != nil {
-		return nil, err
-	}
-	if err := r.ensure(ctx, svc, role, &rbacv1.Role{}, func(cur client.Object) { cur.(*rbacv1.Role).Rules = role.Rules }); err != nil {
-		return nil, err
-	}
-	if err := r.ensure(ctx, svc, rb, &rbacv1.RoleBinding{}, func(cur client.Object) {
-		cur.(*rbacv1.RoleBinding).Subjects = rb.Subjects
-	}); err != nil {
-		return nil, err
-	}
-	cur := &appsv1.Deployment{}
-	if err := r.ensure(ctx, svc, deploy, cur, func(c client.Object) { c.(*appsv1.Deployment).Spec = deploy.Spec }); err != nil {
-		return nil, err
-	}
-	if cur.Name == "" {
-		return deploy, nil
-	}
-	return cur, nil
-}
-
-// ensure creates desired, or updates the existing object when its desired-hash differs. cur
-// receives the existing object. An object of that name the Service does not control is left
-// alone and reported: the operator never takes over what it did not create.
-func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, desired, cur client.Object, copySpec func(client.Object)) error {
-	kind := desired.GetObjectKind().GroupVersionKind().Kind
-	err := r.Client.Get(ctx, client.ObjectKeyFromObject(desired), cur)
-	if apierrors.IsNotFound(err) {
-		if err := r.Client.Create(ctx, desired, client.FieldOwner(FieldOwner)); err != nil {
-			return fmt.Errorf("create %s %s/%s: %w", kind, desired.GetNamespace(), desired.GetName(), err)
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("get %s %s/%s: %w", kind, desired.GetNamespace(), desired.GetName(), err)
-	}
-	if !metav1.IsControlledBy(cur, svc) {
-		return fmt.Errorf("%s %s/%s exists and is not controlled by service %s", kind, cur.GetNamespace(), cur.GetName(), svc.Name)
-	}
-	want := desired.GetAnnotations()[DesiredHashAnnotation]
-	if cur.GetAnnotations()[DesiredHashAnnotation] == want {
-		return nil
-	}
-	anns := cur.GetAnnotations()
-	if anns == nil {
-		anns = map[string]string{}
-	}
-	anns[DesiredHashAnnotation] = want
-	cur.SetAnnotations(anns)
-	labels := cur.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	for k, v := range desired.GetLabels() {
-		labels[k] = v
-	}
-	cur.SetLabels(labels)
-	cur.SetOwnerReferences(desired.GetOwnerReferences())
-	copySpec(cur)
-	if err := r.Client.Update(ctx, cur, client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("update %s %s/%s: %w", kind, cur.GetNamespace(), cur.GetName(), err)
-	}
-	return nil
-}
-
-// cleanup undoes everything the operator did for a Service: objects deleted, address released,
-// status and annotations cleared, finalizer removed last (so that a failure is retried).
-func (r *ServiceReconciler) cleanup(ctx context.Context, svc *corev1.Service) error {
-	name := ObjectName(svc.Name)
-	for _, obj := range []client.Object{&appsv1.Deployment{}, &rbacv1.RoleBinding{}, &rbacv1.Role{}, &corev1.ServiceAccount{}} {
-		err := r.Client.Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, obj)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err == nil && !metav1.IsControlledBy(obj, svc) {
-			continue
-		}
-		if err == nil {
-			err = r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground))
-		}
-		if err != nil && !apierrors.IsNotFound(err) {
-			err = fmt.Errorf("clean up %T %s/%s: %w", obj, svc.Namespace, name, err)
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonCleanupFailed, actionCleanup, "%v", err)
-			return err
-		}
-	}
-	subnet, released := r.Book.Release(OwnerKey(svc))
-	recorded := svc.Annotations[lbv1.AllocatedIPsAnnotation]
-
-	if svc.DeletionTimestamp.IsZero() {
-		// Clear only what is ours: ingress entries with our addresses, our conditions.
-		before := svc.DeepCopy()
-		ours := map[string]bool{}
-		for _, a := range strings.Split(recorded, ",") {
-			ours[a] = true
-		}
-		for _, a := range released {
-			ours[a.String()] = true
-		}
-		svc.Status.LoadBalancer.Ingress = slices.DeleteFunc(svc.Status.LoadBalancer.Ingress, func(i corev1.LoadBalancerIngress) bool { return ours[i.IP] })
-		if len(svc.Status.LoadBalancer.Ingress) == 0 {
-			svc.Status.LoadBalancer.Ingress = nil
-		}
-		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionAddressAllocated)
-		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionLBPodAvailable)
-		if !statusEqual(before.Status, svc.Status) {
-			if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-				return fmt.Errorf("clear service %s/%s status: %w", svc.Namespace, svc.Name, err)
-			}
-		}
-	}
-	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
-		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
-		delete(s.Annotations, lbv1.AllocatedSubnetAnnotation)
-		controllerutil.RemoveFinalizer(s, lbv1.CleanupFinalizer)
-	}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		return err
-	}
-	if recorded != "" || len(released) > 0 {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonCleanedUp, actionCleanup,
-			"released %s (subnet %q) and removed the lb-svc objects", orDash(recorded), subnet)
-	}
-	return nil
-}
-
 func orDash(s string) string {
 	if s == "" {
 		return "-"
 	}
 	return s
 }
+
+// boundMessage caps a message at what an Event note may carry (1 KiB), cutting on a rune.
+func boundMessage(s string) string {
+	const limit = 1000
+	if len(s) <= limit {
+		return s
+	}
+	cut := limit
+	for cut > 0 && (s[cut]&0xC0) == 0x80 {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+// perServiceObjects lists our four objects of a Service, empty, at their names.
+func (r *ServiceReconciler) perServiceObjects(svc *corev1.Service) []client.Object {
+	name := ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)
+	podNS := r.Options.LBPodNamespace
+	if podNS == "" {
+		podNS = svc.Namespace
+	}
+	mk := func(o client.Object, ns string) client.Object {
+		o.SetNamespace(ns)
+		o.SetName(name)
+		return o
+	}
+	return []client.Object{
+		mk(&appsv1.Deployment{}, podNS), mk(&corev1.ServiceAccount{}, podNS),
+		mk(&rbacv1.Role{}, svc.Namespace), mk(&rbacv1.RoleBinding{}, svc.Namespace),
+	}
+}
+
+// ownedBy tells whether obj was built by us for svc: the owner reference, the UID label or the
+// UID annotation (any one survives a hand edit of the others).
+func ownedBy(obj client.Object, svc *corev1.Service) bool {
+	if metav1.IsControlledBy(obj, svc) {
+		return true
+	}
+	uid := string(svc.UID)
+	return obj.GetLabels()[lbv1.ServiceUIDLabel] == uid || obj.GetAnnotations()[ServiceUIDAnnotation] == uid
+}
+
+// foreignObject names an object at one of the Service's per-Service names that is not ours.
+func (r *ServiceReconciler) foreignObject(ctx context.Context, svc *corev1.Service) (string, error) {
+	for _, o := range r.perServiceObjects(svc) {
+		err := r.Reader.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("get %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
+		}
+		if !ownedBy(o, svc) {
+			return fmt.Sprintf("%s %s/%s", kindOf(o), o.GetNamespace(), o.GetName()), nil
+		}
+	}
+	return "", nil
+}
+
+func kindOf(o client.Object) string {
+	switch o.(type) {
+	case *appsv1.Deployment:
+		return "Deployment"
+	case *corev1.ServiceAccount:
+		return "ServiceAccount"
+	case *rbacv1.Role:
+		return "Role"
+	case *rbacv1.RoleBinding:
+		return "RoleBinding"
+	}
+	return fmt.Sprintf("%T", o)
+}
+
+// applyObjects creates or server-side applies the ServiceAccount, Role, RoleBinding and
+// Deployment. It returns the current Deployment, or the name of an object in the way that is
+// not ours (left untouched).
+func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Service, p LBPodParams) (*appsv1.Deployment, string, error) {
+	sa, err := BuildServiceAccount(p)
+	if err != nil {
+		return nil, "", err
+	}
+	role, err := BuildRole(p)
+	if err != nil {
+		return nil, "", err
+	}
+	rb, err := BuildRoleBinding(p)
+	if err != nil {
+		return nil, "", err
+	}
+	deploy, err := BuildDeployment(p)
+	if err != nil {
+		return nil, "", err
+	}
+	cur := &appsv1.Deployment{}
+	for _, o := range []struct{ desired, cur client.Object }{
+		{sa, &corev1.ServiceAccount{}}, {role, &rbacv1.Role{}}, {rb, &rbacv1.RoleBinding{}}, {deploy, cur},
+	} {
+		foreign, err := r.ensure(ctx, svc, o.desired, o.cur)
+		if err != nil || foreign != "" {
+			return nil, foreign, err
+		}
+	}
+	if cur.Name == "" {
+		return deploy, "", nil
+	}
+	return cur, "", nil
+}
+
+// ensure creates desired, or server-side applies it (field manager lbsvc-operator, forced, so
+// hand edits to the fields we own are reverted) when the current object differs from it. An
+// object of that name that is not ours is left alone and its name returned.
+func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, desired, cur client.Object) (string, error) {
+	key := client.ObjectKeyFromObject(desired)
+	what := fmt.Sprintf("%s %s/%s", kindOf(desired), key.Namespace, key.Name)
+	err := r.Client.Get(ctx, key, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Not in our (label-selected) cache: create it; if that name is taken, see by whom.
+		create := desired.DeepCopyObject().(client.Object)
+		err = r.Client.Create(ctx, create, client.FieldOwner(FieldOwner))
+		if err == nil {
+			return "", nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("create %s: %w", what, err)
+		}
+		if err := r.Reader.Get(ctx, key, cur); err != nil {
+			return "", fmt.Errorf("get %s: %w", what, err)
+		}
+		if !ownedBy(cur, svc) {
+			return what, nil
+		}
+	case err != nil:
+		return "", fmt.Errorf("get %s: %w", what, err)
+	case !ownedBy(cur, svc):
+		return what, nil
+	case upToDate(desired, cur):
+		return "", nil
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	obj := &unstructured.Unstructured{Object: u}
+	unstructured.RemoveNestedField(obj.Object, "status")
+	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return "", fmt.Errorf("apply %s: %w", what, err)
+	}
+	return "", nil
+}
+
+// upToDate tells whether cur already has every field desired sets (server defaults aside).
+func upToDate(desired, cur client.Object) bool {
+	if !subset(desired.GetLabels(), cur.GetLabels()) || !subset(desired.GetAnnotations(), cur.GetAnnotations()) {
+		return false
+	}
+	for _, ref := range desired.GetOwnerReferences() {
+		if !slices.ContainsFunc(cur.GetOwnerReferences(), func(o metav1.OwnerReference) bool {
+			return o.UID == ref.UID && ptrTrue(o.Controller)
+		}) {
+			return false
+		}
+	}
+	switch d := desired.(type) {
+	case *appsv1.Deployment:
+		return equality.Semantic.DeepDerivative(d.Spec, cur.(*appsv1.Deployment).Spec)
+	case *rbacv1.Role:
+		return equality.Semantic.DeepDerivative(d.Rules, cur.(*rbacv1.Role).Rules)
+	case *rbacv1.RoleBinding:
+		c := cur.(*rbacv1.RoleBinding)
+		return equality.Semantic.DeepDerivative(d.RoleRef, c.RoleRef) && equality.Semantic.DeepDerivative(d.Subjects, c.Subjects)
+	}
+	return true
+}
+
+func ptrTrue(b *bool) bool { return b != nil && *b }
+
+func subset(want, have map[string]string) bool {
+	for k, v := range want {
+		if w, ok := have[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// deleteObjects deletes our per-Service objects (those our cache holds, so carrying our labels).
+// Background propagation: the name is free at once for a Service created again, and the drain of
+// the addresses waits for the ReplicaSets and pods the garbage collector removes after it.
+func (r *ServiceReconciler) deleteObjects(ctx context.Context, svc *corev1.Service) error {
+	for _, obj := range r.perServiceObjects(svc) {
+		err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("get %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err)
+		}
+		if !ownedBy(obj, svc) || !obj.GetDeletionTimestamp().IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground),
+			client.Preconditions{UID: ptrUID(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err)
+		}
+	}
+	return nil
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }

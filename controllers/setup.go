@@ -28,8 +28,8 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions restricts the cached Deployments, ServiceAccounts, Roles and RoleBindings to the
-// ones the operator creates: a cluster holds many, and caching them all would cost memory for
+// CacheOptions restricts the cached Deployments, ServiceAccounts, Roles, RoleBindings and Pods to
+// the ones the operator creates: a cluster holds many, and caching them all would cost memory for
 // nothing.
 func CacheOptions() cache.Options {
 	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{lbv1.ComponentLabel: lbv1.ComponentLBPod})}
@@ -38,14 +38,16 @@ func CacheOptions() cache.Options {
 		&corev1.ServiceAccount{}: ours,
 		&rbacv1.Role{}:           ours,
 		&rbacv1.RoleBinding{}:    ours,
+		&corev1.Pod{}:            ours,
 	}}
 }
 
-// Setup adds the address book, the Subnet reconciler and, when enableLBSvc is set, the Service
-// reconciler to mgr. It reports whether the Service reconciler was started.
-func Setup(mgr ctrl.Manager, enableLBSvc bool, opts Options) error {
+// Setup adds the address book and the Subnet, IP and Service reconcilers to mgr. With
+// opts.EnableLBSvc off the Service reconciler only lets go of Services we served that are being
+// deleted (finalizer removed, addresses drained); nothing else is created, changed or deleted.
+func Setup(mgr ctrl.Manager, opts Options) error {
 	log := ctrl.Log.WithName("setup")
-	book := NewAddressBook(mgr.GetCache())
+	book := NewAddressBook(mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient())
 	if err := mgr.Add(book); err != nil {
 		return fmt.Errorf("add address book: %w", err)
 	}
@@ -55,22 +57,26 @@ func Setup(mgr ctrl.Manager, enableLBSvc bool, opts Options) error {
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up subnet controller: %w", err)
 	}
-	if !enableLBSvc {
-		// An upgrade that forgets the flag must not tear down live Services: with the flag off the
-		// Service reconciler does not run at all, so nothing is created, changed or deleted.
-		log.Info("--enable-lb-svc is false: LoadBalancer Services are ignored; nothing will be created or deleted for them")
-		return nil
+	if err := (&IPReconciler{
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner),
+		SkipNameValidation: opts.SkipNameValidation,
+	}).SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("set up ip controller: %w", err)
+	}
+	if !opts.EnableLBSvc {
+		// An upgrade that forgets the flag must not tear down live Services.
+		log.Info("--enable-lb-svc is false: LoadBalancer Services are not served; only the deletion of Services served before completes")
 	}
 	if opts.MaxConcurrentReconciles < 1 {
 		opts.MaxConcurrentReconciles = 1
 	}
 	if err := (&ServiceReconciler{
-		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book, Options: opts,
+		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book, Options: opts,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up service controller: %w", err)
 	}
-	log.Info("LoadBalancer Service support enabled", "image", opts.LBSvcImage,
+	log.Info("service controller set up", "enableLBSvc", opts.EnableLBSvc, "image", opts.LBSvcImage,
 		"defaultAttachmentProvider", opts.DefaultAttachmentProvider, "forwardingSysctls", opts.ForwardingSysctls,
-		"maxConcurrentReconciles", opts.MaxConcurrentReconciles)
+		"lbPodNamespace", opts.LBPodNamespace, "maxConcurrentReconciles", opts.MaxConcurrentReconciles)
 	return nil
 }

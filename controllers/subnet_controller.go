@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"strings"
@@ -28,12 +29,13 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
 )
 
-// +kubebuilder:rbac:groups=lbsvc.io,resources=subnets,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=lbsvc.io,resources=subnets/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=lbsvc.io,resources=subnets,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=lbsvc.io,resources=subnets/status,verbs=patch
 // +kubebuilder:rbac:groups=lbsvc.io,resources=subnets/finalizers,verbs=update
 
 // SubnetReconciler validates Subnets beyond the schema, keeps their counters current and holds
-// their deletion while Services still have addresses from them.
+// their deletion while IP objects (bound or draining) still hold addresses from them. It only
+// reads the address book.
 type SubnetReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
@@ -42,14 +44,37 @@ type SubnetReconciler struct {
 	SkipNameValidation bool
 }
 
+// indexIPSubnet indexes IP objects by their Subnet.
+const indexIPSubnet = "lbsvc.io/subnet"
+
+// ipsOf lists a Subnet's IP objects from the cache: when an IP event wakes this reconciler the
+// cache already shows the change (the address book's own handler may not have run yet).
+func (r *SubnetReconciler) ipsOf(ctx context.Context, subnet string) ([]netip.Addr, []lbv1.IPOwner, error) {
+	var list lbv1.IPList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexIPSubnet: subnet}); err != nil {
+		return nil, nil, fmt.Errorf("list IP objects of subnet %q: %w", subnet, err)
+	}
+	var addrs []netip.Addr
+	var owners []lbv1.IPOwner
+	for i := range list.Items {
+		if a, err := netip.ParseAddr(list.Items[i].Spec.Address); err == nil {
+			addrs = append(addrs, a)
+			owners = append(owners, list.Items[i].Spec.Service)
+		}
+	}
+	return addrs, owners, nil
+}
+
 // maxNamedServices bounds the Service names an in-use Event lists.
 const maxNamedServices = 10
 
 // SetupWithManager registers the controller: Subnets, every Subnet when one changes (overlap is
-// relative), and the Subnet a Service's recorded allocation names.
+// relative), and the Subnet of an IP object that comes or goes.
 func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if err := indexServicesBySubnet(mgr); err != nil {
-		return err
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lbv1.IP{}, indexIPSubnet, func(o client.Object) []string {
+		return []string{o.(*lbv1.IP).Spec.Subnet}
+	}); err != nil {
+		return fmt.Errorf("index IP objects by subnet: %w", err)
 	}
 	allSubnets := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, _ client.Object) []reconcile.Request {
 		var list lbv1.SubnetList
@@ -63,24 +88,16 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return reqs
 	})
-	recordedSubnet := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if s := o.GetAnnotations()[lbv1.AllocatedSubnetAnnotation]; s != "" {
-			return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: s}}}
-		}
-		return nil
+	ipSubnet := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{{NamespacedName: client.ObjectKey{Name: o.(*lbv1.IP).Spec.Subnet}}}
 	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("subnet").
 		For(&lbv1.Subnet{}).
 		Watches(&lbv1.Subnet{}, allSubnets, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&corev1.Service{}, recordedSubnet, builder.WithPredicates(predicate.Or(
-			predicate.AnnotationChangedPredicate{}, predicate.Funcs{
-				CreateFunc: func(e event.CreateEvent) bool { return e.Object.GetAnnotations()[lbv1.AllocatedSubnetAnnotation] != "" },
-				DeleteFunc: func(e event.DeleteEvent) bool { return e.Object.GetAnnotations()[lbv1.AllocatedSubnetAnnotation] != "" },
-				// Annotation changes are AnnotationChangedPredicate's; nothing else matters here.
-				UpdateFunc:  func(event.UpdateEvent) bool { return false },
-				GenericFunc: func(event.GenericEvent) bool { return false },
-			}))).
+		Watches(&lbv1.IP{}, ipSubnet, builder.WithPredicates(predicate.Funcs{
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+		})).
 		WithOptions(controller.Options{SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)
 }
@@ -112,26 +129,32 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	before := subnet.DeepCopy()
 	cond := metav1.Condition{Type: ConditionSubnetReady, Status: metav1.ConditionTrue, Reason: ReasonSubnetValid,
 		Message: "subnet is valid", ObservedGeneration: subnet.Generation}
-	cfg, err := ValidateSubnet(subnet, all.Items)
-	var usage ipam.Usage
+	cfg, verr := ValidateSubnet(subnet, all.Items)
+	held, _, err := r.ipsOf(ctx, subnet.Name)
 	if err != nil {
+		return ctrl.Result{}, err
+	}
+	var usage ipam.Usage
+	if verr != nil {
 		var ref *Refusal
-		if !errors.As(err, &ref) {
-			return ctrl.Result{}, err
+		if !errors.As(verr, &ref) {
+			return ctrl.Result{}, verr
 		}
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, ref.Message
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, boundMessage(ref.Message)
 		old := meta.FindStatusCondition(subnet.Status.Conditions, ConditionSubnetReady)
-		if old == nil || old.Reason != ref.Reason || old.Message != ref.Message {
-			r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, ref.Reason, actionValidate, "%s", ref.Message)
+		if old == nil || old.Reason != ref.Reason || old.Message != cond.Message {
+			r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, ref.Reason, actionValidate, "%s", cond.Message)
 		}
 		// Addresses already handed out stay counted even though no new one is handed out.
-		if u, ok := r.Book.Usage(subnet.Name); ok {
-			usage = u
-			usage.V4Available, usage.V6Available = 0, 0
+		for _, a := range held {
+			if a.Is4() {
+				usage.V4Used++
+			} else {
+				usage.V6Used++
+			}
 		}
 	} else {
-		r.Book.EnsureSubnet(cfg)
-		usage, _ = r.Book.Usage(subnet.Name)
+		usage = ipam.CountUsage(cfg, held)
 	}
 	meta.SetStatusCondition(&subnet.Status.Conditions, cond)
 	subnet.Status.V4UsingIPs, subnet.Status.V4AvailableIPs = usage.V4Used, usage.V4Available
@@ -151,36 +174,32 @@ func (r *SubnetReconciler) finalize(ctx context.Context, subnet *lbv1.Subnet) er
 	if !controllerutil.ContainsFinalizer(subnet, lbv1.SubnetFinalizer) {
 		return nil
 	}
-	users := map[string]bool{}
-	for _, o := range r.Book.Owners(subnet.Name) {
-		users[o] = true
+	_, owners, err := r.ipsOf(ctx, subnet.Name)
+	if err != nil {
+		return err
 	}
-	var recorded corev1.ServiceList
-	if err := r.Client.List(ctx, &recorded, client.MatchingFields{indexServiceSubnet: subnet.Name}); err != nil {
-		return fmt.Errorf("list services of subnet %q: %w", subnet.Name, err)
-	}
-	for i := range recorded.Items {
-		users[OwnerKey(&recorded.Items[i])] = true
-	}
-	if len(users) > 0 {
-		names := make([]string, 0, len(users))
-		for u := range users {
-			names = append(names, u)
+	if len(owners) > 0 {
+		seen := map[string]bool{}
+		var names []string
+		for _, o := range owners {
+			if k := o.Namespace + "/" + o.Name; !seen[k] {
+				seen[k] = true
+				names = append(names, k)
+			}
 		}
 		sort.Strings(names)
 		shown := names
 		if len(shown) > maxNamedServices {
 			shown = shown[:maxNamedServices]
 		}
-		msg := fmt.Sprintf("subnet %q is still used by %d service(s): %s", subnet.Name, len(names), strings.Join(shown, ", "))
+		msg := fmt.Sprintf("subnet %q still has %d address(es) bound or draining, of service(s) %s", subnet.Name, len(owners), strings.Join(shown, ", "))
 		if len(names) > len(shown) {
 			msg += ", ..."
 		}
 		r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, ReasonSubnetInUse, actionDelete, "%s", msg)
-		// The Service watch brings the Subnet back when one of them lets go.
+		// The IP watch brings the Subnet back when one of them is gone.
 		return nil
 	}
-	r.Book.RemoveSubnet(subnet.Name)
 	before := subnet.DeepCopy()
 	controllerutil.RemoveFinalizer(subnet, lbv1.SubnetFinalizer)
 	if err := r.Client.Patch(ctx, subnet, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil && !apierrors.IsNotFound(err) {

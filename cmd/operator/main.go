@@ -33,7 +33,8 @@ func run() error {
 		leaderElectionNS  string
 		maxConcurrentRecs int
 	)
-	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates and deletes nothing for Services.")
+	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
+	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
 		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
@@ -63,6 +64,7 @@ func run() error {
 	}
 	opts.ForwardingSysctls = sysctls
 	opts.MaxConcurrentReconciles = maxConcurrentRecs
+	opts.EnableLBSvc = enableLBSvc
 
 	scheme, err := controllers.NewScheme()
 	if err != nil {
@@ -86,7 +88,7 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
 	}
-	if err := controllers.Setup(mgr, enableLBSvc, opts); err != nil {
+	if err := controllers.Setup(mgr, opts); err != nil {
 		return err
 	}
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {

@@ -103,3 +103,32 @@ func (a *Allocator) Families(subnet string) []Family {
 	}
 	return out
 }
+
+// CheckAddr tells why cfg would not hand out addr (the sentinels of Pick, bar ErrInUse), or nil.
+func CheckAddr(cfg SubnetConfig, addr netip.Addr) error {
+	if err := checkRequested(addr); err != nil {
+		return err
+	}
+	for i, c := range cfg.CIDRs {
+		if familyOf(c.Addr()) != familyOf(addr) {
+			continue
+		}
+		var gw netip.Addr
+		if i < len(cfg.Gateways) {
+			gw = cfg.Gateways[i]
+		}
+		return newPool(c, gw, cfg.Excludes).check(addr)
+	}
+	return fmt.Errorf("%s is %s but the subnet serves only %s: %w", addr, familyOf(addr), prefixList(cfg.CIDRs), ErrFamily)
+}
+
+// CountUsage is the Usage of cfg when exactly held are held.
+func CountUsage(cfg SubnetConfig, held []netip.Addr) Usage {
+	a := New()
+	a.SetSubnet(cfg)
+	for _, h := range held {
+		a.HoldAddr(cfg.Name, h, "")
+	}
+	u, _ := a.Usage(cfg.Name)
+	return u
+}

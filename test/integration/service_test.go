@@ -69,7 +69,8 @@ func TestSeedFlow(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	g.Expect(d.OwnerReferences).To(Equal([]metav1.OwnerReference{owner}))
 	g.Expect(d.Labels).To(Equal(map[string]string{"app.kubernetes.io/component": "lb-svc",
-		"lbsvc.io/service": "test-service", "app.kubernetes.io/managed-by": "lbsvc-operator"}))
+		"lbsvc.io/service": "test-service", "app.kubernetes.io/managed-by": "lbsvc-operator",
+		"lbsvc.io/service-namespace": "default", "lbsvc.io/service-uid": string(svc.UID), "lbsvc.io/ipv4": "172.18.0.18"}))
 	g.Expect(*d.Spec.Replicas).To(Equal(int32(1)))
 	g.Expect(d.Spec.Strategy.Type).To(Equal(appsv1.RecreateDeploymentStrategyType))
 	tpl := d.Spec.Template
@@ -92,7 +93,7 @@ func TestSeedFlow(t *testing.T) {
 	for _, ctr := range []corev1.Container{initC, mainC} {
 		g.Expect(ctr.Image).To(Equal(image))
 		g.Expect(ctr.Env).To(Equal([]corev1.EnvVar{
-			{Name: "LBPOD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"}}},
+			{Name: "LBPOD_NAMESPACE", Value: "default"},
 			{Name: "LBPOD_SERVICE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.labels['lbsvc.io/service']"}}},
 			{Name: "LBPOD_ADDRESSES", Value: "172.18.0.18/16"},
 			{Name: "LBPOD_GATEWAYS", Value: "172.18.0.1"},
@@ -139,7 +140,7 @@ func TestSeedFlow(t *testing.T) {
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 		g.Expect(c.Reason).To(Equal(controllers.ReasonDeploymentAvailable))
-		g.Expect(c.Message).To(Equal("deployment lb-svc-test-service: Deployment has minimum availability."))
+		g.Expect(c.Message).To(Equal("deployment default/lb-svc-test-service: Deployment has minimum availability."))
 	}, timeout, interval).Should(Succeed())
 
 	// Counters: a /16 less network, broadcast and 172.18.0.0..10 (gateway included) is 65524.

@@ -125,8 +125,8 @@ func startOperator(enable bool) {
 	if err != nil {
 		panic(fmt.Sprintf("new manager: %v", err))
 	}
-	if err := controllers.Setup(mgr, enable, controllers.Options{
-		LBSvcImage: image, ForwardingSysctls: controllers.ForwardingIPv6,
+	if err := controllers.Setup(mgr, controllers.Options{
+		EnableLBSvc: enable, LBSvcImage: image, ForwardingSysctls: controllers.ForwardingIPv6,
 		MaxConcurrentReconciles: 4, SkipNameValidation: true,
 	}); err != nil {
 		panic(fmt.Sprintf("setup: %v", err))

@@ -1,0 +1,288 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=lbsvc.io,resources=ips/status,verbs=patch
+// +kubebuilder:rbac:groups=lbsvc.io,resources=ips/finalizers,verbs=update
+// +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=patch
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
+// +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get
+
+// indexPodAddress indexes lb pods by the IP object names in their address labels.
+const indexPodAddress = "lbsvc.io/address"
+
+// drainRecheck is how often a draining address whose holders are not pods (a ReplicaSet that
+// has not scaled down yet) is looked at again: nothing else would wake it.
+const drainRecheck = 2 * time.Second
+
+// IPReconciler keeps each IP object's status (phase, holders) and lets a draining address go
+// once no lb pod that could hold it exists. It also drains an address whose owner Service is
+// gone (a claim made just before the operator stopped).
+type IPReconciler struct {
+	Client client.Client
+	// Reader reads from the API server directly: a release is decided on the server's word.
+	Reader   client.Reader
+	Recorder events.EventRecorder
+	// SkipNameValidation lets tests run several managers in one process.
+	SkipNameValidation bool
+}
+
+// SetupWithManager registers the pod index and the controller.
+func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &corev1.Pod{}, indexPodAddress, func(o client.Object) []string {
+		return addressLabelValues(o.GetLabels())
+	}); err != nil {
+		return fmt.Errorf("index pods by address: %w", err)
+	}
+	podAddresses := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		var reqs []reconcile.Request
+		for _, n := range addressLabelValues(o.GetLabels()) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: n}})
+		}
+		return reqs
+	})
+	return ctrl.NewControllerManagedBy(mgr).
+		Named("ip").
+		For(&lbv1.IP{}).
+		Watches(&corev1.Pod{}, podAddresses).
+		Watches(&appsv1.Deployment{}, podAddresses).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.SkipNameValidation}).
+		Complete(r)
+}
+
+func addressLabelValues(l map[string]string) []string {
+	var out []string
+	for _, k := range []string{lbv1.IPv4Label, lbv1.IPv6Label} {
+		if v := l[k]; v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// Reconcile implements reconcile.Reconciler.
+func (r *IPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	ip := &lbv1.IP{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ip); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if ip.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.reconcileBound(ctx, ip)
+	}
+	return r.reconcileDraining(ctx, ip)
+}
+
+// holders lists the lb pods (from the cache) that carry the address in their labels.
+func (r *IPReconciler) holders(ctx context.Context, ip *lbv1.IP) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexPodAddress: ip.Name}); err != nil {
+		return nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return podKey(&pods.Items[i]) < podKey(&pods.Items[j]) })
+	return pods.Items, nil
+}
+
+func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+func holderList(pods []corev1.Pod) []lbv1.IPHolder {
+	var out []lbv1.IPHolder
+	for i := range pods {
+		if len(out) == 16 {
+			break
+		}
+		out = append(out, lbv1.IPHolder{Pod: podKey(&pods[i]), Node: pods[i].Spec.NodeName})
+	}
+	return out
+}
+
+// reconcileBound records the holders, and drains the address when its owner Service is gone or
+// is another Service now (same name, new UID).
+func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
+	owner := ip.Spec.Service
+	svc := &corev1.Service{}
+	err := r.Client.Get(ctx, types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, svc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err != nil || string(svc.UID) != owner.UID {
+		// The cache may not have a Service created a moment ago: ask the API server.
+		err = r.Reader.Get(ctx, types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, svc)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err != nil || string(svc.UID) != owner.UID {
+			if err := r.Client.Delete(ctx, ip, client.Preconditions{UID: ptrUID(ip.UID)}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("drain orphaned %s: %w", ip.Name, err)
+			}
+			return nil
+		}
+	}
+	pods, err := r.holders(ctx, ip)
+	if err != nil {
+		return err
+	}
+	return r.patchStatus(ctx, ip, lbv1.IPBound, pods, "")
+}
+
+// reconcileDraining lets the address go once nothing can hold it: no lb pod carries it, no
+// ReplicaSet may still create one, no Deployment still asks for it. The last word is the API
+// server's, read past the cache.
+func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(ip, lbv1.DrainFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	pods, err := r.holders(ctx, ip)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if len(pods) == 0 {
+		var why string
+		why, pods, err = r.confirmNoHolder(ctx, ip)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if why == "" && len(pods) == 0 {
+			before := ip.DeepCopy()
+			controllerutil.RemoveFinalizer(ip, lbv1.DrainFinalizer)
+			if err := r.Client.Patch(ctx, ip, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+				return ctrl.Result{}, client.IgnoreNotFound(err)
+			}
+			r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, ReasonDrained, actionRelease,
+				"%s is free: no lb pod can hold it any more", ip.Spec.Address)
+			return ctrl.Result{}, nil
+		}
+		if why != "" {
+			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, nil, why)
+		}
+	}
+	msg := fmt.Sprintf("waiting for %s to be gone", podNames(pods))
+	for i := range pods {
+		node := pods[i].Spec.NodeName
+		if node == "" {
+			continue
+		}
+		ready, err := r.nodeReady(ctx, node)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if !ready {
+			msg = fmt.Sprintf("pod %s on node %s, which is not Ready, may still hold %s; it is handed out again only once that pod is gone. "+
+				"If the node is down for good, delete the pod (kubectl delete pod -n %s %s --force --grace-period=0) or the Node; else recover the node",
+				podKey(&pods[i]), node, ip.Spec.Address, pods[i].Namespace, pods[i].Name)
+			if ip.Status.Message != msg {
+				r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ReasonDrainBlocked, actionRelease, "%s", boundMessage(msg))
+			}
+			break
+		}
+	}
+	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, pods, msg)
+}
+
+// confirmNoHolder asks the API server for pods, ReplicaSets and Deployments that carry the
+// address; it returns why the address is not free yet ("" when it is) and the pods found.
+func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string, []corev1.Pod, error) {
+	key := lbv1.IPv4Label
+	if strings.Contains(ip.Name, "-") {
+		key = lbv1.IPv6Label
+	}
+	sel := client.MatchingLabels{key: ip.Name}
+	var pods corev1.PodList
+	if err := r.Reader.List(ctx, &pods, sel); err != nil {
+		return "", nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
+	}
+	if len(pods.Items) > 0 {
+		return "", pods.Items, nil
+	}
+	var rss appsv1.ReplicaSetList
+	if err := r.Reader.List(ctx, &rss, sel); err != nil {
+		return "", nil, fmt.Errorf("list replicasets of %s: %w", ip.Name, err)
+	}
+	for i := range rss.Items {
+		rs := &rss.Items[i]
+		if (rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0) || rs.Status.Replicas > 0 {
+			return fmt.Sprintf("replicaset %s/%s may still create a pod holding %s", rs.Namespace, rs.Name, ip.Spec.Address), nil, nil
+		}
+	}
+	var deps appsv1.DeploymentList
+	if err := r.Reader.List(ctx, &deps, sel); err != nil {
+		return "", nil, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
+	}
+	for i := range deps.Items {
+		if deps.Items[i].DeletionTimestamp.IsZero() {
+			return fmt.Sprintf("deployment %s/%s still asks for %s", deps.Items[i].Namespace, deps.Items[i].Name, ip.Spec.Address), nil, nil
+		}
+	}
+	return "", nil, nil
+}
+
+func podNames(pods []corev1.Pod) string {
+	names := make([]string, 0, len(pods))
+	for i := range pods {
+		if len(names) == 5 {
+			names = append(names, fmt.Sprintf("and %d more", len(pods)-5))
+			break
+		}
+		names = append(names, "pod "+podKey(&pods[i]))
+	}
+	return strings.Join(names, ", ")
+}
+
+func (r *IPReconciler) nodeReady(ctx context.Context, name string) (bool, error) {
+	node := &corev1.Node{}
+	if err := r.Reader.Get(ctx, types.NamespacedName{Name: name}, node); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("get node %s: %w", name, err)
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue, nil
+		}
+	}
+	return false, nil
+}
+
+func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.IPPhase, pods []corev1.Pod, msg string) error {
+	before := ip.DeepCopy()
+	ip.Status.Phase = phase
+	ip.Status.Holders = holderList(pods)
+	ip.Status.Node = ""
+	for _, h := range ip.Status.Holders {
+		if h.Node != "" {
+			ip.Status.Node = h.Node
+			break
+		}
+	}
+	ip.Status.Message = boundMessage(msg)
+	if before.Status.Phase == ip.Status.Phase && before.Status.Node == ip.Status.Node && before.Status.Message == ip.Status.Message &&
+		slices.Equal(before.Status.Holders, ip.Status.Holders) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, ip, client.MergeFrom(before)); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	return nil
+}

@@ -1,0 +1,259 @@
+package controllers
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
+)
+
+// The Service reconciler in one pure step: everything it read (ServiceInputs) in, what to do
+// (Plan) out. The reconciler gathers the inputs once, calls DecideService, then applies the plan;
+// table tests check the decisions without an API server.
+
+// OwnedIP is an IP object owned by the Service (by UID), as the address book mirrors it.
+type OwnedIP struct {
+	Name     string
+	Addr     netip.Addr
+	Subnet   string
+	Draining bool
+}
+
+// ServiceInputs is what the reconciler read for one Service.
+type ServiceInputs struct {
+	Service *corev1.Service
+	// EnableLBSvc is --enable-lb-svc: with it off only deletions of Services we served complete.
+	EnableLBSvc bool
+	// DefaultProvider is --default-attachment-provider.
+	DefaultProvider string
+	// NADFound tells whether the NetworkAttachmentDefinition the provider names exists.
+	NADFound bool
+	// Subnets are all Subnets.
+	Subnets []lbv1.Subnet
+	// Owned are the IP objects owned by the Service's UID, Bound and Draining.
+	Owned []OwnedIP
+	// ForeignObject, when set, names an object at one of our per-Service names that is not ours.
+	ForeignObject string
+}
+
+// PlanAction is the kind of plan.
+type PlanAction int
+
+// The plan kinds.
+const (
+	// PlanNothing: not ours, nothing of ours on it; touch nothing.
+	PlanNothing PlanAction = iota
+	// PlanServe: hold the addresses (Keep, then Claims), apply the objects, drain the rest.
+	PlanServe
+	// PlanTeardown: delete our objects, drain every owned address, clear what we wrote. With a
+	// Refusal the Service stays ours (finalizer kept) and shows why; without one it is let go.
+	PlanTeardown
+)
+
+// Claim is one address to take: Static when requested, else the lowest free of Family.
+type Claim struct {
+	Family ipam.Family
+	Static netip.Addr
+}
+
+// Plan is what to do for a Service.
+type Plan struct {
+	Action PlanAction
+	// Refusal, with PlanTeardown, is why the Service is not served; with PlanServe it is a
+	// degraded state worth showing (the Subnet became invalid and no new address is handed out).
+	Refusal *Refusal
+
+	Provider, NADName, NADNamespace string
+	Subnet                          string
+	SubnetConfig                    ipam.SubnetConfig
+
+	// Keep are the Bound IP objects that stay the Service's, Claims the addresses to take, in
+	// the Subnet's family order. Drain are owned Bound IPs to let go of once the claims succeed.
+	Keep   []OwnedIP
+	Claims []Claim
+	Drain  []OwnedIP
+	// RemoveFinalizer: the Service is let go (PlanTeardown without refusal, and it was ours).
+	RemoveFinalizer bool
+	// Deleting: the Service is being deleted (its status is not worth clearing).
+	Deleting bool
+}
+
+// DecideService is the Service reconciler's decision.
+func DecideService(in ServiceInputs) Plan {
+	svc := in.Service
+	deleting := !svc.DeletionTimestamp.IsZero()
+	ours := len(in.Owned) > 0 || hasOurConditions(svc)
+	provider, served := ServiceProvider(svc, in.DefaultProvider)
+	if !in.EnableLBSvc {
+		// With the flag off nothing is served: only a deletion we must not block completes.
+		served = false
+		if !deleting {
+			return Plan{Action: PlanNothing}
+		}
+	}
+	if !served || deleting {
+		if !ours {
+			return Plan{Action: PlanNothing}
+		}
+		return Plan{Action: PlanTeardown, Drain: bound(in.Owned), RemoveFinalizer: true, Deleting: deleting}
+	}
+	refuse := func(ref *Refusal) Plan {
+		return Plan{Action: PlanTeardown, Refusal: ref, Drain: bound(in.Owned)}
+	}
+
+	if in.ForeignObject != "" {
+		return refuse(&Refusal{ReasonObjectConflict, fmt.Sprintf("%s exists and was not created by lbsvc-operator for this Service; delete or rename it", in.ForeignObject)})
+	}
+	nadName, nadNS, err := SplitProvider(provider)
+	if err != nil {
+		return refuse(err.(*Refusal))
+	}
+	if !in.NADFound {
+		return refuse(&Refusal{ReasonNADNotFound, fmt.Sprintf("network attachment definition %s/%s (provider %q) does not exist", nadNS, nadName, provider)})
+	}
+	subnet, err := ChooseSubnet(svc, provider, in.Subnets)
+	if err != nil {
+		return refuse(err.(*Refusal))
+	}
+	p := Plan{Action: PlanServe, Provider: provider, NADName: nadName, NADNamespace: nadNS, Subnet: subnet.Name}
+
+	cfg, verr := ValidateSubnet(subnet, in.Subnets)
+	if verr == nil && !subnet.DeletionTimestamp.IsZero() {
+		verr = &Refusal{ReasonSubnetNotReady, fmt.Sprintf("subnet %q is being deleted", subnet.Name)}
+	}
+	if verr != nil {
+		ref := verr.(*Refusal)
+		if ref.Reason != ReasonSubnetNotReady {
+			ref = &Refusal{ReasonSubnetNotReady, fmt.Sprintf("subnet %q: %s", subnet.Name, ref.Message)}
+		}
+		// An invalid Subnet hands out nothing new, but what it already gave stays bound.
+		held := inSubnet(bound(in.Owned), subnet.Name)
+		if len(held) == 0 {
+			return refuse(ref)
+		}
+		parsed, perr := ParseSubnetSpec(subnet)
+		if perr != nil {
+			// Unparseable: keep the addresses as they are, and the objects as last applied.
+			parsed = ipam.SubnetConfig{Name: subnet.Name}
+		}
+		p.SubnetConfig = parsed
+		p.Keep = held
+		p.Drain = without(bound(in.Owned), held)
+		p.Refusal = &Refusal{ref.Reason, ref.Message + "; the Service keeps " + joinOwned(held) + " and nothing new is handed out"}
+		return p
+	}
+	p.SubnetConfig = cfg
+
+	requested, err := RequestedAddrs(svc)
+	if err != nil {
+		return refuse(err.(*Refusal))
+	}
+	families := subnetFamilies(cfg)
+	for _, r := range requested {
+		if !slices.Contains(families, familyOf(r)) {
+			return refuse(&Refusal{ReasonAddressFamily, fmt.Sprintf("spec.loadBalancerIP %s is %s but subnet %q serves only %s", r, familyOf(r), subnet.Name, cfg.CIDRs)})
+		}
+	}
+	owned := inSubnet(bound(in.Owned), subnet.Name)
+	ingress := ingressSet(svc)
+	for _, f := range families {
+		static, hasStatic := staticOf(requested, f)
+		var keep *OwnedIP
+		for i := range owned {
+			o := &owned[i]
+			if familyOf(o.Addr) != f || ipam.CheckAddr(cfg, o.Addr) != nil {
+				continue
+			}
+			if hasStatic && o.Addr != static {
+				continue
+			}
+			// Prefer the address already published, then the lowest: two operators that each
+			// claimed one for the same Service converge on the same choice.
+			if keep == nil || (ingress[o.Addr] && !ingress[keep.Addr]) ||
+				(ingress[o.Addr] == ingress[keep.Addr] && o.Addr.Less(keep.Addr)) {
+				keep = o
+			}
+		}
+		if keep != nil {
+			p.Keep = append(p.Keep, *keep)
+			continue
+		}
+		p.Claims = append(p.Claims, Claim{Family: f, Static: static})
+	}
+	p.Drain = without(bound(in.Owned), p.Keep)
+	return p
+}
+
+func familyOf(a netip.Addr) ipam.Family {
+	if a.Is4() {
+		return ipam.IPv4
+	}
+	return ipam.IPv6
+}
+
+func subnetFamilies(cfg ipam.SubnetConfig) []ipam.Family {
+	out := make([]ipam.Family, 0, len(cfg.CIDRs))
+	for _, c := range cfg.CIDRs {
+		out = append(out, familyOf(c.Addr()))
+	}
+	return out
+}
+
+func staticOf(requested []netip.Addr, f ipam.Family) (netip.Addr, bool) {
+	for _, r := range requested {
+		if familyOf(r) == f {
+			return r, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func bound(ips []OwnedIP) []OwnedIP {
+	return slices.DeleteFunc(slices.Clone(ips), func(o OwnedIP) bool { return o.Draining })
+}
+
+func inSubnet(ips []OwnedIP, subnet string) []OwnedIP {
+	return slices.DeleteFunc(slices.Clone(ips), func(o OwnedIP) bool { return o.Subnet != subnet })
+}
+
+func without(ips, remove []OwnedIP) []OwnedIP {
+	return slices.DeleteFunc(slices.Clone(ips), func(o OwnedIP) bool {
+		return slices.ContainsFunc(remove, func(r OwnedIP) bool { return r.Name == o.Name })
+	})
+}
+
+func joinOwned(ips []OwnedIP) string {
+	addrs := make([]netip.Addr, len(ips))
+	for i, o := range ips {
+		addrs[i] = o.Addr
+	}
+	return JoinAddrs(addrs)
+}
+
+func ingressSet(svc *corev1.Service) map[netip.Addr]bool {
+	out := map[netip.Addr]bool{}
+	for _, i := range svc.Status.LoadBalancer.Ingress {
+		if a, err := netip.ParseAddr(i.IP); err == nil {
+			out[a] = true
+		}
+	}
+	return out
+}
+
+// hasOurConditions tells whether the Service's status carries our conditions: only a writer of
+// services/status (not a tenant with the edit role) can have put them there, so they prove we
+// served it, unlike annotations.
+func hasOurConditions(svc *corev1.Service) bool {
+	return meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated) != nil ||
+		meta.FindStatusCondition(svc.Status.Conditions, ConditionLBPodAvailable) != nil
+}
+
+// IPOwnerOf is the IPOwner of a Service.
+func IPOwnerOf(svc *corev1.Service) lbv1.IPOwner {
+	return lbv1.IPOwner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}
+}
