@@ -116,7 +116,9 @@ func ObjectNameIn(podNamespace, namespace, service string) string {
 }
 
 // name is the Service's per-Service object name.
-func (p LBPodParams) name() string { return ObjectNameIn(p.PodNamespace, p.ServiceNamespace, p.ServiceName) }
+func (p LBPodParams) name() string {
+	return ObjectNameIn(p.PodNamespace, p.ServiceNamespace, p.ServiceName)
+}
 
 // podNamespace is where the Deployment and ServiceAccount live.
 func (p LBPodParams) podNamespace() string {
