@@ -213,16 +213,27 @@ func staticOf(requested []netip.Addr, f ipam.Family) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
+// filter returns the IPs drop does not reject, nil when none (plans compare equal in tests).
+func filter(ips []OwnedIP, drop func(OwnedIP) bool) []OwnedIP {
+	var out []OwnedIP
+	for _, o := range ips {
+		if !drop(o) {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
 func bound(ips []OwnedIP) []OwnedIP {
-	return slices.DeleteFunc(slices.Clone(ips), func(o OwnedIP) bool { return o.Draining })
+	return filter(ips, func(o OwnedIP) bool { return o.Draining })
 }
 
 func inSubnet(ips []OwnedIP, subnet string) []OwnedIP {
-	return slices.DeleteFunc(slices.Clone(ips), func(o OwnedIP) bool { return o.Subnet != subnet })
+	return filter(ips, func(o OwnedIP) bool { return o.Subnet != subnet })
 }
 
 func without(ips, remove []OwnedIP) []OwnedIP {
-	return slices.DeleteFunc(slices.Clone(ips), func(o OwnedIP) bool {
+	return filter(ips, func(o OwnedIP) bool {
 		return slices.ContainsFunc(remove, func(r OwnedIP) bool { return r.Name == o.Name })
 	})
 }

@@ -1,0 +1,248 @@
+package controllers
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
+)
+
+const planProvider = "nad.kube-system"
+
+func planSubnet(name, cidr string, age int) lbv1.Subnet {
+	return lbv1.Subnet{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(int64(1000+age), 0))},
+		Spec:       lbv1.SubnetSpec{Provider: planProvider, CIDRBlock: cidr},
+	}
+}
+
+func planService(mutate ...func(*corev1.Service)) *corev1.Service {
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team", UID: "u1",
+			Annotations: map[string]string{lbv1.AttachmentProviderAnnotation: planProvider}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+	}
+	for _, m := range mutate {
+		m(s)
+	}
+	return s
+}
+
+func owned(name, addr, subnet string, draining bool) OwnedIP {
+	return OwnedIP{Name: name, Addr: netip.MustParseAddr(addr), Subnet: subnet, Draining: draining}
+}
+
+func withCondition(s *corev1.Service) {
+	s.Status.Conditions = []metav1.Condition{{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated}}
+}
+
+// The decisions of the Service reconciler, exact: which addresses are kept, claimed and drained,
+// and why a Service is refused.
+func TestDecideService(t *testing.T) {
+	sn := planSubnet("sn", "10.0.0.0/24", 0)
+	dual := planSubnet("dual", "10.1.0.0/24,fd00::/64", 0)
+	foreignClass := func(s *corev1.Service) {
+		s.Spec.LoadBalancerClass = ptr.To("metallb.io/l2")
+		s.Finalizers = []string{lbv1.CleanupFinalizer}
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.example"}}
+	}
+	tests := map[string]struct {
+		in   ServiceInputs
+		want Plan
+	}{
+		"new Service claims one address per family": {
+			in:   ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{dual}},
+			want: Plan{Action: PlanServe, Subnet: "dual", Claims: []Claim{{Family: ipam.IPv4}, {Family: ipam.IPv6}}},
+		},
+		"held address kept, nothing claimed": {
+			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+		},
+		"two claims for one family (two operators raced): the published one stays, the other drains": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) {
+				s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "10.0.0.9"}}
+			}), NADFound: true, Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false), owned("10.0.0.9", "10.0.0.9", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.9", "10.0.0.9", "sn", false)},
+				Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+		},
+		"two claims, none published: the lowest stays": {
+			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{owned("10.0.0.9", "10.0.0.9", "sn", false), owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
+				Drain: []OwnedIP{owned("10.0.0.9", "10.0.0.9", "sn", false)}},
+		},
+		"static address changed: claim the new one, drain the old after": {
+			in: ServiceInputs{Service: planService(static("10.0.0.20")), NADFound: true, Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Claims: []Claim{{Family: ipam.IPv4, Static: netip.MustParseAddr("10.0.0.20")}},
+				Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+		},
+		"a draining address of the Service is neither kept nor drained again": {
+			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", true)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Claims: []Claim{{Family: ipam.IPv4}}},
+		},
+		"address now excluded by the Subnet: claim another, drain it": {
+			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{func() lbv1.Subnet {
+				s := sn
+				s.Spec.ExcludeIPs = []string{"10.0.0.7"}
+				return s
+			}()}, Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Claims: []Claim{{Family: ipam.IPv4}},
+				Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+		},
+		"deleted: let go of everything": {
+			in: ServiceInputs{Service: planService(deleting), NADFound: true, Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, RemoveFinalizer: true, Deleting: true},
+		},
+		"foreign class with the cleanup finalizer and a hostname: not ours, untouched": {
+			in:   ServiceInputs{Service: planService(foreignClass), Subnets: []lbv1.Subnet{sn}},
+			want: Plan{Action: PlanNothing},
+		},
+		"foreign class, deleted, never ours: untouched": {
+			in:   ServiceInputs{Service: planService(foreignClass, deleting), Subnets: []lbv1.Subnet{sn}},
+			want: Plan{Action: PlanNothing},
+		},
+		"unannotated, no default provider, cleanup finalizer from a cloud controller: untouched": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) {
+				delete(s.Annotations, lbv1.AttachmentProviderAnnotation)
+				s.Finalizers = []string{lbv1.CleanupFinalizer}
+			}), Subnets: []lbv1.Subnet{sn}},
+			want: Plan{Action: PlanNothing},
+		},
+		"class changed away from us after we served it: let go": {
+			in: ServiceInputs{Service: planService(foreignClass, withCondition), Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, RemoveFinalizer: true},
+		},
+		"flag off, served Service deleted: its deletion completes": {
+			in: ServiceInputs{Service: planService(deleting, withCondition), Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, RemoveFinalizer: true, Deleting: true},
+		},
+		"flag off, served Service alive: nothing changes": {
+			in:   ServiceInputs{Service: planService(withCondition), Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanNothing},
+		},
+		"namespace no longer allowed: refused, the address drains": {
+			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{func() lbv1.Subnet {
+				s := sn
+				s.Spec.Namespaces = []string{"other"}
+				return s
+			}()}, Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonNamespaceNotAllowed, `subnet "sn" serves only namespaces other, not "team"`},
+				Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+		},
+		"NAD gone: refused": {
+			in: ServiceInputs{Service: planService(), Subnets: []lbv1.Subnet{sn}},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonNADNotFound,
+				`network attachment definition kube-system/nad (provider "nad.kube-system") does not exist`}},
+		},
+		"object in the way: refused before anything is claimed": {
+			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{sn}, ForeignObject: "Deployment team/lb-svc-web"},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonObjectConflict,
+				"Deployment team/lb-svc-web exists and was not created by lbsvc-operator for this Service; delete or rename it"}},
+		},
+		"Subnet became invalid (overlap): what it gave stays bound, nothing new": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) {
+				s.Annotations[planProvider+".kubernetes.io/logical_switch"] = "sn"
+			}), NADFound: true,
+				Subnets: []lbv1.Subnet{planSubnet("sn", "10.0.0.0/24", 5), planSubnet("older", "10.0.0.0/16", 0)},
+				Owned:   []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
+				Refusal: &Refusal{ReasonSubnetNotReady, `subnet "sn": subnet "sn" (10.0.0.0/24) overlaps older subnet(s) older; the Service keeps 10.0.0.7 and nothing new is handed out`}},
+		},
+		"Subnet invalid and nothing held: refused": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) {
+				s.Annotations[planProvider+".kubernetes.io/logical_switch"] = "sn"
+			}), NADFound: true, Subnets: []lbv1.Subnet{planSubnet("sn", "10.0.0.0/24", 5), planSubnet("older", "10.0.0.0/16", 0)}},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonSubnetNotReady, `subnet "sn": subnet "sn" (10.0.0.0/24) overlaps older subnet(s) older`}},
+		},
+		"static address of the wrong family: refused": {
+			in: ServiceInputs{Service: planService(static("fd00::5")), NADFound: true, Subnets: []lbv1.Subnet{sn}},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonAddressFamily, `spec.loadBalancerIP fd00::5 is IPv6 but subnet "sn" serves only [10.0.0.0/24]`}},
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			tc.in.EnableLBSvc = !strings.HasPrefix(name, "flag off")
+			got := DecideService(tc.in)
+			// The parsed Subnet and NAD names are checked where they matter, not in every row.
+			got.SubnetConfig, got.Provider, got.NADName, got.NADNamespace = ipam.SubnetConfig{}, "", "", ""
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("plan:\n got %+v\nwant %+v", got, tc.want)
+				if got.Refusal != nil {
+					t.Logf("refusal: %s", got.Refusal.Message)
+				}
+			}
+		})
+	}
+}
+
+// A plan never keeps and drains the same address, and what it keeps is always a bound address
+// the Service owns in the chosen Subnet.
+func FuzzDecideService(f *testing.F) {
+	f.Add("10.0.0.0/24", "", uint8(3), uint8(1), false, "")
+	f.Add("10.1.0.0/24,fd00::/64", "10.1.0.9", uint8(7), uint8(2), true, "10.0.0.0/24")
+	f.Fuzz(func(t *testing.T, cidr, lbIP string, nOwned, mask uint8, del bool, other string) {
+		subnets := []lbv1.Subnet{planSubnet("sn", cidr, 1)}
+		if other != "" {
+			subnets = append(subnets, planSubnet("other", other, 0))
+		}
+		svc := planService(static(lbIP))
+		svc.Annotations[planProvider+".kubernetes.io/logical_switch"] = "sn"
+		if del {
+			deleting(svc)
+		}
+		var own []OwnedIP
+		for i := 0; i < int(nOwned%8); i++ {
+			a := netip.AddrFrom4([4]byte{10, byte(i % 2), 0, byte(i + 5)})
+			sub := "sn"
+			if mask&(1<<i) != 0 {
+				sub = "other"
+			}
+			own = append(own, OwnedIP{Name: a.String(), Addr: a, Subnet: sub, Draining: i == 6})
+		}
+		p := DecideService(ServiceInputs{Service: svc, EnableLBSvc: true, NADFound: true, Subnets: subnets, Owned: own})
+		for _, k := range p.Keep {
+			if k.Draining || k.Subnet != p.Subnet {
+				t.Fatalf("kept %+v (subnet %q)", k, p.Subnet)
+			}
+			for _, d := range p.Drain {
+				if d.Name == k.Name {
+					t.Fatalf("%s both kept and drained", k.Name)
+				}
+			}
+		}
+		for _, d := range p.Drain {
+			if d.Draining {
+				t.Fatalf("drains %s again", d.Name)
+			}
+		}
+		if p.Action != PlanServe && (len(p.Keep) > 0 || len(p.Claims) > 0) {
+			t.Fatalf("action %v keeps or claims", p.Action)
+		}
+		if p.Refusal != nil && len(p.Refusal.Message) > 4096 {
+			t.Fatalf("refusal message of %d bytes", len(p.Refusal.Message))
+		}
+	})
+}
+
+func deleting(s *corev1.Service) {
+	s.DeletionTimestamp = ptr.To(metav1.Now())
+	s.Finalizers = []string{lbv1.CleanupFinalizer}
+}
+
+func static(ip string) func(*corev1.Service) {
+	return func(s *corev1.Service) { s.Spec.LoadBalancerIP = ip }
+}
