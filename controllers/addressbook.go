@@ -316,7 +316,7 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner l
 		if err != nil {
 			ref := AllocationRefusal(err)
 			if errors.Is(err, ipam.ErrInUse) {
-				ref.Message = fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", c.Static, lbv1.IPName(c.Static))
+				ref = inUse(c.Static, b.isDraining(lbv1.IPName(c.Static)))
 			}
 			return netip.Addr{}, ref, nil
 		}
@@ -341,15 +341,27 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner l
 			return addr, nil, nil
 		}
 		if c.Static.IsValid() {
-			if !cur.DeletionTimestamp.IsZero() {
-				return netip.Addr{}, &Refusal{ReasonAddressDraining, fmt.Sprintf(
-					"spec.loadBalancerIP %s is draining: an lb pod that held it for another Service still exists; this Service gets it once that pod is gone (kubectl get ip %s)",
-					addr, ip.Name)}, nil
-			}
-			return netip.Addr{}, &Refusal{ReasonAddressInUse, fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", addr, ip.Name)}, nil
+			return netip.Addr{}, inUse(addr, !cur.DeletionTimestamp.IsZero()), nil
 		}
 	}
 	return netip.Addr{}, nil, fmt.Errorf("claim in subnet %q: lost %d races for a free address", subnet, maxClaimTries)
+}
+
+// inUse is the refusal of a static address another claim holds. It names the IP object, never
+// the other Service: an admin finds the holder there, a tenant learns nothing of another tenant.
+func inUse(addr netip.Addr, draining bool) *Refusal {
+	if draining {
+		return &Refusal{ReasonAddressDraining, fmt.Sprintf(
+			"spec.loadBalancerIP %s is draining: an lb pod that held it still exists; this Service gets it once that pod is gone (kubectl get ip %s)",
+			addr, lbv1.IPName(addr))}
+	}
+	return &Refusal{ReasonAddressInUse, fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", addr, lbv1.IPName(addr))}
+}
+
+func (b *AddressBook) isDraining(name string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ips[name].draining
 }
 
 // Drain deletes an IP object (its finalizer keeps it, Draining, until no lb pod can hold the

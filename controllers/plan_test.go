@@ -127,7 +127,7 @@ func TestDecideService(t *testing.T) {
 			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, RemoveFinalizer: true},
 		},
 		"flag off, served Service deleted: its deletion completes": {
-			in: ServiceInputs{Service: planService(deleting, withCondition), Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			in:   ServiceInputs{Service: planService(deleting, withCondition), Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
 			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, RemoveFinalizer: true, Deleting: true},
 		},
 		"flag off, served Service alive: nothing changes": {
@@ -169,7 +169,7 @@ func TestDecideService(t *testing.T) {
 			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonSubnetNotReady, `subnet "sn": subnet "sn" (10.0.0.0/24) overlaps older subnet(s) older`}},
 		},
 		"static address of the wrong family: refused": {
-			in: ServiceInputs{Service: planService(static("fd00::5")), NADFound: true, Subnets: []lbv1.Subnet{sn}},
+			in:   ServiceInputs{Service: planService(static("fd00::5")), NADFound: true, Subnets: []lbv1.Subnet{sn}},
 			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonAddressFamily, `spec.loadBalancerIP fd00::5 is IPv6 but subnet "sn" serves only [10.0.0.0/24]`}},
 		},
 	}

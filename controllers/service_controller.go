@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	appsv1 "k8s.io/api/apps/v1"
@@ -175,8 +176,22 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{Requeue: true}, nil
 	}
-	return ctrl.Result{}, err
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	svc := &corev1.Service{}
+	if r.Client.Get(ctx, req.NamespacedName, svc) == nil {
+		if c := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated); c != nil && c.Reason == ReasonObjectConflict {
+			// An object in the way is not in our label-selected cache, so its removal sends no
+			// event: look again now and then (one uncached read per conflicted Service).
+			return ctrl.Result{RequeueAfter: conflictRecheck}, nil
+		}
+	}
+	return ctrl.Result{}, nil
 }
+
+// conflictRecheck is how often a Service refused for an object in the way looks again.
+const conflictRecheck = 10 * time.Second
 
 func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) error {
 	if err := r.Book.WaitReady(ctx); err != nil {
@@ -368,21 +383,6 @@ func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, p
 	for _, o := range owned {
 		ours[o.Addr.String()] = true
 	}
-	if plan.Refusal != nil {
-		cond := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionFalse, Reason: plan.Refusal.Reason,
-			Message: boundMessage(plan.Refusal.Message)}
-		r.warnOnChange(svc, cond)
-		if err := r.patchStatus(ctx, svc, nil, ours, []metav1.Condition{cond}); err != nil {
-			return err
-		}
-		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionLBPodAvailable)
-		return nil
-	}
-	if plan.Deleting {
-		// The Service goes: its status goes with it.
-	} else if err := r.patchStatus(ctx, svc, nil, ours, nil); err != nil {
-		return err
-	}
 	recorded := svc.Annotations[lbv1.AllocatedIPsAnnotation]
 	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
 		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
@@ -393,7 +393,22 @@ func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, p
 	}); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if len(owned) > 0 {
+	switch {
+	case plan.Refusal != nil:
+		cond := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionFalse, Reason: plan.Refusal.Reason,
+			Message: boundMessage(plan.Refusal.Message)}
+		r.warnOnChange(svc, cond)
+		if err := r.patchStatus(ctx, svc, nil, ours, []metav1.Condition{cond}); err != nil {
+			return err
+		}
+	case plan.Deleting:
+		// The Service goes: its status goes with it.
+	default:
+		if err := r.patchStatus(ctx, svc, nil, ours, nil); err != nil {
+			return err
+		}
+	}
+	if len(owned) > 0 && plan.Refusal == nil {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonCleanedUp, actionCleanup,
 			"released %s: it drains until its lb pod is gone; the lb-svc objects are deleted", joinOwnedOr(owned, recorded))
 	}

@@ -60,7 +60,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 		}
 	}, time.Second, 200*time.Millisecond).Should(Succeed())
 	g.Expect(warningReasons(t, f.ns, "b")).To(BeEmpty())
-	g.Expect(warningReasons(t, f.ns, "young")).To(BeEmpty())
+	g.Expect(events(t, f.ns, "young")).To(HaveEach(HaveField("Type", corev1.EventTypeNormal)))
 	// The IP objects, not the annotations, say who holds what.
 	ip7 := &lbv1.IP{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.ip("7")}, ip7)).To(Succeed())

@@ -111,6 +111,11 @@ func startOperator(enable bool) {
 	stopOperator()
 	opMu.Lock()
 	defer opMu.Unlock()
+	current = newOperator(controllers.Options{EnableLBSvc: enable})
+}
+
+// newOperator starts one manager with opts (image, sysctls and concurrency filled in).
+func newOperator(opts controllers.Options) *operator {
 	scheme, err := controllers.NewScheme()
 	if err != nil {
 		panic(err)
@@ -125,16 +130,25 @@ func startOperator(enable bool) {
 	if err != nil {
 		panic(fmt.Sprintf("new manager: %v", err))
 	}
-	if err := controllers.Setup(mgr, controllers.Options{
-		EnableLBSvc: enable, LBSvcImage: image, ForwardingSysctls: controllers.ForwardingIPv6,
-		MaxConcurrentReconciles: 4, SkipNameValidation: true,
-	}); err != nil {
+	opts.LBSvcImage, opts.ForwardingSysctls = image, controllers.ForwardingIPv6
+	opts.MaxConcurrentReconciles, opts.SkipNameValidation = 4, true
+	if err := controllers.Setup(mgr, opts); err != nil {
 		panic(fmt.Sprintf("setup: %v", err))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	op := &operator{cancel: cancel, done: make(chan error, 1)}
 	go func() { op.done <- mgr.Start(ctx) }()
-	current = op
+	return op
+}
+
+// stop ends one manager started by newOperator.
+func (op *operator) stop() {
+	op.cancel()
+	select {
+	case <-op.done:
+	case <-time.After(30 * time.Second):
+		fmt.Fprintln(os.Stderr, "operator did not stop within 30s")
+	}
 }
 
 func stopOperator() {

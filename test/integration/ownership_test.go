@@ -1,0 +1,369 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers"
+)
+
+// lbPodObject stands in for an lb pod that still holds addr: envtest has no kubelet, so a pod
+// object with the address label is what the drain must wait for (the operator reads pods only).
+// With node set the pod is bound there, so that deleting it waits for a kubelet that never comes
+// (like a pod on a powered-off node) until it is force-deleted.
+func lbPodObject(t *testing.T, ns, name, addr, node string) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.IPv4Label: addr}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
+	}
+	create(t, p)
+	return p
+}
+
+func getIP(g Gomega, name string) *lbv1.IP {
+	ip := &lbv1.IP{}
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, ip)).To(Succeed())
+	return ip
+}
+
+// waitDraining waits until the IP object of addr is Draining (deleted, held by its finalizer).
+func waitDraining(t *testing.T, addr string) *lbv1.IP {
+	t.Helper()
+	var ip *lbv1.IP
+	NewWithT(t).Eventually(func(g Gomega) {
+		ip = getIP(g, addr)
+		g.Expect(ip.DeletionTimestamp).NotTo(BeNil())
+		g.Expect(ip.Status.Phase).To(Equal(lbv1.IPDraining))
+	}, timeout, interval).Should(Succeed())
+	return ip
+}
+
+func forceDelete(t *testing.T, obj client.Object) {
+	t.Helper()
+	if err := k8s.Delete(context.Background(), obj, client.GracePeriodSeconds(0)); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatalf("delete %s: %v", obj.GetName(), err)
+	}
+	waitGone(t, obj)
+}
+
+// An address is handed out again only when no lb pod that could hold it exists: after the
+// Service is deleted, after it moves to another address, and after it is refused.
+func TestDrainBeforeRelease(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+
+	t.Run("service deleted", func(t *testing.T) {
+		first := lbService(f.ns, "first", f.provider, f.ip("50"))
+		create(t, first)
+		waitAddress(t, f.ns, "first", f.ip("50"))
+		pod := lbPodObject(t, f.ns, "lb-first-pod", f.ip("50"), "")
+		g.Expect(k8s.Delete(ctx, getService(g, f.ns, "first"))).To(Succeed())
+		ip := waitDraining(t, f.ip("50"))
+		g.Eventually(func(g Gomega) {
+			g.Expect(getIP(g, ip.Name).Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: f.ns + "/lb-first-pod"}}))
+		}, timeout, interval).Should(Succeed())
+
+		create(t, lbService(f.ns, "next", f.provider, f.ip("50")))
+		waitRefused(t, f.ns, "next", controllers.ReasonAddressDraining)
+		g.Consistently(func(g Gomega) {
+			g.Expect(ingressIPs(getService(g, f.ns, "next"))).To(BeEmpty())
+		}, time.Second, 200*time.Millisecond).Should(Succeed())
+
+		forceDelete(t, pod)
+		waitAddress(t, f.ns, "next", f.ip("50"))
+		g.Expect(getIP(g, f.ip("50")).Spec.Service.Name).To(Equal("next"))
+	})
+
+	t.Run("address moved", func(t *testing.T) {
+		mover := lbService(f.ns, "mover", f.provider, f.ip("60"))
+		create(t, mover)
+		waitAddress(t, f.ns, "mover", f.ip("60"))
+		pod := lbPodObject(t, f.ns, "lb-mover-old", f.ip("60"), "")
+		update(t, mover, func(s *corev1.Service) { s.Spec.LoadBalancerIP = f.ip("61") })
+		waitAddress(t, f.ns, "mover", f.ip("61"))
+		waitDraining(t, f.ip("60"))
+		create(t, lbService(f.ns, "taker", f.provider, f.ip("60")))
+		waitRefused(t, f.ns, "taker", controllers.ReasonAddressDraining)
+		forceDelete(t, pod)
+		waitAddress(t, f.ns, "taker", f.ip("60"))
+	})
+
+	t.Run("refused, holder on a NotReady node", func(t *testing.T) {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "dead-" + suffix()}}
+		create(t, node)
+		t.Cleanup(func() { _ = k8s.Delete(context.Background(), node) })
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+			Reason: "NodeStatusUnknown", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		g.Expect(k8s.Status().Update(ctx, node)).To(Succeed())
+
+		victim := lbService(f.ns, "victim", f.provider, f.ip("70"))
+		create(t, victim)
+		waitAddress(t, f.ns, "victim", f.ip("70"))
+		pod := lbPodObject(t, f.ns, "lb-victim-pod", f.ip("70"), node.Name)
+		// Deleting a pod bound to a node waits for its kubelet: it stays Terminating, as on a
+		// powered-off node.
+		g.Expect(k8s.Delete(ctx, pod)).To(Succeed())
+
+		// The Service is refused (its namespace is no longer allowed): the address drains.
+		sn := &lbv1.Subnet{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.subnet}, sn)).To(Succeed())
+		update(t, sn, func(s *lbv1.Subnet) { s.Spec.Namespaces = []string{"somewhere-else"} })
+		waitRefused(t, f.ns, "victim", controllers.ReasonNamespaceNotAllowed)
+		g.Eventually(func(g Gomega) {
+			err := k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "lb-svc-victim"}, &appsv1.Deployment{})
+			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused Service's Deployment must go: %v", err)
+		}, timeout, interval).Should(Succeed())
+		ip := waitDraining(t, f.ip("70"))
+		g.Eventually(func(g Gomega) {
+			ip = getIP(g, ip.Name)
+			g.Expect(ip.Status.Node).To(Equal(node.Name))
+			g.Expect(ip.Status.Message).To(ContainSubstring("pod " + f.ns + "/lb-victim-pod on node " + node.Name + ", which is not Ready"))
+			g.Expect(ip.Status.Message).To(ContainSubstring("--force --grace-period=0"))
+		}, timeout, interval).Should(Succeed())
+		g.Eventually(func() []string { return warningReasons(t, "default", ip.Name) }, timeout, interval).
+			Should(ContainElement(controllers.ReasonDrainBlocked))
+		update(t, sn, func(s *lbv1.Subnet) { s.Spec.Namespaces = nil })
+		// Allowed again, the Service asks for its address back: it is still draining.
+		waitRefused(t, f.ns, "victim", controllers.ReasonAddressDraining)
+		g.Consistently(func(g Gomega) {
+			g.Expect(getIP(g, ip.Name).DeletionTimestamp).NotTo(BeNil())
+		}, 2*time.Second, 250*time.Millisecond).Should(Succeed())
+
+		forceDelete(t, pod)
+		waitAddress(t, f.ns, "victim", f.ip("70"))
+	})
+}
+
+// Services of another load balancer (a foreign class, or class-less without our annotation),
+// carrying the cloud-provider cleanup finalizer and a hostname ingress, are never touched: not
+// on create, update, our restart, nor deletion.
+func TestForeignServicesUntouched(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	foreign := lbService(f.ns, "metallb", f.provider, "")
+	foreign.Spec.LoadBalancerClass = ptr.To("metallb.io/l2")
+	plain := lbService(f.ns, "cloud", "", "")
+	for _, s := range []*corev1.Service{foreign, plain} {
+		s.Finalizers = []string{lbv1.CleanupFinalizer}
+		create(t, s)
+		s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{Hostname: "lb.example.com"}, {IP: f.ip("200")}}
+		g.Expect(k8s.Status().Update(ctx, s)).To(Succeed())
+	}
+	check := func(g Gomega) {
+		for _, n := range []string{"metallb", "cloud"} {
+			s := getService(g, f.ns, n)
+			g.Expect(s.Finalizers).To(Equal([]string{lbv1.CleanupFinalizer}), n)
+			g.Expect(s.Status.LoadBalancer.Ingress).To(HaveLen(2), n)
+			g.Expect(s.Status.Conditions).To(BeEmpty(), n)
+			g.Expect(s.Annotations).NotTo(HaveKey(lbv1.AllocatedIPsAnnotation), n)
+		}
+	}
+	g.Consistently(check, time.Second, 200*time.Millisecond).Should(Succeed())
+	update(t, foreign, func(s *corev1.Service) { s.Spec.Ports[0].Port = 81 })
+	startOperator(true)
+	for _, s := range []*corev1.Service{foreign, plain} {
+		g.Expect(k8s.Delete(ctx, s)).To(Succeed())
+	}
+	g.Consistently(check, 2*time.Second, 250*time.Millisecond).Should(Succeed())
+	g.Expect(events(t, f.ns, "metallb")).To(BeEmpty())
+	g.Expect(events(t, f.ns, "cloud")).To(BeEmpty())
+	for _, s := range []*corev1.Service{foreign, plain} {
+		update(t, s, func(s *corev1.Service) { s.Finalizers = nil })
+		waitGone(t, s)
+	}
+}
+
+// Hand edits to the fields we own are reverted; an object in the way that is not ours is reported
+// and left alone.
+func TestDesiredStateEnforced(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	create(t, lbService(f.ns, "web", f.provider, ""))
+	waitAddress(t, f.ns, "web", f.ip("6"))
+	key := client.ObjectKey{Namespace: f.ns, Name: "lb-svc-web"}
+	d := &appsv1.Deployment{}
+	g.Eventually(func() error { return k8s.Get(ctx, key, d) }, timeout, interval).Should(Succeed())
+	want := d.Spec.Template.Spec.Containers[0]
+
+	update(t, d, func(d *appsv1.Deployment) {
+		c := &d.Spec.Template.Spec.Containers[0]
+		c.Image = "evil/image:latest"
+		c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, "SYS_ADMIN")
+		for i := range c.Env {
+			if c.Env[i].Name == lbv1.EnvAddresses {
+				c.Env[i].Value = f.ip("99") + "/24"
+			}
+		}
+		delete(d.Labels, lbv1.ComponentLabel)
+	})
+	g.Eventually(func(g Gomega) {
+		cur := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, key, cur)).To(Succeed())
+		c := cur.Spec.Template.Spec.Containers[0]
+		g.Expect(c.Image).To(Equal(want.Image))
+		g.Expect(c.SecurityContext.Capabilities.Add).To(ConsistOf(corev1.Capability("NET_ADMIN"), corev1.Capability("NET_RAW")))
+		g.Expect(c.Env).To(ContainElement(corev1.EnvVar{Name: lbv1.EnvAddresses, Value: f.ip("6") + "/24"}))
+		g.Expect(cur.Labels).To(HaveKeyWithValue(lbv1.ComponentLabel, lbv1.ComponentLBPod))
+	}, timeout, interval).Should(Succeed())
+
+	// A Deployment named like ours but not ours: reported, never taken over.
+	other := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-squatted", Namespace: f.ns},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "mine"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "mine"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "mine:1"}}},
+			},
+		},
+	}
+	create(t, other)
+	create(t, lbService(f.ns, "squatted", f.provider, ""))
+	svc := waitRefused(t, f.ns, "squatted", controllers.ReasonObjectConflict)
+	g.Expect(findCondition(svc.Status.Conditions, controllers.ConditionAddressAllocated).Message).
+		To(Equal("Deployment " + f.ns + "/lb-svc-squatted exists and was not created by lbsvc-operator for this Service; delete or rename it"))
+	cur := &appsv1.Deployment{}
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(other), cur)).To(Succeed())
+	g.Expect(cur.Spec.Template.Spec.Containers[0].Image).To(Equal("mine:1"))
+	g.Expect(cur.Generation).To(Equal(int64(1)))
+	// Its claim drained: no IP object names it.
+	g.Eventually(func(g Gomega) {
+		var ips lbv1.IPList
+		g.Expect(k8s.List(ctx, &ips)).To(Succeed())
+		for _, ip := range ips.Items {
+			g.Expect(ip.Spec.Service.Name == "squatted" && ip.DeletionTimestamp == nil).To(BeFalse(), "bound claim %s", ip.Name)
+		}
+	}, timeout, interval).Should(Succeed())
+	// Once the squatter is gone, the Service is served.
+	g.Expect(k8s.Delete(ctx, other)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(ingressIPs(getService(g, f.ns, "squatted"))).To(HaveLen(1))
+	}, 2*timeout, interval).Should(Succeed())
+}
+
+// Two operator processes running at once without leader election, 100 Services created at once
+// with overlapping static requests: the API server arbitrates every address, so no address is
+// held or published by two Services, and every IP object has exactly one owner.
+func TestTwoOperatorsNoLeaderElection(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	second := newOperator(controllers.Options{EnableLBSvc: true})
+	t.Cleanup(second.stop)
+
+	const n = 100
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			ip := ""
+			if i%2 == 0 {
+				ip = f.ip(fmt.Sprint(100 + i%30)) // 50 Services ask for 15 addresses
+			}
+			create(t, lbService(f.ns, fmt.Sprintf("s%03d", i), f.provider, ip))
+		}(i)
+	}
+	wg.Wait()
+	g.Eventually(func(g Gomega) {
+		var list corev1.ServiceList
+		g.Expect(k8s.List(ctx, &list, client.InNamespace(f.ns))).To(Succeed())
+		settled := 0
+		for _, s := range list.Items {
+			c := findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)
+			if c != nil && (c.Status == metav1.ConditionTrue || c.Reason == controllers.ReasonAddressInUse) {
+				settled++
+			}
+		}
+		g.Expect(settled).To(Equal(n))
+	}, 60*time.Second, 250*time.Millisecond).Should(Succeed())
+	// Let both operators settle any double claim they raced into.
+	g.Eventually(func(g Gomega) { checkOneHolder(g, f, n) }, 30*time.Second, 500*time.Millisecond).Should(Succeed())
+	g.Consistently(func(g Gomega) { checkOneHolder(g, f, n) }, 2*time.Second, 500*time.Millisecond).Should(Succeed())
+}
+
+// checkOneHolder: every published address is published once, by the owner of its bound IP
+// object; every bound IP object's owner exists and publishes it; 50 dynamic + 15 static winners.
+func checkOneHolder(g Gomega, f fixture, n int) {
+	ctx := context.Background()
+	var list corev1.ServiceList
+	g.Expect(k8s.List(ctx, &list, client.InNamespace(f.ns))).To(Succeed())
+	var ips lbv1.IPList
+	g.Expect(k8s.List(ctx, &ips)).To(Succeed())
+	bound := map[string]string{}
+	for _, ip := range ips.Items {
+		if ip.Spec.Service.Namespace != f.ns || ip.DeletionTimestamp != nil {
+			continue
+		}
+		bound[ip.Spec.Address] = ip.Spec.Service.Name
+	}
+	published := map[string]string{}
+	served := 0
+	for _, s := range list.Items {
+		addrs := ingressIPs(&s)
+		g.Expect(len(addrs)).To(BeNumerically("<=", 1), s.Name)
+		for _, a := range addrs {
+			g.Expect(published).NotTo(HaveKey(a), "%s published by %s and %s", a, published[a], s.Name)
+			published[a] = s.Name
+			g.Expect(bound[a]).To(Equal(s.Name), "%s published by %s but bound to %q", a, s.Name, bound[a])
+			served++
+		}
+	}
+	g.Expect(len(bound)).To(Equal(served), "bound IP objects %d, published addresses %d", len(bound), served)
+	g.Expect(served).To(Equal(n/2 + 15))
+}
+
+// A Subnet's namespace rule holds for everything the operator hands out or adopts, even when a
+// tenant forges our annotations on an old Service and the operator restarts.
+func TestForgedAnnotationsAdoptNothing(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	create(t, lbService(f.ns, "victim", f.provider, ""))
+	waitAddress(t, f.ns, "victim", f.ip("6"))
+
+	// A tenant elsewhere, older than nothing but with our annotations written by hand, its
+	// Subnet restricted away from it.
+	other := newNamespace(t)
+	forger := lbService(other, "forger", f.provider, "")
+	forger.Spec.Type = corev1.ServiceTypeClusterIP
+	forger.Annotations[lbv1.AllocatedIPsAnnotation] = f.ip("6")
+	forger.Annotations[lbv1.AllocatedSubnetAnnotation] = f.subnet
+	create(t, forger)
+	sn := &lbv1.Subnet{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.subnet}, sn)).To(Succeed())
+	update(t, sn, func(s *lbv1.Subnet) { s.Spec.Namespaces = []string{f.ns} })
+
+	stopOperator()
+	startOperator(true)
+	update(t, forger, func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeLoadBalancer })
+	waitRefused(t, other, "forger", controllers.ReasonNamespaceNotAllowed)
+	g.Consistently(func(g Gomega) {
+		g.Expect(ingressIPs(getService(g, f.ns, "victim"))).To(Equal([]string{f.ip("6")}))
+		g.Expect(getIP(g, f.ip("6")).Spec.Service.Name).To(Equal("victim"))
+		g.Expect(getService(g, other, "forger").Status.LoadBalancer.Ingress).To(BeEmpty())
+	}, 2*time.Second, 250*time.Millisecond).Should(Succeed())
+	// Nor does the forged annotation keep the Subnet alive: deleting it waits only for victim.
+	g.Expect(k8s.Delete(ctx, getService(g, f.ns, "victim"))).To(Succeed())
+	g.Expect(k8s.Delete(ctx, sn)).To(Succeed())
+	waitGone(t, sn)
+}
