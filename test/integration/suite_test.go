@@ -43,6 +43,7 @@ const (
 )
 
 var (
+	testEnv *envtest.Environment
 	restCfg *rest.Config
 	k8s     client.Client
 
@@ -70,6 +71,7 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "start envtest:", err)
 		return 1
 	}
+	testEnv = env
 	defer func() {
 		stopOperator()
 		if err := env.Stop(); err != nil {
