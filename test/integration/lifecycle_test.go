@@ -140,6 +140,14 @@ func TestFlagOff(t *testing.T) {
 		g.Expect(cur.DeletionTimestamp).To(BeNil())
 	}, 3*time.Second, 250*time.Millisecond).Should(Succeed())
 	g.Expect(events(t, f.ns, "fresh")).To(BeEmpty())
+
+	// Deleting a Service we served still completes with the flag off: finalizer removed, the
+	// address drained (and free again).
+	g.Expect(k8s.Delete(ctx, getService(g, f.ns, "served"))).To(Succeed())
+	waitGone(t, before)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: f.ip("6")}, &lbv1.IP{}))
+	}, timeout, interval).Should(BeTrue())
 }
 
 // The Subnet reconciler: what the schema cannot catch is reported in the Ready condition;

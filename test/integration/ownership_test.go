@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -366,4 +367,43 @@ func TestForgedAnnotationsAdoptNothing(t *testing.T) {
 	g.Expect(k8s.Delete(ctx, getService(g, f.ns, "victim"))).To(Succeed())
 	g.Expect(k8s.Delete(ctx, sn)).To(Succeed())
 	waitGone(t, sn)
+}
+
+// --lb-pod-namespace: the Deployment and ServiceAccount live in the system namespace (tenants
+// cannot edit or exec into the pod that holds an address), the Role and RoleBinding beside the
+// Service; cleanup works without owner references.
+func TestLBPodNamespace(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	system := newNamespace(t)
+	stopOperator()
+	opMu.Lock()
+	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: system})
+	opMu.Unlock()
+	t.Cleanup(func() { startOperator(true) })
+	f := newFixture(t)
+	svc := lbService(f.ns, "web", f.provider, "")
+	create(t, svc)
+	svc = waitAddress(t, f.ns, "web", f.ip("6"))
+	name := controllers.ObjectNameIn(system, f.ns, "web")
+	d := &appsv1.Deployment{}
+	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, d) }, timeout, interval).Should(Succeed())
+	g.Expect(d.OwnerReferences).To(BeEmpty())
+	g.Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal(name))
+	g.Expect(d.Spec.Template.Labels).To(HaveKeyWithValue(lbv1.IPv4Label, f.ip("6")))
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &corev1.ServiceAccount{})).To(Succeed())
+	rb := &rbacv1.RoleBinding{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, rb)).To(Succeed())
+	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: system}}))
+	g.Expect(rb.OwnerReferences).To(HaveLen(1))
+	g.Expect(rb.OwnerReferences[0].UID).To(Equal(svc.UID))
+
+	g.Expect(k8s.Delete(ctx, svc)).To(Succeed())
+	waitGone(t, svc)
+	g.Eventually(func(g Gomega) {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &appsv1.Deployment{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "deployment: %v", err)
+		err = k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &corev1.ServiceAccount{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "service account: %v", err)
+	}, timeout, interval).Should(Succeed())
 }
