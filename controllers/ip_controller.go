@@ -169,6 +169,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 			if err := r.Client.Patch(ctx, ip, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 				return ctrl.Result{}, client.IgnoreNotFound(err)
 			}
+			drains.Observe(time.Since(ip.DeletionTimestamp.Time).Seconds())
 			r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, ReasonDrained, actionRelease,
 				"%s is free: no lb pod can hold it any more", ip.Spec.Address)
 			return ctrl.Result{}, nil

@@ -273,6 +273,7 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 			return err
 		}
 		if ref != nil {
+			allocations.WithLabelValues("refused", ref.Reason).Inc()
 			// Refused: the Service gives up what it held and shows why (claims already made
 			// drain with the rest: nothing half-served stays).
 			r.Book.SetWaiting(key, true)
@@ -280,6 +281,7 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 			plan.Drain = bound(r.Book.OwnedBy(svc.UID))
 			return r.teardown(ctx, svc, plan)
 		}
+		allocations.WithLabelValues("allocated", ReasonAllocated).Inc()
 		claimed = append(claimed, addr)
 	}
 	addrs = SortAddrs(append(addrs, claimed...))

@@ -51,6 +51,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if err := mgr.Add(book); err != nil {
 		return fmt.Errorf("add address book: %w", err)
 	}
+	servicesByCondition.use(mgr.GetCache())
 	if err := (&SubnetReconciler{
 		Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book,
 		SkipNameValidation: opts.SkipNameValidation,

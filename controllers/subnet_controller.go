@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
-	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -49,10 +48,11 @@ const indexIPSubnet = "lbsvc.io/subnet"
 
 // ipsOf lists a Subnet's IP objects from the cache: when an IP event wakes this reconciler the
 // cache already shows the change (the address book's own handler may not have run yet).
-func (r *SubnetReconciler) ipsOf(ctx context.Context, subnet string) ([]netip.Addr, []lbv1.IPOwner, error) {
+func (r *SubnetReconciler) ipsOf(ctx context.Context, subnet string) ([]netip.Addr, []lbv1.IPOwner, [2]int64, error) {
+	var draining [2]int64 // IPv4, IPv6
 	var list lbv1.IPList
 	if err := r.Client.List(ctx, &list, client.MatchingFields{indexIPSubnet: subnet}); err != nil {
-		return nil, nil, fmt.Errorf("list IP objects of subnet %q: %w", subnet, err)
+		return nil, nil, draining, fmt.Errorf("list IP objects of subnet %q: %w", subnet, err)
 	}
 	var addrs []netip.Addr
 	var owners []lbv1.IPOwner
@@ -60,9 +60,16 @@ func (r *SubnetReconciler) ipsOf(ctx context.Context, subnet string) ([]netip.Ad
 		if a, err := netip.ParseAddr(list.Items[i].Spec.Address); err == nil {
 			addrs = append(addrs, a)
 			owners = append(owners, list.Items[i].Spec.Service)
+			if !list.Items[i].DeletionTimestamp.IsZero() {
+				if a.Is4() {
+					draining[0]++
+				} else {
+					draining[1]++
+				}
+			}
 		}
 	}
-	return addrs, owners, nil
+	return addrs, owners, draining, nil
 }
 
 // maxNamedServices bounds the Service names an in-use Event lists.
@@ -95,9 +102,8 @@ func (r *SubnetReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Named("subnet").
 		For(&lbv1.Subnet{}).
 		Watches(&lbv1.Subnet{}, allSubnets, builder.WithPredicates(predicate.GenerationChangedPredicate{})).
-		Watches(&lbv1.IP{}, ipSubnet, builder.WithPredicates(predicate.Funcs{
-			UpdateFunc: func(event.UpdateEvent) bool { return false },
-		})).
+		// IP objects that come, start draining or go change the Subnet's counters.
+		Watches(&lbv1.IP{}, ipSubnet, builder.WithPredicates(deletionStarted())).
 		WithOptions(controller.Options{SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)
 }
@@ -109,6 +115,9 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	subnet := &lbv1.Subnet{}
 	if err := r.Client.Get(ctx, req.NamespacedName, subnet); err != nil {
+		if apierrors.IsNotFound(err) {
+			forgetSubnet(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if !subnet.DeletionTimestamp.IsZero() {
@@ -130,7 +139,7 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	cond := metav1.Condition{Type: ConditionSubnetReady, Status: metav1.ConditionTrue, Reason: ReasonSubnetValid,
 		Message: "subnet is valid", ObservedGeneration: subnet.Generation}
 	cfg, verr := ValidateSubnet(subnet, all.Items)
-	held, _, err := r.ipsOf(ctx, subnet.Name)
+	held, _, draining, err := r.ipsOf(ctx, subnet.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -156,6 +165,7 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	} else {
 		usage = ipam.CountUsage(cfg, held)
 	}
+	recordSubnet(subnet.Name, usage, draining[0], draining[1])
 	meta.SetStatusCondition(&subnet.Status.Conditions, cond)
 	subnet.Status.V4UsingIPs, subnet.Status.V4AvailableIPs = usage.V4Used, usage.V4Available
 	subnet.Status.V6UsingIPs, subnet.Status.V6AvailableIPs = usage.V6Used, usage.V6Available
@@ -174,7 +184,7 @@ func (r *SubnetReconciler) finalize(ctx context.Context, subnet *lbv1.Subnet) er
 	if !controllerutil.ContainsFinalizer(subnet, lbv1.SubnetFinalizer) {
 		return nil
 	}
-	_, owners, err := r.ipsOf(ctx, subnet.Name)
+	_, owners, _, err := r.ipsOf(ctx, subnet.Name)
 	if err != nil {
 		return err
 	}

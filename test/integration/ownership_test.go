@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers"
@@ -405,5 +406,56 @@ func TestLBPodNamespace(t *testing.T) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "deployment: %v", err)
 		err = k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &corev1.ServiceAccount{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "service account: %v", err)
+	}, timeout, interval).Should(Succeed())
+}
+
+// The operator's metrics follow the story: a Subnet's used, available and draining gauges, the
+// allocations counter.
+func TestOperatorMetrics(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	create(t, lbService(f.ns, "m1", f.provider, ""))
+	waitAddress(t, f.ns, "m1", f.ip("6"))
+	gauge := func(g Gomega, state string) float64 {
+		mfs, err := metrics.Registry.Gather()
+		g.Expect(err).NotTo(HaveOccurred())
+		for _, mf := range mfs {
+			if mf.GetName() != "lbsvc_subnet_addresses" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				l := map[string]string{}
+				for _, p := range m.GetLabel() {
+					l[p.GetName()] = p.GetValue()
+				}
+				if l["subnet"] == f.subnet && l["family"] == "IPv4" && l["state"] == state {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+		return -1
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(gauge(g, "used")).To(Equal(1.0))
+		g.Expect(gauge(g, "available")).To(Equal(248.0))
+		g.Expect(gauge(g, "draining")).To(Equal(0.0))
+	}, timeout, interval).Should(Succeed())
+	mfs, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	names := map[string]bool{}
+	for _, mf := range mfs {
+		names[mf.GetName()] = true
+	}
+	g.Expect(names).To(HaveKey("lbsvc_allocations_total"))
+	g.Expect(names).To(HaveKey("lbsvc_services"))
+	g.Expect(names).To(HaveKey("lbsvc_drain_seconds"))
+	pod := lbPodObject(t, f.ns, "lb-m1-pod", f.ip("6"), "")
+	g.Expect(k8s.Delete(context.Background(), getService(g, f.ns, "m1"))).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(gauge(g, "draining")).To(Equal(1.0)) }, timeout, interval).Should(Succeed())
+	forceDelete(t, pod)
+	g.Eventually(func(g Gomega) {
+		g.Expect(gauge(g, "used")).To(Equal(0.0))
+		g.Expect(gauge(g, "draining")).To(Equal(0.0))
+		g.Expect(gauge(g, "available")).To(Equal(249.0))
 	}, timeout, interval).Should(Succeed())
 }
