@@ -321,12 +321,18 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner l
 			return netip.Addr{}, ref, nil
 		}
 		ip := newIP(addr, subnet, owner)
+		// Hold it in the mirror while the claim is in flight, so that parallel reconciles pick
+		// other addresses instead of racing for this one.
+		tentative := b.holdTentative(subnet, addr, key)
 		err = b.writer.Create(ctx, ip, client.FieldOwner(FieldOwner))
 		if err == nil {
 			b.Observe(ip)
 			return addr, nil, nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
+			if tentative {
+				b.alloc.FreeAddr(addr)
+			}
 			return netip.Addr{}, nil, fmt.Errorf("claim %s: create IP %s: %w", addr, ip.Name, err)
 		}
 		cur := &lbv1.IP{}
@@ -345,6 +351,18 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner l
 		}
 	}
 	return netip.Addr{}, nil, fmt.Errorf("claim in subnet %q: lost %d races for a free address", subnet, maxClaimTries)
+}
+
+// holdTentative holds addr for key in the mirror unless something holds it already; it reports
+// whether it did (the caller frees it if the claim fails for another reason than a holder).
+func (b *AddressBook) holdTentative(subnet string, addr netip.Addr, key string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, held := b.alloc.Holder(addr); held {
+		return false
+	}
+	b.alloc.HoldAddr(subnet, addr, key)
+	return true
 }
 
 // inUse is the refusal of a static address another claim holds. It names the IP object, never

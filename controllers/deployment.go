@@ -267,10 +267,13 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		},
 		Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")},
 	}
-	probe := func(path string) *corev1.Probe {
+	// Every probe field is set (the API server would default the zero ones), so that the current
+	// object compares equal to the desired one and an unchanged Service writes nothing. Readiness
+	// every second: the pod shows Ready about a second after it serves.
+	probe := func(path string, period int32) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-			Path: path, Port: intstr.FromInt32(probePort),
-		}}}
+			Path: path, Port: intstr.FromInt32(probePort), Scheme: corev1.URISchemeHTTP,
+		}}, TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: 3}
 	}
 
 	podLabels := p.labels()
@@ -313,8 +316,8 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 						VolumeMounts:    mounts,
 						Resources:       resources,
 						SecurityContext: containerSecurityContext(),
-						ReadinessProbe:  probe("/readyz"),
-						LivenessProbe:   probe("/healthz"),
+						ReadinessProbe:  probe("/readyz", 1),
+						LivenessProbe:   probe("/healthz", 10),
 					}},
 					// iptables takes its lock file under /run, and the root filesystem is read-only.
 					Volumes: []corev1.Volume{{Name: runVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},

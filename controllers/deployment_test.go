@@ -101,12 +101,13 @@ func TestBuildDeploymentSeed(t *testing.T) {
 	mounts := []corev1.VolumeMount{{Name: "run", MountPath: "/run"}}
 	wantInit := []corev1.Container{{Name: "init", Image: "localhost/lbsvc-lbpod:dev", Command: []string{"/usr/local/bin/lbpod", "init"},
 		Env: wantEnv, VolumeMounts: mounts, Resources: wantRes, SecurityContext: wantSC}}
-	probe := func(path string) *corev1.Probe {
-		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(8081)}}}
+	probe := func(path string, period int32) *corev1.Probe {
+		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(8081), Scheme: "HTTP"}},
+			TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: 3}
 	}
 	wantMain := []corev1.Container{{Name: "lbpod", Image: "localhost/lbsvc-lbpod:dev", Command: []string{"/usr/local/bin/lbpod"},
 		Env: wantEnv, VolumeMounts: mounts, Resources: wantRes, SecurityContext: wantSC,
-		ReadinessProbe: probe("/readyz"), LivenessProbe: probe("/healthz")}}
+		ReadinessProbe: probe("/readyz", 1), LivenessProbe: probe("/healthz", 10)}}
 	if !reflect.DeepEqual(spec.InitContainers, wantInit) {
 		t.Errorf("init containers:\n got %+v\nwant %+v", spec.InitContainers, wantInit)
 	}
@@ -319,5 +320,40 @@ func TestParseForwardingSysctls(t *testing.T) {
 	}
 	if _, err := ParseForwardingSysctls("ipv4"); err == nil || err.Error() != `forwarding sysctls "ipv4": want none, ipv6 or all` {
 		t.Errorf("ipv4: %v", err)
+	}
+}
+
+// What the API server defaults must already be in what we build, or every pass would apply the
+// Deployment again: upToDate compares the desired object with the current one as a derivative.
+func TestDesiredDeploymentSurvivesDefaults(t *testing.T) {
+	d, err := BuildDeployment(seedParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := d.DeepCopy()
+	// What the API server fills in for this Deployment (the fields it defaults when unset).
+	cur.Spec.RevisionHistoryLimit = ptr.To[int32](10)
+	cur.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
+	pod := &cur.Spec.Template.Spec
+	pod.RestartPolicy, pod.DNSPolicy, pod.SchedulerName = corev1.RestartPolicyAlways, corev1.DNSClusterFirst, "default-scheduler"
+	pod.TerminationGracePeriodSeconds = ptr.To[int64](30)
+	for _, cs := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
+		for i := range cs {
+			cs[i].TerminationMessagePath, cs[i].TerminationMessagePolicy = "/dev/termination-log", corev1.TerminationMessageReadFile
+			cs[i].ImagePullPolicy = corev1.PullIfNotPresent
+			for j := range cs[i].Env {
+				if f := cs[i].Env[j].ValueFrom; f != nil && f.FieldRef != nil {
+					f.FieldRef.APIVersion = "v1"
+				}
+			}
+		}
+	}
+	pod.Volumes[0].EmptyDir.Medium = ""
+	if !upToDate(d, cur) {
+		t.Fatal("a defaulted copy of the desired Deployment is not up to date")
+	}
+	cur.Spec.Template.Spec.Containers[0].Image = "evil:1"
+	if upToDate(d, cur) {
+		t.Fatal("a changed image is up to date")
 	}
 }

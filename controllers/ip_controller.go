@@ -14,10 +14,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -32,6 +35,9 @@ import (
 
 // indexPodAddress indexes lb pods by the IP object names in their address labels.
 const indexPodAddress = "lbsvc.io/address"
+
+// indexIPOwner indexes IP objects by their owner Service's UID.
+const indexIPOwner = "lbsvc.io/owner-uid"
 
 // drainRecheck is how often a draining address whose holders are not pods (a ReplicaSet that
 // has not scaled down yet) is looked at again: nothing else would wake it.
@@ -56,6 +62,24 @@ func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("index pods by address: %w", err)
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lbv1.IP{}, indexIPOwner, func(o client.Object) []string {
+		return []string{o.(*lbv1.IP).Spec.Service.UID}
+	}); err != nil {
+		return fmt.Errorf("index IP objects by owner: %w", err)
+	}
+	// A Service that goes may leave a claim it never recorded (it was deleted while the claim
+	// was in flight): look at the IP objects it owned.
+	ownedIPs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		var list lbv1.IPList
+		if err := mgr.GetCache().List(ctx, &list, client.MatchingFields{indexIPOwner: string(o.GetUID())}); err != nil {
+			return nil
+		}
+		reqs := make([]reconcile.Request, 0, len(list.Items))
+		for i := range list.Items {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
+		}
+		return reqs
+	})
 	podAddresses := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		var reqs []reconcile.Request
 		for _, n := range addressLabelValues(o.GetLabels()) {
@@ -68,6 +92,10 @@ func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&lbv1.IP{}).
 		Watches(&corev1.Pod{}, podAddresses).
 		Watches(&appsv1.Deployment{}, podAddresses).
+		Watches(&corev1.Service{}, ownedIPs, builder.WithPredicates(predicate.Funcs{
+			CreateFunc: func(event.CreateEvent) bool { return false },
+			UpdateFunc: func(event.UpdateEvent) bool { return false },
+		})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.SkipNameValidation}).
 		Complete(r)
 }

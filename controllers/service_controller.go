@@ -292,6 +292,21 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 
 	recorded := JoinAddrs(addrs)
 	previous := svc.Annotations[lbv1.AllocatedIPsAnnotation]
+	allocated := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
+		Message: fmt.Sprintf("%s from subnet %s", recorded, plan.Subnet)}
+	if plan.Refusal != nil {
+		allocated.Reason, allocated.Message = plan.Refusal.Reason, boundMessage(plan.Refusal.Message)
+		r.warnOnChange(svc, allocated)
+	}
+	// Our condition goes in before our finalizer: it is the proof (which a tenant cannot write)
+	// that lets a later pass remove the finalizer, whenever the operator is killed.
+	current := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: r.podNamespace(svc), Name: current.Name}, current); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, podCondition(current)}); err != nil {
+		return err
+	}
 	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
 		controllerutil.AddFinalizer(s, lbv1.CleanupFinalizer)
 		if s.Annotations == nil {
@@ -333,12 +348,6 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", boundMessage(previous), recorded, plan.Subnet)
 	}
 
-	allocated := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
-		Message: fmt.Sprintf("%s from subnet %s", recorded, plan.Subnet)}
-	if plan.Refusal != nil {
-		allocated.Reason, allocated.Message = plan.Refusal.Reason, boundMessage(plan.Refusal.Message)
-		r.warnOnChange(svc, allocated)
-	}
 	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, podCondition(deploy)})
 }
 
@@ -546,13 +555,18 @@ func boundMessage(s string) string {
 	return s[:cut] + "..."
 }
 
+// podNamespace is where a Service's lb pod runs.
+func (r *ServiceReconciler) podNamespace(svc *corev1.Service) string {
+	if r.Options.LBPodNamespace != "" {
+		return r.Options.LBPodNamespace
+	}
+	return svc.Namespace
+}
+
 // perServiceObjects lists our four objects of a Service, empty, at their names.
 func (r *ServiceReconciler) perServiceObjects(svc *corev1.Service) []client.Object {
 	name := ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)
-	podNS := r.Options.LBPodNamespace
-	if podNS == "" {
-		podNS = svc.Namespace
-	}
+	podNS := r.podNamespace(svc)
 	mk := func(o client.Object, ns string) client.Object {
 		o.SetNamespace(ns)
 		o.SetName(name)
@@ -663,6 +677,9 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 		}
 		if !ownedBy(cur, svc) {
 			return what, nil
+		}
+		if upToDate(desired, cur) {
+			return "", nil // ours, and our cache had not seen it yet
 		}
 	case err != nil:
 		return "", fmt.Errorf("get %s: %w", what, err)

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -41,6 +43,29 @@ type SubnetReconciler struct {
 	Book     *AddressBook
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
+
+	// lastCounters is when each Subnet's counters were last written: while Services come in a
+	// burst, counter-only changes are written at most once per counterInterval (the condition
+	// is written at once).
+	mu           sync.Mutex
+	lastCounters map[string]time.Time
+}
+
+// counterInterval spaces the writes of a Subnet's counters during a burst of claims.
+const counterInterval = time.Second
+
+// counterDelay tells how long to wait before writing the counters of subnet again.
+func (r *SubnetReconciler) counterDelay(subnet string, now time.Time) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d := counterInterval - now.Sub(r.lastCounters[subnet]); d > 0 {
+		return d
+	}
+	if r.lastCounters == nil {
+		r.lastCounters = map[string]time.Time{}
+	}
+	r.lastCounters[subnet] = now
+	return 0
 }
 
 // indexIPSubnet indexes IP objects by their Subnet.
@@ -172,6 +197,14 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	subnet.Status.ObservedGeneration = subnet.Generation
 	if subnetStatusEqual(before.Status, subnet.Status) {
 		return ctrl.Result{}, nil
+	}
+	countersOnly := slices.EqualFunc(before.Status.Conditions, subnet.Status.Conditions, func(x, y metav1.Condition) bool {
+		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message
+	}) && before.Status.ObservedGeneration == subnet.Status.ObservedGeneration
+	if countersOnly {
+		if d := r.counterDelay(subnet.Name, time.Now()); d > 0 {
+			return ctrl.Result{RequeueAfter: d}, nil
+		}
 	}
 	if err := r.Client.Status().Patch(ctx, subnet, client.MergeFrom(before)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("patch subnet %q status: %w", subnet.Name, err)

@@ -66,6 +66,8 @@ func runSuite(m *testing.M) int {
 		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "config", "crd", "bases"), filepath.Join("testdata")},
 		ErrorIfCRDPathMissing: true,
 	}
+	// Room for the churn test's hundreds of Services (the default range holds 254 ClusterIPs).
+	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/16")
 	cfg, err := env.Start()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "start envtest:", err)

@@ -9,18 +9,23 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -135,6 +140,10 @@ func run() error {
 			peakMu.Unlock()
 		}
 	}
+	writesBefore, err := apiWrites(ctx, cfg)
+	if err != nil {
+		return err
+	}
 	start = time.Now()
 	if err := createServices(ctx, c, "bench", "lb-svc-attachment.bench", *n, *workers); err != nil {
 		return err
@@ -162,13 +171,97 @@ func run() error {
 	}
 	all := time.Since(start)
 	sample()
+	// The operator still finishes its per-Service objects after the last address shows: count
+	// its writes once they stop changing.
+	var writes map[string]float64
+	for stable, last := 0, -1.0; stable < 3 && ctx.Err() == nil; {
+		time.Sleep(time.Second)
+		w, err := apiWrites(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		total := 0.0
+		for _, v := range w {
+			total += v
+		}
+		if total == last {
+			stable++
+		} else {
+			stable = 0
+		}
+		last, writes = total, w
+	}
 	fmt.Printf("services:                          %d\n", *n)
 	fmt.Printf("API floor (create + list, no op):  %s\n", floor.Round(time.Millisecond))
 	fmt.Printf("create with operator running:      %s\n", created.Round(time.Millisecond))
 	fmt.Printf("all %d with an address:           %s\n", *n, all.Round(time.Millisecond))
 	fmt.Printf("ratio to the API floor:            %.2f\n", all.Seconds()/floor.Seconds())
 	fmt.Printf("operator peak RSS (VmHWM):         %.1f MiB\n", float64(peak)/1024)
+	// The bench itself created the n Services (POST services): not the operator's.
+	writesBefore["POST services"] += float64(*n)
+	keys := make([]string, 0, len(writes))
+	total := 0.0
+	for k, v := range writes {
+		if d := v - writesBefore[k]; d > 0 {
+			keys = append(keys, k)
+			total += d
+		}
+	}
+	sort.Strings(keys)
+	fmt.Printf("API writes per Service (apiserver_request_total, operator's): %.2f\n", total/float64(*n))
+	for _, k := range keys {
+		fmt.Printf("  %-40s %.2f\n", k, (writes[k]-writesBefore[k])/float64(*n))
+	}
 	return nil
+}
+
+// apiWrites reads the API server's own request counters: writes by "VERB resource[/subresource]".
+func apiWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape apiserver metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse apiserver metrics: %w", err)
+	}
+	out := map[string]float64{}
+	mf := mfs["apiserver_request_total"]
+	if mf == nil {
+		return out, nil
+	}
+	for _, m := range mf.GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		switch l["verb"] {
+		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+		default:
+			continue
+		}
+		// The API server's own writes (ClusterIP IPAddress objects) and leader election are not
+		// the operator's per-Service work.
+		if l["resource"] == "" || l["resource"] == "namespaces" || l["resource"] == "leases" || l["resource"] == "ipaddresses" {
+			continue
+		}
+		k := l["verb"] + " " + l["resource"]
+		if l["subresource"] != "" {
+			k += "/" + l["subresource"]
+		}
+		out[k] += m.GetCounter().GetValue()
+	}
+	return out, nil
 }
 
 // createServices creates n annotated LoadBalancer Services with a few parallel writers.
