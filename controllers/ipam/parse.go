@@ -33,7 +33,7 @@ func (f Family) String() string {
 func parseAddr(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%s is not an IP address (%s): %w", Quote(s), parseDetail(err), ErrInvalid)
+		return netip.Addr{}, fmt.Errorf("%s is not an IP address (%s): %w", Quote(s), ParseErrorDetail(err), ErrInvalid)
 	}
 	if a.Zone() != "" {
 		return netip.Addr{}, fmt.Errorf("%s has an IPv6 zone, which an underlay address cannot have: %w", Quote(s), ErrInvalid)
@@ -47,13 +47,17 @@ func parseAddr(s string) (netip.Addr, error) {
 // parseDetailBytes bounds netip's reason: it may quote the rest of the value (`(at "...")`).
 const parseDetailBytes = 96
 
-// parseDetail keeps netip's reason and drops its `ParseAddr("...")` prefix, which would repeat
-// the value the message already quotes; what is left is cut to parseDetailBytes, because netip
-// may quote the unparsed rest of an arbitrarily long value.
-func parseDetail(err error) string {
+// ParseErrorDetail keeps the reason of a net/netip parse error and drops its
+// `ParseAddr("...")` prefix, which would repeat the value the message already quotes; what is
+// left is cut to a bounded length, because netip may quote the unparsed rest of an arbitrarily
+// long value. For messages that quote the value themselves (with Quote).
+func ParseErrorDetail(err error) string {
 	msg := err.Error()
-	if i := strings.Index(msg, "): "); i >= 0 && (strings.HasPrefix(msg, "Parse") || strings.HasPrefix(msg, "netip.Parse")) {
-		msg = msg[i+3:]
+	// ParsePrefix wraps ParseAddr's error: `netip.ParsePrefix("x/8"): ParseAddr("x"): ...`.
+	for range 2 {
+		if i := strings.Index(msg, "): "); i >= 0 && (strings.HasPrefix(msg, "Parse") || strings.HasPrefix(msg, "netip.Parse")) {
+			msg = msg[i+3:]
+		}
 	}
 	if len(msg) > parseDetailBytes {
 		msg = TruncateUTF8(msg, parseDetailBytes) + "..."
@@ -218,7 +222,7 @@ func parseCIDRs(cidrBlock string) ([]netip.Prefix, error) {
 		}
 		p, err := netip.ParsePrefix(item)
 		if err != nil {
-			return nil, fmt.Errorf("cidrBlock %s is not a CIDR (%s): %w", Quote(item), parseDetail(err), ErrInvalid)
+			return nil, fmt.Errorf("cidrBlock %s is not a CIDR (%s): %w", Quote(item), ParseErrorDetail(err), ErrInvalid)
 		}
 		if p.Addr().Is4In6() || p.Overlaps(mappedBlock) {
 			return nil, fmt.Errorf("cidrBlock %s overlaps the IPv4-mapped block %s; write IPv4 CIDRs as IPv4: %w", p, mappedBlock, ErrInvalid)
