@@ -59,10 +59,12 @@ type ValidatedService struct {
 	Requested []netip.Addr
 	// SourceRanges are the allowed client ranges (spec.loadBalancerSourceRanges, else the
 	// annotation), masked, deduplicated and sorted (IPv4 first, then by address and length), so
-	// that reordering the list changes nothing. Nil allows every source. 0.0.0.0/0 and ::/0 are
-	// kept as given: they allow every source of their family (and, with ranges of only one
-	// family, the other family is refused), so the lb pod must render them without a source
-	// match ("-s 0.0.0.0/0" is printed back without it and would never converge).
+	// that reordering the list changes nothing. Nil allows every source. A /0 (0.0.0.0/0, ::/0)
+	// allows every source of its family; it is kept, and the other ranges of its family, which
+	// it makes redundant, are dropped. A data path must render a /0 without a source match:
+	// "-s 0.0.0.0/0" is printed back by iptables without it and would never converge. (How a
+	// family with no range at all is treated is the data path's decision: kube-proxy leaves it
+	// open, and so treats a /0 like no range.)
 	SourceRanges []netip.Prefix
 	// Families are the families to allocate, in the Subnet's order (IPv4 first): those the
 	// Subnet serves and the Service has a ClusterIP of. Empty until AllocationFamilies ran.
@@ -236,7 +238,17 @@ func ParseSourceRanges(svc *corev1.Service) ([]netip.Prefix, *Refusal) {
 		out = append(out, p)
 	}
 	slices.SortFunc(out, comparePrefixes)
-	return slices.Compact(out), nil
+	out = slices.Compact(out)
+	// A family's /0 holds every other range of that family.
+	var everyone4, everyone6 bool
+	for _, p := range out {
+		if p.Bits() == 0 {
+			everyone4, everyone6 = everyone4 || p.Addr().Is4(), everyone6 || p.Addr().Is6()
+		}
+	}
+	return slices.DeleteFunc(out, func(p netip.Prefix) bool {
+		return p.Bits() > 0 && (p.Addr().Is4() && everyone4 || p.Addr().Is6() && everyone6)
+	}), nil
 }
 
 // parseSourceRange parses one trimmed item; problem says what is wrong ("" when nothing).

@@ -114,5 +114,8 @@ func checkValidated(t *testing.T, v ValidatedService, subnet ipam.SubnetConfig) 
 		if i > 0 && comparePrefixes(v.SourceRanges[i-1], p) >= 0 {
 			t.Fatalf("source ranges %v not sorted and distinct", v.SourceRanges)
 		}
+		if p.Bits() > 0 && slices.Contains(v.SourceRanges, netip.PrefixFrom(p.Addr(), 0).Masked()) {
+			t.Fatalf("source ranges %v: %v is inside its family's /0", v.SourceRanges, p)
+		}
 	}
 }

@@ -133,11 +133,23 @@ func TestValidateServiceInputs(t *testing.T) {
 			svc: validService(lbIP("  ")), subnet: v4,
 			want: ValidatedService{ClusterIPs: addrs("10.96.0.10"), Families: []ipam.Family{ipam.IPv4}},
 		},
-		"source ranges canonical: masked, sorted, deduplicated, /0 kept": {
-			svc:    validService(sourceRanges(" fd00::1/64", "10.1.2.3/8 ", "0.0.0.0/0", "10.0.0.0/8", "::/0", "192.168.1.7/32")),
+		"source ranges canonical: masked, sorted, deduplicated": {
+			svc:    validService(sourceRanges(" fd00::1/64", "10.1.2.3/8 ", "fd00::/64", "10.0.0.0/8", "10.0.0.0/16", "192.168.1.7/32")),
 			subnet: v4,
 			want: ValidatedService{ClusterIPs: addrs("10.96.0.10"), Families: []ipam.Family{ipam.IPv4},
-				SourceRanges: prefixes("0.0.0.0/0", "10.0.0.0/8", "192.168.1.7/32", "::/0", "fd00::/64")},
+				SourceRanges: prefixes("10.0.0.0/8", "10.0.0.0/16", "192.168.1.7/32", "fd00::/64")},
+		},
+		"source ranges: a /0 is kept and holds the other ranges of its family": {
+			svc:    validService(sourceRanges("fd00::/64", "10.0.0.0/8", "0.0.0.0/0", "192.168.1.7/32", "1.2.3.4/0")),
+			subnet: v4,
+			want: ValidatedService{ClusterIPs: addrs("10.96.0.10"), Families: []ipam.Family{ipam.IPv4},
+				SourceRanges: prefixes("0.0.0.0/0", "fd00::/64")},
+		},
+		"source ranges: ::/0 alone": {
+			svc:    validService(sourceRangesAnnotation("::/0")),
+			subnet: v4,
+			want: ValidatedService{ClusterIPs: addrs("10.96.0.10"), Families: []ipam.Family{ipam.IPv4},
+				SourceRanges: prefixes("::/0")},
 		},
 		"source ranges from the annotation, whitespace tolerated": {
 			svc:    validService(sourceRangesAnnotation("  10.0.0.0/8 ,\t192.168.0.0/16\n")),
