@@ -29,9 +29,17 @@ func FuzzParseSubnet(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), `subnet "fz": `) {
 				t.Fatalf("error does not name the subnet or wrap ErrInvalid: %v", err)
 			}
+			checkMessage(t, err)
 			return
 		}
 		checkConfig(t, cfg)
+		for _, p := range cfg.CIDRs {
+			for _, r := range nonUnicast {
+				if p.Overlaps(r.prefix) {
+					t.Fatalf("%v overlaps %v", p, r.prefix)
+				}
+			}
+		}
 		// What it parsed, written back canonically, parses to the same configuration.
 		gateways := make([]string, len(cfg.Gateways))
 		for i, gw := range cfg.Gateways {
@@ -94,6 +102,7 @@ func FuzzParseExcludes(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)
 			}
+			checkMessage(t, err)
 			return
 		}
 		if len(ranges) != len(items) {
@@ -125,12 +134,15 @@ func FuzzParseAddrs(f *testing.F) {
 	f.Add("::ffff:1.2.3.4")
 	f.Add("fe80::1%net1,")
 	f.Add("")
+	f.Add(strings.Repeat("1", 5000))
+	f.Add("10.0.0.1" + strings.Repeat("\xff", 300))
 	f.Fuzz(func(t *testing.T, s string) {
 		addrs, err := ParseAddrs(s)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)
 			}
+			checkMessage(t, err)
 			return
 		}
 		rendered := make([]string, len(addrs))
@@ -531,6 +543,15 @@ func (m *allocModel) check() {
 		if got, _ := m.a.Usage(name); got != want {
 			m.t.Fatalf("Usage(%s) = %+v, want %+v\n%s", name, got, want, m.a)
 		}
+	}
+}
+
+// checkMessage checks that an error message is valid UTF-8 and short enough for an Event note
+// (1 KiB) whatever the value it quotes.
+func checkMessage(t *testing.T, err error) {
+	t.Helper()
+	if msg := err.Error(); len(msg) > 1024 || !utf8.ValidString(msg) {
+		t.Fatalf("message of %d bytes, valid UTF-8 %v: %q", len(msg), utf8.ValidString(msg), msg)
 	}
 }
 
