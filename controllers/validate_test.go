@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
 )
 
@@ -416,6 +417,32 @@ func TestValidatePortsCases(t *testing.T) {
 			t.Errorf("%s: refused: %v", name, ref)
 		case tc.msg != "" && (ref == nil || ref.Reason != ReasonInvalidPorts || ref.Message != tc.msg):
 			t.Errorf("%s:\n got %v\nwant %s: %s", name, ref, ReasonInvalidPorts, tc.msg)
+		}
+	}
+}
+
+// TestSubnetNotUnicastRefused: a Subnet that could hand out loopback, multicast, link-local or
+// unspecified addresses is refused with InvalidSpec, and the message names the range.
+func TestSubnetNotUnicastRefused(t *testing.T) {
+	tests := map[string]string{ // cidrBlock -> message
+		"0.0.0.0/0":                 `subnet "bad": cidrBlock 0.0.0.0/0 overlaps the "this network" block (RFC 1122) 0.0.0.0/8, which cannot be an underlay address: invalid subnet configuration`,
+		"127.0.0.0/8":               `subnet "bad": cidrBlock 127.0.0.0/8 overlaps the loopback block 127.0.0.0/8, which cannot be an underlay address: invalid subnet configuration`,
+		"169.254.0.0/16":            `subnet "bad": cidrBlock 169.254.0.0/16 overlaps the link-local block 169.254.0.0/16, which cannot be an underlay address: invalid subnet configuration`,
+		"172.18.0.0/16,fe80::/64":   `subnet "bad": cidrBlock fe80::/64 overlaps the link-local block fe80::/10, which cannot be an underlay address: invalid subnet configuration`,
+		"::/0":                      `subnet "bad": cidrBlock ::/0 overlaps the unspecified address ::/128, which cannot be an underlay address: invalid subnet configuration`,
+		"ff05::/16":                 `subnet "bad": cidrBlock ff05::/16 overlaps the multicast block ff00::/8, which cannot be an underlay address: invalid subnet configuration`,
+		"240.0.0.0/8":               `subnet "bad": cidrBlock 240.0.0.0/8 overlaps the reserved block (RFC 1112, with the broadcast address 255.255.255.255) 240.0.0.0/4, which cannot be an underlay address: invalid subnet configuration`,
+		"232.0.0.0/8,fd00:18::/64":  `subnet "bad": cidrBlock 232.0.0.0/8 overlaps the multicast block 224.0.0.0/4, which cannot be an underlay address: invalid subnet configuration`,
+		"fd00:18::/64,192.0.2.0/24": "", // documentation ranges are allowed
+	}
+	for cidrBlock, want := range tests {
+		s := lbv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "bad"}, Spec: lbv1.SubnetSpec{Provider: "nad.ns", CIDRBlock: cidrBlock}}
+		_, err := ValidateSubnet(&s, []lbv1.Subnet{s})
+		switch ref, _ := err.(*Refusal); {
+		case want == "" && err != nil:
+			t.Errorf("%s: refused: %v", cidrBlock, err)
+		case want != "" && (ref == nil || ref.Reason != ReasonSubnetInvalid || ref.Message != want):
+			t.Errorf("%s:\n got %v\nwant %s: %s", cidrBlock, err, ReasonSubnetInvalid, want)
 		}
 	}
 }

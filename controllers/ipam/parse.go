@@ -224,8 +224,9 @@ func parseCIDRs(cidrBlock string) ([]netip.Prefix, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cidrBlock %s is not a CIDR (%s): %w", Quote(item), ParseErrorDetail(err), ErrInvalid)
 		}
-		if p.Addr().Is4In6() || p.Overlaps(mappedBlock) {
-			return nil, fmt.Errorf("cidrBlock %s overlaps the IPv4-mapped block %s; write IPv4 CIDRs as IPv4: %w", p, mappedBlock, ErrInvalid)
+		if p.Addr().Is4In6() {
+			// Wider prefixes that hold the mapped block are refused by checkUnicast.
+			return nil, fmt.Errorf("cidrBlock %s is inside the IPv4-mapped block %s; write IPv4 CIDRs as IPv4: %w", p, mappedBlock, ErrInvalid)
 		}
 		if p.Masked() != p {
 			return nil, fmt.Errorf("cidrBlock %s has host bits set (the network is %s): %w", p, p.Masked(), ErrInvalid)
@@ -377,8 +378,8 @@ func Overlaps(a, b SubnetConfig) bool {
 
 // nonUnicast are the ranges a Subnet may not overlap: an lb pod could never hold (or never be
 // reached on) an address from them, and handing one out would be worse than refusing the Subnet
-// (0.0.0.0/0 would hand out 127.0.0.1, 224.0.0.1, 169.254.169.254). The IPv4-mapped block is
-// refused earlier, with its own message.
+// (0.0.0.0/0 would hand out 127.0.0.1, 224.0.0.1, 169.254.169.254). A CIDR inside the
+// IPv4-mapped block is refused earlier, with a message that names the IPv4 spelling.
 //
 // Allowed on purpose: private ranges (RFC 1918, fc00::/7), shared address space (100.64.0.0/10),
 // benchmarking (198.18.0.0/15) and the documentation ranges (192.0.2.0/24, 198.51.100.0/24,
@@ -397,6 +398,7 @@ var nonUnicast = []struct {
 	{netip.MustParsePrefix("::1/128"), "loopback address"},
 	{netip.MustParsePrefix("fe80::/10"), "link-local block"},
 	{netip.MustParsePrefix("ff00::/8"), "multicast block"},
+	{mappedBlock, "IPv4-mapped block"},
 }
 
 // checkUnicast refuses CIDRs that overlap a nonUnicast range, naming the first one.

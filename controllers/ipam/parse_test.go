@@ -119,11 +119,11 @@ func TestParseSubnet(t *testing.T) {
 		},
 		"IPv4-mapped CIDR": {
 			in:      in{"", "::ffff:172.18.0.0/112", "", nil},
-			wantErr: `subnet "s": cidrBlock ::ffff:172.18.0.0/112 overlaps the IPv4-mapped block ::ffff:0.0.0.0/96; write IPv4 CIDRs as IPv4: invalid subnet configuration`,
+			wantErr: `subnet "s": cidrBlock ::ffff:172.18.0.0/112 is inside the IPv4-mapped block ::ffff:0.0.0.0/96; write IPv4 CIDRs as IPv4: invalid subnet configuration`,
 		},
 		"IPv6 CIDR containing the mapped block": {
 			in:      in{"", "::/64", "", nil},
-			wantErr: `subnet "s": cidrBlock ::/64 overlaps the IPv4-mapped block ::ffff:0.0.0.0/96; write IPv4 CIDRs as IPv4: invalid subnet configuration`,
+			wantErr: `subnet "s": cidrBlock ::/64 overlaps the unspecified address ::/128, which cannot be an underlay address: invalid subnet configuration`,
 		},
 		"unknown protocol": {
 			in:      in{"IPv5", "10.0.0.0/8", "", nil},
@@ -226,6 +226,7 @@ func TestParseSubnet(t *testing.T) {
 		"fe80::/10":          "link-local block fe80::/10",
 		"ff02::/120":         "multicast block ff00::/8",
 		"8000::/1":           "link-local block fe80::/10",
+		"::ff80:0:0/89":      "IPv4-mapped block ::ffff:0.0.0.0/96", // holds the mapped block, not ::
 	} {
 		want := "subnet \"s\": cidrBlock " + cidr + " overlaps the " + block + ", which cannot be an underlay address: invalid subnet configuration"
 		gateway := ""
