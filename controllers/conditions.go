@@ -92,3 +92,20 @@ const (
 	actionDelete   = "Delete"
 	actionRelease  = "Release"
 )
+
+// Input validation (issue 12): reasons of ValidateServiceInputs (controllers/validate.go).
+const (
+	// ReasonInvalidSourceRanges: spec.loadBalancerSourceRanges, or the annotation
+	// service.beta.kubernetes.io/load-balancer-source-ranges, has an item that is not a CIDR
+	// (or is an IPv4-mapped range, or there are too many).
+	ReasonInvalidSourceRanges = "InvalidSourceRanges"
+	// ReasonFamilyMismatch: the Service has no ClusterIP of any family its Subnet serves, or
+	// spec.loadBalancerIP asks for a family the Service has no ClusterIP of.
+	ReasonFamilyMismatch = "FamilyMismatch"
+	// ReasonNoClusterIP: the Service (ExternalName, headless, or not allocated yet) has no
+	// ClusterIP for the lb pod to forward to.
+	ReasonNoClusterIP = "NoClusterIP"
+	// ReasonInvalidPorts: no port, a port outside 1-65535, a protocol other than TCP, UDP or
+	// SCTP, or a (port, protocol) pair given twice.
+	ReasonInvalidPorts = "InvalidPorts"
+)

@@ -24,6 +24,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.protocol) || self.protocol == 'Dual' || (self.cidrBlock.split(',').size() == 1 && isCIDR(self.cidrBlock) && cidr(self.cidrBlock).ip().family() == (self.protocol == 'IPv4' ? 4 : 6))",message="cidrBlock must hold exactly one CIDR of the family named by protocol"
 // +kubebuilder:validation:XValidation:rule="!has(self.gateway) || self.gateway.split(',').all(g, isIP(g))",message="gateway must be an IP address, or one per family comma-separated"
 // +kubebuilder:validation:XValidation:rule="self.provider == oldSelf.provider",message="provider is immutable"
+// +kubebuilder:validation:XValidation:rule="self.cidrBlock.split(',').all(c, !isCIDR(c) || cidr(c).masked().ip().isGlobalUnicast())",message="cidrBlock must be unicast host addresses: not 0.0.0.0/0 or ::/0, loopback, link-local, multicast or unspecified (the operator also refuses any CIDR that overlaps such a range)"
 type SubnetSpec struct {
 	// Protocol is IPv4, IPv6 or Dual. When omitted it follows from cidrBlock.
 	// +optional
@@ -57,7 +58,9 @@ type SubnetSpec struct {
 
 	// Namespaces, when set, are the only namespaces whose Services may draw from this Subnet.
 	// +optional
+	// +kubebuilder:validation:MaxItems=1024
 	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespaces []string `json:"namespaces,omitempty"`
 }
 

@@ -6,8 +6,10 @@ import (
 	"net/netip"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 func FuzzParseSubnet(f *testing.F) {
@@ -27,9 +29,17 @@ func FuzzParseSubnet(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) || !strings.HasPrefix(err.Error(), `subnet "fz": `) {
 				t.Fatalf("error does not name the subnet or wrap ErrInvalid: %v", err)
 			}
+			checkMessage(t, err)
 			return
 		}
 		checkConfig(t, cfg)
+		for _, p := range cfg.CIDRs {
+			for _, r := range nonUnicast {
+				if p.Overlaps(r.prefix) {
+					t.Fatalf("%v overlaps %v", p, r.prefix)
+				}
+			}
+		}
 		// What it parsed, written back canonically, parses to the same configuration.
 		gateways := make([]string, len(cfg.Gateways))
 		for i, gw := range cfg.Gateways {
@@ -92,6 +102,7 @@ func FuzzParseExcludes(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)
 			}
+			checkMessage(t, err)
 			return
 		}
 		if len(ranges) != len(items) {
@@ -123,12 +134,15 @@ func FuzzParseAddrs(f *testing.F) {
 	f.Add("::ffff:1.2.3.4")
 	f.Add("fe80::1%net1,")
 	f.Add("")
+	f.Add(strings.Repeat("1", 5000))
+	f.Add("10.0.0.1" + strings.Repeat("\xff", 300))
 	f.Fuzz(func(t *testing.T, s string) {
 		addrs, err := ParseAddrs(s)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("error does not wrap ErrInvalid: %v", err)
 			}
+			checkMessage(t, err)
 			return
 		}
 		rendered := make([]string, len(addrs))
@@ -254,8 +268,10 @@ func (m *allocModel) genConfig(name string) SubnetConfig {
 	block := prefixList(cidrs)
 	// The bytes may have picked a gateway on a reserved address, or a /32 with no default
 	// gateway: fall back step by step to something valid.
+	// parseSubnet, not ParseSubnet: the top of the address space (multicast, 240.0.0.0/4) is
+	// refused as a Subnet, yet the allocator's arithmetic must still hold at its very end.
 	for _, gw := range []string{strings.Join(gateways, ","), "", cidrs[0].Addr().String()} {
-		cfg, err := ParseSubnet(name, "", block, gw, excludes)
+		cfg, err := parseSubnet(name, "", block, gw, excludes)
 		if err == nil {
 			return cfg
 		}
@@ -528,4 +544,38 @@ func (m *allocModel) check() {
 			m.t.Fatalf("Usage(%s) = %+v, want %+v\n%s", name, got, want, m.a)
 		}
 	}
+}
+
+// checkMessage checks that an error message is valid UTF-8 and short enough for an Event note
+// (1 KiB) whatever the value it quotes.
+func checkMessage(t *testing.T, err error) {
+	t.Helper()
+	if msg := err.Error(); len(msg) > 1024 || !utf8.ValidString(msg) {
+		t.Fatalf("message of %d bytes, valid UTF-8 %v: %q", len(msg), utf8.ValidString(msg), msg)
+	}
+}
+
+// FuzzQuote checks that a quoted value is valid UTF-8, bounded, and whole when short.
+func FuzzQuote(f *testing.F) {
+	for _, s := range []string{"", "lb", "a\x00\n", strings.Repeat("é", 40), strings.Repeat("\xff", 70), strings.Repeat("😀", 17)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		q := Quote(s)
+		if !utf8.ValidString(q) {
+			t.Fatalf("Quote(%q) = %q is not valid UTF-8", s, q)
+		}
+		// Every byte quotes to at most 4 (\xff) or a character to 10 (\U0010ffff) per 4 bytes,
+		// plus the quotes and the "... (N bytes)" suffix.
+		if len(q) > 4*QuotePrefixBytes+2+len("... (9223372036854775807 bytes)") {
+			t.Fatalf("Quote of %d bytes is %d bytes long", len(s), len(q))
+		}
+		if len(s) <= QuotePrefixBytes && q != strconv.Quote(s) {
+			t.Fatalf("short value %q quoted as %s", s, q)
+		}
+		if cut := TruncateUTF8(s, QuotePrefixBytes); !strings.HasPrefix(s, cut) || len(cut) > QuotePrefixBytes ||
+			(utf8.ValidString(s) && !utf8.ValidString(cut)) {
+			t.Fatalf("TruncateUTF8(%q) = %q", s, cut)
+		}
+	})
 }

@@ -33,23 +33,34 @@ func (f Family) String() string {
 func parseAddr(s string) (netip.Addr, error) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
-		return netip.Addr{}, fmt.Errorf("%q is not an IP address (%s): %w", s, parseDetail(err), ErrInvalid)
+		return netip.Addr{}, fmt.Errorf("%s is not an IP address (%s): %w", Quote(s), ParseErrorDetail(err), ErrInvalid)
 	}
 	if a.Zone() != "" {
-		return netip.Addr{}, fmt.Errorf("%q has an IPv6 zone, which an underlay address cannot have: %w", s, ErrInvalid)
+		return netip.Addr{}, fmt.Errorf("%s has an IPv6 zone, which an underlay address cannot have: %w", Quote(s), ErrInvalid)
 	}
 	if a.Is4In6() {
-		return netip.Addr{}, fmt.Errorf("%q is an IPv4-mapped IPv6 address; write it as IPv4 (%s): %w", s, a.Unmap(), ErrInvalid)
+		return netip.Addr{}, fmt.Errorf("%s is an IPv4-mapped IPv6 address; write it as IPv4 (%s): %w", Quote(s), a.Unmap(), ErrInvalid)
 	}
 	return a, nil
 }
 
-// parseDetail keeps netip's reason and drops its `ParseAddr("...")` prefix, which would repeat
-// the value the message already quotes.
-func parseDetail(err error) string {
+// parseDetailBytes bounds netip's reason: it may quote the rest of the value (`(at "...")`).
+const parseDetailBytes = 96
+
+// ParseErrorDetail keeps the reason of a net/netip parse error and drops its
+// `ParseAddr("...")` prefix, which would repeat the value the message already quotes; what is
+// left is cut to a bounded length, because netip may quote the unparsed rest of an arbitrarily
+// long value. For messages that quote the value themselves (with Quote).
+func ParseErrorDetail(err error) string {
 	msg := err.Error()
-	if i := strings.Index(msg, "): "); i >= 0 && (strings.HasPrefix(msg, "Parse") || strings.HasPrefix(msg, "netip.Parse")) {
-		return msg[i+3:]
+	// ParsePrefix wraps ParseAddr's error: `netip.ParsePrefix("x/8"): ParseAddr("x"): ...`.
+	for range 2 {
+		if i := strings.Index(msg, "): "); i >= 0 && (strings.HasPrefix(msg, "Parse") || strings.HasPrefix(msg, "netip.Parse")) {
+			msg = msg[i+3:]
+		}
+	}
+	if len(msg) > parseDetailBytes {
+		msg = TruncateUTF8(msg, parseDetailBytes) + "..."
 	}
 	return msg
 }
@@ -66,7 +77,7 @@ func ParseAddrs(s string) ([]netip.Addr, error) {
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
-			return nil, fmt.Errorf("address list %q has an empty item: %w", s, ErrInvalid)
+			return nil, fmt.Errorf("address list %s has an empty item: %w", Quote(s), ErrInvalid)
 		}
 		a, err := parseAddr(item)
 		if err != nil {
@@ -74,7 +85,7 @@ func ParseAddrs(s string) ([]netip.Addr, error) {
 		}
 		for _, prev := range out {
 			if prev == a {
-				return nil, fmt.Errorf("address list %q names %s twice: %w", s, a, ErrInvalid)
+				return nil, fmt.Errorf("address list %s names %s twice: %w", Quote(s), a, ErrInvalid)
 			}
 		}
 		out = append(out, a)
@@ -91,23 +102,23 @@ func ParseExcludes(items []string) ([]Range, error) {
 	for _, raw := range items {
 		item := strings.TrimSpace(raw)
 		if item == "" {
-			return nil, fmt.Errorf("exclusion %q is empty: %w", raw, ErrInvalid)
+			return nil, fmt.Errorf("exclusion %s is empty: %w", Quote(raw), ErrInvalid)
 		}
 		firstText, lastText, isRange := strings.Cut(item, "..")
 		first, err := parseAddr(strings.TrimSpace(firstText))
 		if err != nil {
-			return nil, fmt.Errorf("exclusion %q: %w", item, err)
+			return nil, fmt.Errorf("exclusion %s: %w", Quote(item), err)
 		}
 		last := first
 		if isRange {
 			if last, err = parseAddr(strings.TrimSpace(lastText)); err != nil {
-				return nil, fmt.Errorf("exclusion %q: %w", item, err)
+				return nil, fmt.Errorf("exclusion %s: %w", Quote(item), err)
 			}
 			if first.Is4() != last.Is4() {
-				return nil, fmt.Errorf("exclusion %q mixes IPv4 and IPv6: %w", item, ErrInvalid)
+				return nil, fmt.Errorf("exclusion %s mixes IPv4 and IPv6: %w", Quote(item), ErrInvalid)
 			}
 			if last.Less(first) {
-				return nil, fmt.Errorf("exclusion %q starts after it ends (%s > %s): %w", item, first, last, ErrInvalid)
+				return nil, fmt.Errorf("exclusion %s starts after it ends (%s > %s): %w", Quote(item), first, last, ErrInvalid)
 			}
 		}
 		out = append(out, Range{First: first, Last: last})
@@ -152,10 +163,15 @@ func reservedAddrs(p netip.Prefix) []netip.Addr {
 // error (it names the network meant). Gateways are matched to CIDRs by family, so their order does
 // not matter; a family without one gets the default. A /32 (or IPv6 /128) has no default gateway, so
 // it needs one given explicitly, which then leaves nothing to hand out. IPv4-mapped IPv6
-// spellings, CIDRs overlapping ::ffff:0:0/96, and zones are rejected. Every error reads
+// spellings, CIDRs overlapping ::ffff:0:0/96, and zones are rejected, and so are CIDRs that
+// overlap a range that is never a unicast host address on a link (see nonUnicast), so 0.0.0.0/0
+// or ::/0 never parse. Every error reads
 // `subnet "NAME": <value> <problem>: <sentinel>` and wraps ErrInvalid.
 func ParseSubnet(name, protocol, cidrBlock, gateway string, excludeIPs []string) (SubnetConfig, error) {
 	cfg, err := parseSubnet(name, protocol, cidrBlock, gateway, excludeIPs)
+	if err == nil {
+		err = checkUnicast(cfg.CIDRs)
+	}
 	if err != nil {
 		return SubnetConfig{}, fmt.Errorf("subnet %q: %w", name, err)
 	}
@@ -196,27 +212,28 @@ func parseCIDRs(cidrBlock string) ([]netip.Prefix, error) {
 	}
 	items := strings.Split(cidrBlock, ",")
 	if len(items) > 2 {
-		return nil, fmt.Errorf("cidrBlock %q has %d CIDRs; at most two (one IPv4, one IPv6): %w", cidrBlock, len(items), ErrInvalid)
+		return nil, fmt.Errorf("cidrBlock %s has %d CIDRs; at most two (one IPv4, one IPv6): %w", Quote(cidrBlock), len(items), ErrInvalid)
 	}
 	var cidrs []netip.Prefix
 	for _, item := range items {
 		item = strings.TrimSpace(item)
 		if item == "" {
-			return nil, fmt.Errorf("cidrBlock %q has an empty item: %w", cidrBlock, ErrInvalid)
+			return nil, fmt.Errorf("cidrBlock %s has an empty item: %w", Quote(cidrBlock), ErrInvalid)
 		}
 		p, err := netip.ParsePrefix(item)
 		if err != nil {
-			return nil, fmt.Errorf("cidrBlock %q is not a CIDR (%s): %w", item, parseDetail(err), ErrInvalid)
+			return nil, fmt.Errorf("cidrBlock %s is not a CIDR (%s): %w", Quote(item), ParseErrorDetail(err), ErrInvalid)
 		}
-		if p.Addr().Is4In6() || p.Overlaps(mappedBlock) {
-			return nil, fmt.Errorf("cidrBlock %s overlaps the IPv4-mapped block %s; write IPv4 CIDRs as IPv4: %w", p, mappedBlock, ErrInvalid)
+		if p.Addr().Is4In6() {
+			// Wider prefixes that hold the mapped block are refused by checkUnicast.
+			return nil, fmt.Errorf("cidrBlock %s is inside the IPv4-mapped block %s; write IPv4 CIDRs as IPv4: %w", p, mappedBlock, ErrInvalid)
 		}
 		if p.Masked() != p {
 			return nil, fmt.Errorf("cidrBlock %s has host bits set (the network is %s): %w", p, p.Masked(), ErrInvalid)
 		}
 		for _, prev := range cidrs {
 			if prev.Addr().Is4() == p.Addr().Is4() {
-				return nil, fmt.Errorf("cidrBlock %q has two %s CIDRs; one per family: %w", cidrBlock, familyOf(p.Addr()), ErrInvalid)
+				return nil, fmt.Errorf("cidrBlock %s has two %s CIDRs; one per family: %w", Quote(cidrBlock), familyOf(p.Addr()), ErrInvalid)
 			}
 		}
 		cidrs = append(cidrs, p)
@@ -240,7 +257,7 @@ func checkProtocol(protocol string, cidrs []netip.Prefix) error {
 	case "Dual":
 		want = []Family{IPv4, IPv6}
 	default:
-		return fmt.Errorf("protocol %q is not IPv4, IPv6 or Dual: %w", protocol, ErrInvalid)
+		return fmt.Errorf("protocol %s is not IPv4, IPv6 or Dual: %w", Quote(protocol), ErrInvalid)
 	}
 	ok := len(want) == len(cidrs)
 	for i := 0; ok && i < len(cidrs); i++ {
@@ -267,7 +284,7 @@ func parseGateways(gateway string, cidrs []netip.Prefix) ([]netip.Addr, error) {
 		for _, item := range strings.Split(gateway, ",") {
 			item = strings.TrimSpace(item)
 			if item == "" {
-				return nil, fmt.Errorf("gateway %q has an empty item: %w", gateway, ErrInvalid)
+				return nil, fmt.Errorf("gateway %s has an empty item: %w", Quote(gateway), ErrInvalid)
 			}
 			gw, err := parseAddr(item)
 			if err != nil {
@@ -278,7 +295,7 @@ func parseGateways(gateway string, cidrs []netip.Prefix) ([]netip.Addr, error) {
 				return nil, fmt.Errorf("gateway %s is %s but cidrBlock %s has no %s CIDR: %w", gw, familyOf(gw), prefixList(cidrs), familyOf(gw), ErrInvalid)
 			}
 			if gateways[i].IsValid() {
-				return nil, fmt.Errorf("gateway %q has two %s addresses; one per family: %w", gateway, familyOf(gw), ErrInvalid)
+				return nil, fmt.Errorf("gateway %s has two %s addresses; one per family: %w", Quote(gateway), familyOf(gw), ErrInvalid)
 			}
 			gateways[i] = gw
 		}
@@ -357,4 +374,41 @@ func Overlaps(a, b SubnetConfig) bool {
 		}
 	}
 	return false
+}
+
+// nonUnicast are the ranges a Subnet may not overlap: an lb pod could never hold (or never be
+// reached on) an address from them, and handing one out would be worse than refusing the Subnet
+// (0.0.0.0/0 would hand out 127.0.0.1, 224.0.0.1, 169.254.169.254). A CIDR inside the
+// IPv4-mapped block is refused earlier, with a message that names the IPv4 spelling.
+//
+// Allowed on purpose: private ranges (RFC 1918, fc00::/7), shared address space (100.64.0.0/10),
+// benchmarking (198.18.0.0/15) and the documentation ranges (192.0.2.0/24, 198.51.100.0/24,
+// 203.0.113.0/24, 2001:db8::/32). They are unicast and routable on a private underlay, labs and
+// tests use them, and refusing them would break working setups for no gain on the wire.
+var nonUnicast = []struct {
+	prefix netip.Prefix
+	what   string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), `"this network" block (RFC 1122)`},
+	{netip.MustParsePrefix("127.0.0.0/8"), "loopback block"},
+	{netip.MustParsePrefix("169.254.0.0/16"), "link-local block"},
+	{netip.MustParsePrefix("224.0.0.0/4"), "multicast block"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved block (RFC 1112, with the broadcast address 255.255.255.255)"},
+	{netip.MustParsePrefix("::/128"), "unspecified address"},
+	{netip.MustParsePrefix("::1/128"), "loopback address"},
+	{netip.MustParsePrefix("fe80::/10"), "link-local block"},
+	{netip.MustParsePrefix("ff00::/8"), "multicast block"},
+	{mappedBlock, "IPv4-mapped block"},
+}
+
+// checkUnicast refuses CIDRs that overlap a nonUnicast range, naming the first one.
+func checkUnicast(cidrs []netip.Prefix) error {
+	for _, p := range cidrs {
+		for _, r := range nonUnicast {
+			if p.Overlaps(r.prefix) {
+				return fmt.Errorf("cidrBlock %s overlaps the %s %s, which cannot be an underlay address: %w", p, r.what, r.prefix, ErrInvalid)
+			}
+		}
+	}
+	return nil
 }

@@ -119,11 +119,11 @@ func TestParseSubnet(t *testing.T) {
 		},
 		"IPv4-mapped CIDR": {
 			in:      in{"", "::ffff:172.18.0.0/112", "", nil},
-			wantErr: `subnet "s": cidrBlock ::ffff:172.18.0.0/112 overlaps the IPv4-mapped block ::ffff:0.0.0.0/96; write IPv4 CIDRs as IPv4: invalid subnet configuration`,
+			wantErr: `subnet "s": cidrBlock ::ffff:172.18.0.0/112 is inside the IPv4-mapped block ::ffff:0.0.0.0/96; write IPv4 CIDRs as IPv4: invalid subnet configuration`,
 		},
 		"IPv6 CIDR containing the mapped block": {
 			in:      in{"", "::/64", "", nil},
-			wantErr: `subnet "s": cidrBlock ::/64 overlaps the IPv4-mapped block ::ffff:0.0.0.0/96; write IPv4 CIDRs as IPv4: invalid subnet configuration`,
+			wantErr: `subnet "s": cidrBlock ::/64 overlaps the unspecified address ::/128, which cannot be an underlay address: invalid subnet configuration`,
 		},
 		"unknown protocol": {
 			in:      in{"IPv5", "10.0.0.0/8", "", nil},
@@ -201,6 +201,52 @@ func TestParseSubnet(t *testing.T) {
 			in:      in{"", "172.18.0.0/16", "", []string{"172.18.0.10..172.18.0.1"}},
 			wantErr: `subnet "s": exclusion "172.18.0.10..172.18.0.1" starts after it ends (172.18.0.10 > 172.18.0.1): invalid subnet configuration`,
 		},
+		"long protocol quoted by its prefix only": {
+			in:      in{strings.Repeat("v", 100), "172.18.0.0/16", "", nil},
+			wantErr: `subnet "s": protocol "` + strings.Repeat("v", 64) + `"... (100 bytes) is not IPv4, IPv6 or Dual: invalid subnet configuration`,
+		},
+	}
+	// Never unicast host addresses on a link: refused whatever the prefix length, named by the
+	// first such block the CIDR overlaps.
+	for cidr, block := range map[string]string{
+		"0.0.0.0/0":          `"this network" block (RFC 1122) 0.0.0.0/8`,
+		"0.0.0.0/8":          `"this network" block (RFC 1122) 0.0.0.0/8`,
+		"127.0.0.0/8":        "loopback block 127.0.0.0/8",
+		"127.0.0.0/30":       "loopback block 127.0.0.0/8",
+		"96.0.0.0/3":         "loopback block 127.0.0.0/8",
+		"169.254.0.0/16":     "link-local block 169.254.0.0/16",
+		"169.254.169.0/24":   "link-local block 169.254.0.0/16",
+		"128.0.0.0/1":        "link-local block 169.254.0.0/16",
+		"224.0.0.0/24":       "multicast block 224.0.0.0/4",
+		"239.255.0.0/16":     "multicast block 224.0.0.0/4",
+		"240.0.0.0/4":        "reserved block (RFC 1112, with the broadcast address 255.255.255.255) 240.0.0.0/4",
+		"255.255.255.252/30": "reserved block (RFC 1112, with the broadcast address 255.255.255.255) 240.0.0.0/4",
+		"::/127":             "unspecified address ::/128",
+		"fe80::/64":          "link-local block fe80::/10",
+		"fe80::/10":          "link-local block fe80::/10",
+		"ff02::/120":         "multicast block ff00::/8",
+		"8000::/1":           "link-local block fe80::/10",
+		"::ff80:0:0/89":      "IPv4-mapped block ::ffff:0.0.0.0/96", // holds the mapped block, not ::
+	} {
+		want := "subnet \"s\": cidrBlock " + cidr + " overlaps the " + block + ", which cannot be an underlay address: invalid subnet configuration"
+		gateway := ""
+		if cidr == "::/127" {
+			gateway = "::1"
+		}
+		tests["not unicast "+cidr] = struct {
+			in      in
+			want    SubnetConfig
+			wantErr string
+		}{in: in{"", cidr, gateway, nil}, wantErr: want}
+	}
+	// Documentation, shared and benchmarking ranges are unicast and allowed (labs use them).
+	for _, cidr := range []string{"192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "100.64.0.0/10", "198.18.0.0/15", "2001:db8::/32", "1.0.0.0/8", "223.255.255.0/24", "fec0::/10", "fe00::/9"} {
+		p := netip.MustParsePrefix(cidr)
+		tests["unicast "+cidr] = struct {
+			in      in
+			want    SubnetConfig
+			wantErr string
+		}{in: in{"", cidr, "", nil}, want: SubnetConfig{CIDRs: []netip.Prefix{p}, Gateways: []netip.Addr{p.Addr().Next()}}}
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -257,6 +303,12 @@ func TestParseAddrs(t *testing.T) {
 		"garbage":   {in: "lb", wantErr: `"lb" is not an IP address (unable to parse IP): invalid subnet configuration`},
 		"mapped":    {in: "::ffff:172.18.0.18", wantErr: `"::ffff:172.18.0.18" is an IPv4-mapped IPv6 address; write it as IPv4 (172.18.0.18): invalid subnet configuration`},
 		"zone":      {in: "fd00::1%net1", wantErr: `"fd00::1%net1" has an IPv6 zone, which an underlay address cannot have: invalid subnet configuration`},
+		// A value as long as a Service field allows is quoted by its first 64 bytes, and netip's
+		// own detail (which quotes the unparsed rest) is cut too.
+		"20,000 characters":      {in: strings.Repeat("1", 20000), wantErr: `"` + strings.Repeat("1", 64) + `"... (20000 bytes) is not an IP address (unable to parse IP): invalid subnet configuration`},
+		"long list, empty item":  {in: "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5,10.0.0.6,10.0.0.7,10.0.0.8,", wantErr: `address list "10.0.0.1,10.0.0.2,10.0.0.3,10.0.0.4,10.0.0.5,10.0.0.6,10.0.0.7,1"... (72 bytes) has an empty item: invalid subnet configuration`},
+		"long detail cut":        {in: "10.0.0.1" + strings.Repeat("x", 200), wantErr: `"10.0.0.1` + strings.Repeat("x", 56) + `"... (208 bytes) is not an IP address (unexpected character (at "` + strings.Repeat("x", 70) + `...): invalid subnet configuration`},
+		"cut inside a character": {in: "10.0.0.1" + strings.Repeat("é", 40), wantErr: `"10.0.0.1` + strings.Repeat("é", 28) + `"... (88 bytes) is not an IP address (unexpected character (at "` + strings.Repeat("é", 35) + `...): invalid subnet configuration`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -310,5 +362,53 @@ func TestReservedAddrs(t *testing.T) {
 		if strings.Join(got, " ") != want {
 			t.Errorf("%s: got %q, want %q", prefix, strings.Join(got, " "), want)
 		}
+	}
+}
+
+func TestQuote(t *testing.T) {
+	tests := map[string]struct{ in, want string }{
+		"short":             {"lb", `"lb"`},
+		"control bytes":     {"a\x00\n", `"a\x00\n"`},
+		"exactly 64":        {strings.Repeat("a", 64), `"` + strings.Repeat("a", 64) + `"`},
+		"65":                {strings.Repeat("a", 65), `"` + strings.Repeat("a", 64) + `"... (65 bytes)`},
+		"cut before a rune": {strings.Repeat("a", 63) + "é", `"` + strings.Repeat("a", 63) + `"... (65 bytes)`},
+		"invalid UTF-8":     {strings.Repeat("\xff", 70), `"` + strings.Repeat(`\xff`, 64) + `"... (70 bytes)`},
+		"4-byte runes":      {strings.Repeat("😀", 17), `"` + strings.Repeat("😀", 16) + `"... (68 bytes)`},
+	}
+	for name, tc := range tests {
+		if got := Quote(tc.in); got != tc.want {
+			t.Errorf("%s: Quote = %s, want %s", name, got, tc.want)
+		}
+	}
+}
+
+func TestTruncateUTF8(t *testing.T) {
+	tests := []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"abc", 5, "abc"},
+		{"abc", 0, ""},
+		{"abc", -1, ""},
+		{"aé", 2, "a"},
+		{"aé", 3, "aé"},
+		{"a😀", 4, "a"},
+		{"\x80\x80\x80\x80\x80", 3, "\x80\x80\x80"}, // no character start to step back to
+	}
+	for _, tc := range tests {
+		if got := TruncateUTF8(tc.in, tc.n); got != tc.want {
+			t.Errorf("TruncateUTF8(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestCheckUnicastLoopback6 covers ::1/128, which ParseSubnet cannot reach: a /128 needs its one
+// address as gateway, and that is its subnet-router anycast address.
+func TestCheckUnicastLoopback6(t *testing.T) {
+	err := checkUnicast(mustPrefixes(t, "fd00::/64", "::1/128"))
+	want := "cidrBlock ::1/128 overlaps the loopback address ::1/128, which cannot be an underlay address: invalid subnet configuration"
+	if err == nil || err.Error() != want || !errors.Is(err, ErrInvalid) {
+		t.Fatalf("got %v, want %s", err, want)
 	}
 }
