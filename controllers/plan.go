@@ -149,16 +149,13 @@ func DecideService(in ServiceInputs) Plan {
 	}
 	p.SubnetConfig = cfg
 
-	requested, err := RequestedAddrs(svc)
-	if err != nil {
-		return refuse(err.(*Refusal))
+	// The Service's own inputs, checked against the Subnet: something to forward to, ports,
+	// spec.loadBalancerIP, source ranges, and the families both sides have.
+	v, ref := ValidateServiceInputs(svc, cfg)
+	if ref != nil {
+		return refuse(ref)
 	}
-	families := subnetFamilies(cfg)
-	for _, r := range requested {
-		if !slices.Contains(families, familyOf(r)) {
-			return refuse(&Refusal{ReasonAddressFamily, fmt.Sprintf("spec.loadBalancerIP %s is %s but subnet %q serves only %s", r, familyOf(r), subnet.Name, cfg.CIDRs)})
-		}
-	}
+	requested, families := v.Requested, v.Families
 	owned := inSubnet(bound(in.Owned), subnet.Name)
 	ingress := ingressSet(svc)
 	for _, f := range families {
@@ -194,14 +191,6 @@ func familyOf(a netip.Addr) ipam.Family {
 		return ipam.IPv4
 	}
 	return ipam.IPv6
-}
-
-func subnetFamilies(cfg ipam.SubnetConfig) []ipam.Family {
-	out := make([]ipam.Family, 0, len(cfg.CIDRs))
-	for _, c := range cfg.CIDRs {
-		out = append(out, familyOf(c.Addr()))
-	}
-	return out
 }
 
 func staticOf(requested []netip.Addr, f ipam.Family) (netip.Addr, bool) {

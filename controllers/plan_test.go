@@ -28,7 +28,10 @@ func planService(mutate ...func(*corev1.Service)) *corev1.Service {
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "team", UID: "u1",
 			Annotations: map[string]string{lbv1.AttachmentProviderAnnotation: planProvider}},
-		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10", "fd00:96::10"},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Ports:      []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}}},
 	}
 	for _, m := range mutate {
 		m(s)
@@ -170,7 +173,7 @@ func TestDecideService(t *testing.T) {
 		},
 		"static address of the wrong family: refused": {
 			in:   ServiceInputs{Service: planService(static("fd00::5")), NADFound: true, Subnets: []lbv1.Subnet{sn}},
-			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonAddressFamily, `spec.loadBalancerIP fd00::5 is IPv6 but subnet "sn" serves only [10.0.0.0/24]`}},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonAddressFamily, `spec.loadBalancerIP fd00::5 is IPv6 but subnet "sn" serves only IPv4`}},
 		},
 	}
 	for name, tc := range tests {
@@ -245,4 +248,26 @@ func deleting(s *corev1.Service) {
 
 func static(ip string) func(*corev1.Service) {
 	return func(s *corev1.Service) { s.Spec.LoadBalancerIP = ip }
+}
+
+// The Service's own inputs are checked with the Subnet: a Dual Subnet gives an IPv4-only Service
+// only its IPv4 address, and garbage source ranges refuse it with a bounded message.
+func TestDecideServiceInputs(t *testing.T) {
+	dual := planSubnet("dual", "10.1.0.0/24,fd00::/64", 0)
+	v4only := func(s *corev1.Service) {
+		s.Spec.ClusterIPs, s.Spec.IPFamilies = []string{"10.96.0.10"}, []corev1.IPFamily{corev1.IPv4Protocol}
+	}
+	p := DecideService(ServiceInputs{Service: planService(v4only), EnableLBSvc: true, NADFound: true, Subnets: []lbv1.Subnet{dual}})
+	if p.Action != PlanServe || !reflect.DeepEqual(p.Claims, []Claim{{Family: ipam.IPv4}}) {
+		t.Errorf("IPv4-only Service on a Dual Subnet: %+v", p)
+	}
+	bad := func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{strings.Repeat("x", 20000)} }
+	p = DecideService(ServiceInputs{Service: planService(bad), EnableLBSvc: true, NADFound: true, Subnets: []lbv1.Subnet{dual},
+		Owned: []OwnedIP{owned("10.1.0.7", "10.1.0.7", "dual", false)}})
+	if p.Action != PlanTeardown || p.Refusal == nil || p.Refusal.Reason != ReasonInvalidSourceRanges || len(p.Refusal.Message) > MaxMessageBytes {
+		t.Fatalf("garbage source ranges: %+v", p)
+	}
+	if len(p.Drain) != 1 {
+		t.Errorf("the refused Service's address must drain: %+v", p.Drain)
+	}
 }

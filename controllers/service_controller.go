@@ -542,18 +542,8 @@ func orDash(s string) string {
 	return s
 }
 
-// boundMessage caps a message at what an Event note may carry (1 KiB), cutting on a rune.
-func boundMessage(s string) string {
-	const limit = 1000
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit
-	for cut > 0 && (s[cut]&0xC0) == 0x80 {
-		cut--
-	}
-	return s[:cut] + "..."
-}
+// boundMessage caps a message at what an Event note may carry (see BoundedMessage).
+func boundMessage(s string) string { return BoundedMessage(s) }
 
 // podNamespace is where a Service's lb pod runs.
 func (r *ServiceReconciler) podNamespace(svc *corev1.Service) string {
