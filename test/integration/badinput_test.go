@@ -38,7 +38,9 @@ func TestBadInputTable(t *testing.T) {
 	provider := func(v string) func(*corev1.Service) {
 		return func(s *corev1.Service) { s.Annotations[lbv1.AttachmentProviderAnnotation] = v }
 	}
-	ports := func(p ...corev1.ServicePort) func(*corev1.Service) { return func(s *corev1.Service) { s.Spec.Ports = p } }
+	ports := func(p ...corev1.ServicePort) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Spec.Ports = p }
+	}
 	port := func(n int32, proto corev1.Protocol) corev1.ServicePort {
 		return corev1.ServicePort{Name: fmt.Sprintf("p%d-%s", n, strings.ToLower(string(proto))), Port: n, Protocol: proto, TargetPort: intstr.FromInt32(n)}
 	}
