@@ -179,10 +179,17 @@ func desiredTables(fam Family, lbIP, clusterIP netip.Addr, hasClusterIP bool, po
 		pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
 	} else {
 		for _, r := range sourceRanges {
-			if familyOf(r.Addr()) == fam {
+			switch {
+			case familyOf(r.Addr()) != fam:
+			case r.Bits() == 0:
+				// Everyone: iptables -S prints "-s 0.0.0.0/0" back without the match, so a rule
+				// written with it would never compare equal and be re-added at every sync.
+				pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
+			default:
 				pre.Rules = append(pre.Rules, []string{"-s", r.String(), "-d", lb, "-j", ChainServices})
 			}
 		}
+		pre.Rules = slices.CompactFunc(pre.Rules, slices.Equal[[]string])
 	}
 	for _, p := range uniquePorts(ports) {
 		proto := strings.ToLower(string(p.Protocol))

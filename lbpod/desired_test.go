@@ -101,6 +101,19 @@ func TestDesiredGolden(t *testing.T) {
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv6: {Addr: netip.MustParseAddr("fe80::1"), OnLink: true}}},
 		},
+		// Everyone (0.0.0.0/0) written without a source match, so that it converges; a /0 beside
+		// narrower ranges makes them redundant.
+		"source-range-everyone": {
+			cfg: Config{
+				Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
+				Service: Service{
+					ClusterIPs:   addrs("10.109.201.193"),
+					Ports:        []Port{{TCP, 80}},
+					SourceRanges: prefixes("0.0.0.0/0"),
+				},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
+		},
 		// A dual-stack LB for a single-stack Service: the IPv6 side has no ClusterIP to reach.
 		"dual-lb-single-stack-service": {
 			cfg: Config{
