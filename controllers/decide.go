@@ -95,8 +95,10 @@ func namespaceAllowed(s *lbv1.Subnet, namespace string) error {
 	if len(s.Spec.Namespaces) == 0 || slices.Contains(s.Spec.Namespaces, namespace) {
 		return nil
 	}
-	return &Refusal{ReasonNamespaceNotAllowed, fmt.Sprintf("subnet %q serves only namespaces %s, not %q",
-		s.Name, strings.Join(s.Spec.Namespaces, ", "), namespace)}
+	// The other namespaces are not listed: they are other tenants' business (the admin reads
+	// them on the Subnet).
+	return &Refusal{ReasonNamespaceNotAllowed, fmt.Sprintf("subnet %q does not serve namespace %q (see the subnet's spec.namespaces)",
+		s.Name, namespace)}
 }
 
 // ParseSubnetSpec parses a Subnet into the allocator's configuration.

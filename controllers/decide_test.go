@@ -91,7 +91,7 @@ func TestChooseSubnet(t *testing.T) {
 			wantReason: ReasonSubnetProviderMismatch, wantMsg: `subnet "x" has provider "other.net", not "nad.net"`},
 		"namespace allowed": {subnets: []lbv1.Subnet{subnet("a", p, "x", "ns")}, want: "a"},
 		"namespace refused": {subnets: []lbv1.Subnet{subnet("a", p, "x", "y")}, wantReason: ReasonNamespaceNotAllowed,
-			wantMsg: `subnet "a" serves only namespaces x, y, not "ns"`},
+			wantMsg: `subnet "a" does not serve namespace "ns" (see the subnet's spec.namespaces)`},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

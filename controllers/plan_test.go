@@ -143,7 +143,7 @@ func TestDecideService(t *testing.T) {
 				s.Spec.Namespaces = []string{"other"}
 				return s
 			}()}, Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
-			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonNamespaceNotAllowed, `subnet "sn" serves only namespaces other, not "team"`},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonNamespaceNotAllowed, `subnet "sn" does not serve namespace "team" (see the subnet's spec.namespaces)`},
 				Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
 		},
 		"NAD gone: refused": {

@@ -218,3 +218,24 @@ func TestBadSubnetTable(t *testing.T) {
 	NewWithT(t).Expect(findCondition(s.Status.Conditions, controllers.ConditionSubnetReady).Message).
 		To(ContainSubstring("gateway " + gwAtNet + ".0 is the network address of " + gwAtNet + ".0/24"))
 }
+
+// Every change that can unblock a waiting Service wakes it: the older of two overlapping Subnets
+// deleted, a Subnet that appears with a free address.
+func TestWakeUps(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := newNamespace(t)
+	provider := createNAD(t, ns, "attach")
+	net := nextNet()
+	older := subnetObj("wake-a-"+suffix(), "other."+ns, net+".0/24", net+".1", nil)
+	create(t, older)
+	waitReady(t, older.Name, metav1.ConditionTrue, controllers.ReasonSubnetValid)
+	newer := subnetObj("wake-b-"+suffix(), provider, net+".0/25", net+".1", nil)
+	create(t, newer)
+	waitReady(t, newer.Name, metav1.ConditionFalse, controllers.ReasonSubnetOverlap)
+	create(t, lbService(ns, "waiting", provider, ""))
+	waitRefused(t, ns, "waiting", controllers.ReasonSubnetNotReady)
+	// Deleting the older Subnet (another provider's) resolves the overlap: the Service is woken.
+	g.Expect(k8s.Delete(ctx, older)).To(Succeed())
+	waitAddress(t, ns, "waiting", net+".2")
+}
