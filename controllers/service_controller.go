@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -176,6 +177,9 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{Requeue: true}, nil
 	}
+	if errors.Is(err, errStrayPods) {
+		return ctrl.Result{RequeueAfter: drainRecheck}, nil
+	}
 	if err != nil {
 		return ctrl.Result{}, err
 	}
@@ -324,6 +328,14 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 		Provider: plan.Provider, NADName: plan.NADName, NADNamespace: plan.NADNamespace, SubnetName: plan.Subnet,
 		Addresses: addrs, CIDRs: cidrs, Gateways: gateways,
 		Image: r.Options.LBSvcImage, Sysctls: r.Options.ForwardingSysctls,
+	}
+	// An lb pod of this Service left elsewhere (--lb-pod-namespace changed) holds the same address:
+	// it goes first, and the new one comes only once its pods are gone.
+	if moving, err := r.removeStray(ctx, svc); err != nil || moving {
+		if err == nil {
+			err = errStrayPods
+		}
+		return err
 	}
 	deploy, foreign, err := r.applyObjects(ctx, svc, params)
 	if err != nil {
@@ -544,6 +556,53 @@ func orDash(s string) string {
 
 // boundMessage caps a message at what an Event note may carry (see BoundedMessage).
 func boundMessage(s string) string { return BoundedMessage(s) }
+
+// errStrayPods requeues (with backoff) a Service whose lb pods still run where they no longer belong.
+var errStrayPods = errors.New("waiting for the lb pods left in the previous lb pod namespace to be gone")
+
+// removeStray deletes our Deployments and ServiceAccounts of svc that are not where they belong
+// now, and tells whether pods of svc still run outside the lb pod namespace.
+func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service) (bool, error) {
+	mine := client.MatchingLabels{lbv1.ServiceUIDLabel: string(svc.UID)}
+	podNS, name := r.podNamespace(svc), ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)
+	var deps appsv1.DeploymentList
+	if err := r.Client.List(ctx, &deps, mine); err != nil {
+		return false, err
+	}
+	var sas corev1.ServiceAccountList
+	if err := r.Client.List(ctx, &sas, mine); err != nil {
+		return false, err
+	}
+	var stray []client.Object
+	for i := range deps.Items {
+		if d := &deps.Items[i]; d.Namespace != podNS || d.Name != name {
+			stray = append(stray, d)
+		}
+	}
+	for i := range sas.Items {
+		if sa := &sas.Items[i]; sa.Namespace != podNS || sa.Name != name {
+			stray = append(stray, sa)
+		}
+	}
+	for _, o := range stray {
+		if !o.GetDeletionTimestamp().IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("delete %s %s/%s left from a previous lb pod namespace: %w", kindOf(o), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, mine); err != nil {
+		return false, err
+	}
+	for i := range pods.Items {
+		if pods.Items[i].Namespace != podNS {
+			return true, nil
+		}
+	}
+	return false, nil
+}
 
 // podNamespace is where a Service's lb pod runs.
 func (r *ServiceReconciler) podNamespace(svc *corev1.Service) string {

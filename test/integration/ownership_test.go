@@ -377,6 +377,19 @@ func TestLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	system := newNamespace(t)
+
+	// A Service served beside itself first; its lb pod (a pod object here) still runs when the
+	// operator comes back with --lb-pod-namespace.
+	pre := newFixture(t)
+	create(t, lbService(pre.ns, "moved", pre.provider, ""))
+	moved := waitAddress(t, pre.ns, "moved", pre.ip("6"))
+	old := &appsv1.Deployment{}
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: pre.ns, Name: "lb-svc-moved"}, old)
+	}, timeout, interval).Should(Succeed())
+	oldPod := lbPodObject(t, pre.ns, "lb-moved-old", pre.ip("6"), "")
+	update(t, oldPod, func(p *corev1.Pod) { p.Labels[lbv1.ServiceUIDLabel] = string(moved.UID) })
+
 	stopOperator()
 	opMu.Lock()
 	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: system})
@@ -398,6 +411,20 @@ func TestLBPodNamespace(t *testing.T) {
 	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: system}}))
 	g.Expect(rb.OwnerReferences).To(HaveLen(1))
 	g.Expect(rb.OwnerReferences[0].UID).To(Equal(svc.UID))
+
+	// The moved Service: its old Deployment goes, and the new one waits until the old pod is
+	// gone, since both would hold the same address.
+	newName := controllers.ObjectNameIn(system, pre.ns, "moved")
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(old), &appsv1.Deployment{}))
+	}, timeout, interval).Should(BeTrue())
+	g.Consistently(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: newName}, &appsv1.Deployment{}))
+	}, time.Second, 200*time.Millisecond).Should(BeTrue())
+	forceDelete(t, oldPod)
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: newName}, &appsv1.Deployment{})
+	}, timeout, interval).Should(Succeed())
 
 	g.Expect(k8s.Delete(ctx, svc)).To(Succeed())
 	waitGone(t, svc)
