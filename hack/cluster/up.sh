@@ -44,11 +44,16 @@ import_images() {
   done
 }
 
-# in_parallel FUNC: FUNC 1 .. FUNC NODES at once; fails if any failed.
+# in_parallel FUNC: FUNC 1 .. FUNC NODES at once; fails if any failed. If up.sh is interrupted
+# meanwhile, the subshells go with it (down.sh then removes the rest).
+PARALLEL_PIDS=()
+trap '[ ${#PARALLEL_PIDS[@]} -eq 0 ] || kill "${PARALLEL_PIDS[@]}" 2>/dev/null; exit 130' INT TERM
 in_parallel() {
-  local i pids=() rc=0
-  for i in $(seq "$NODES"); do "$1" "$i" & pids+=($!); done
-  for i in "${pids[@]}"; do wait "$i" || rc=1; done
+  local i rc=0
+  PARALLEL_PIDS=()
+  for i in $(seq "$NODES"); do "$1" "$i" & PARALLEL_PIDS+=($!); done
+  for i in "${PARALLEL_PIDS[@]}"; do wait "$i" || rc=1; done
+  PARALLEL_PIDS=()
   return $rc
 }
 
