@@ -4,6 +4,7 @@
 #                 config/default + the demo's adaptations), apply config/samples, wait until the
 #                 LB address answers from the client namespace, print how to look at it.
 #   demo.sh down  remove everything (hack/cluster/down.sh).
+#   env NODES     how many nodes (default 2, at most 3); node 1 also holds the control plane.
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
@@ -42,13 +43,14 @@ up() {
     kc -n default describe service test-service >&2
     exit 1
   fi
-  log "demo up in $((SECONDS - t0))s; the LB address $ip answers from the client namespace"
+  log "demo up with $NODES nodes in $((SECONDS - t0))s; the LB address $ip answers from the client namespace"
   cat <<TXT
 
 The seed's story is up. Look at it:
   export KUBECONFIG=$KUBECONFIG_PATH
   export PATH=$BIN:\$PATH
-  kubectl get pod -o wide                  # lb-svc-test-service-...  1/1 Running, dynamic-... x2
+  kubectl get nodes                        # $(for i in $(seq "$NODES"); do printf '%s ' "$(node_name "$i")"; done)
+  kubectl get pod -o wide                  # lb-svc-test-service-...  1/1 Running, dynamic-... x2; NODE column
   kubectl get svc test-service             # EXTERNAL-IP $ip
   kubectl get subnets
   kubectl -n lbsvc-system logs deploy/lbsvc-operator
@@ -56,6 +58,9 @@ The seed's story is up. Look at it:
 Curl the LB address from the underlay's client namespace ($CLIENT_NS holds ${CLIENT_ADDR}, the Subnet's gateway):
   nsenter --net=/run/netns/$CLIENT_NS curl -s http://$ip:80/
   (or: ip netns exec $CLIENT_NS curl -s http://$ip:80/)
+
+Fail a node like a power-off, bring it back, drain it (each prints the moment, RFC 3339 with ms):
+  hack/cluster/node.sh fail 2;  hack/cluster/node.sh recover 2;  hack/cluster/node.sh drain 2
 
 Tear it all down:  make demo-down
 TXT

@@ -2,6 +2,7 @@
 # End-to-end tests on the local cluster: bring it up (unless it is up already) with the operator
 # installed, run test/e2e (build tag e2e), and always tear the cluster down afterwards, also when a
 # step fails. Exits with the tests' status. Called by hack/test.sh (stage e2e).
+#   env NODES            how many nodes (default 2, at most 3); the multi-node tests need 2 or more
 #   env KEEP_CLUSTER=1   leave the cluster up afterwards (for debugging)
 #   env GOTESTSUM, TEST_LOGDIR  set by hack/test.sh: run through gotestsum, JSON log to TEST_LOGDIR/e2e.json
 set -euo pipefail
@@ -33,7 +34,7 @@ T0=$SECONDS
 kc apply -k "$HERE/operator" >/dev/null
 kc wait --for=condition=Established --timeout=60s crd/subnets.lbsvc.io >/dev/null
 kc -n lbsvc-system rollout status deployment --timeout=120s >/dev/null
-log "cluster and operator ready in $((SECONDS - T0))s; running test/e2e"
+log "cluster ($NODES nodes) and operator ready in $((SECONDS - T0))s; running test/e2e"
 
 cd "$ROOT"
 export KUBECONFIG=$KUBECONFIG_PATH LBSVC_E2E_ROOT=$ROOT PATH=$BIN:$PATH

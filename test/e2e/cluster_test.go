@@ -31,11 +31,14 @@ import (
 )
 
 // The cluster's fixed names and addresses (hack/cluster/lib.sh) and the seed's objects
-// (config/samples).
+// (config/samples). Every node's network namespace is named like the node (lbsvc-node<i>); node 1
+// also holds the control plane.
 const (
-	clientNetns = "lbsvc-client"
-	nodeNetns   = "lbsvc-node"
-	podGateway  = "10.212.0.1"
+	clientNetns   = "lbsvc-client"
+	underlayNetns = "lbsvc-ul"
+	podBridge     = "lbsvc-br0"
+	cgroupRoot    = "lbsvc-cluster"
+	controlPlane  = "lbsvc-node1"
 
 	seedNamespace   = "default"
 	seedService     = "test-service"
@@ -125,6 +128,60 @@ func curlFromClient(url string) (string, error) {
 		return "", fmt.Errorf("curl %s from netns %s: %w: %s", url, clientNetns, err, out)
 	}
 	return out, nil
+}
+
+// nodeNetns is the network namespace of a node (spec.nodeName of its pods).
+func nodeNetns(node string) string { return "/run/netns/" + node }
+
+// inNode runs a command in a node's network namespace.
+func inNode(node string, args ...string) (string, error) {
+	out, err := run("nsenter", append([]string{"--net=" + nodeNetns(node)}, args...)...)
+	if err != nil {
+		return "", fmt.Errorf("node %s: %s: %w: %s", node, strings.Join(args, " "), err, out)
+	}
+	return out, nil
+}
+
+// nodeNames lists the cluster's nodes, sorted (lbsvc-node1 first).
+func nodeNames(t *testing.T) []string {
+	t.Helper()
+	var nodes corev1.NodeList
+	if err := k8s.List(context.Background(), &nodes); err != nil {
+		t.Fatalf("list nodes: %v", err)
+	}
+	var names []string
+	for _, n := range nodes.Items {
+		names = append(names, n.Name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// multiNode returns the cluster's nodes and fails the test unless there are at least two: the
+// tests that call it are about what happens between nodes.
+func multiNode(t *testing.T) []string {
+	t.Helper()
+	nodes := nodeNames(t)
+	if len(nodes) < 2 {
+		t.Fatalf("this test needs at least 2 nodes (NODES=2 hack/cluster/e2e.sh), the cluster has %q", nodes)
+	}
+	return nodes
+}
+
+// podGatewayOf is the address of the pod bridge on the pod's node: the gateway of its eth0, read
+// in that node's namespace.
+func podGatewayOf(pod *corev1.Pod) (string, error) {
+	out, err := inNode(pod.Spec.NodeName, "ip", "-4", "-o", "addr", "show", "dev", podBridge)
+	if err != nil {
+		return "", err
+	}
+	f := strings.Fields(out)
+	for i := range f {
+		if f[i] == "inet" && i+1 < len(f) {
+			return strings.SplitN(f[i+1], "/", 2)[0], nil
+		}
+	}
+	return "", fmt.Errorf("node %s: no IPv4 address on %s: %q", pod.Spec.NodeName, podBridge, out)
 }
 
 // inNetnsOfPod runs a command in the network namespace of pod, entered from the node through the

@@ -34,6 +34,9 @@ func TestSeedStory(t *testing.T) {
 	var svc corev1.Service
 	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: seedNamespace, Name: seedService}, &svc)).To(Succeed())
 	clusterIP := svc.Spec.ClusterIP
+	// The lb pod may be on any node: its eth0 gateway is that node's pod bridge.
+	podGateway, err := podGatewayOf(pod)
+	g.Expect(err).NotTo(HaveOccurred())
 
 	// Inside the lb pod, entered from the node.
 	want := lbPodState{
@@ -155,11 +158,15 @@ func nonEmptyLines(s string) []string {
 	return out
 }
 
-// TestClusterIsolated checks that nothing of the cluster can send a packet off this machine: the
-// node and the underlay have no default route, so an outside address is unroutable from both.
+// TestClusterIsolated checks that nothing of the cluster can send a packet off this machine: no
+// node, nor the underlay's client, has a default route, so an outside address is unroutable from
+// all of them.
 func TestClusterIsolated(t *testing.T) {
 	g := NewWithT(t)
-	for _, ns := range []string{nodeNetns, clientNetns} {
+	nodes := multiNode(t)
+	netns := []string{clientNetns, underlayNetns}
+	netns = append(netns, nodes...)
+	for _, ns := range netns {
 		out, err := run("nsenter", "--net=/run/netns/"+ns, "ip", "route", "show", "default")
 		g.Expect(err).NotTo(HaveOccurred(), out)
 		g.Expect(out).To(BeEmpty(), "default route in netns %s", ns)
