@@ -1,0 +1,108 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+const (
+	operatorNamespace  = "lbsvc-system"
+	operatorDeployment = "lbsvc-operator"
+	lbPodNamespaceFlag = "--lb-pod-namespace=" + operatorNamespace
+)
+
+// setOperatorArg adds (or removes) one argument of the operator and waits for the rollout.
+func setOperatorArg(t *testing.T, arg string, present bool) {
+	t.Helper()
+	args := strings.Fields(strings.Trim(kube(t, "get", "deployment", "-n", operatorNamespace, operatorDeployment,
+		"-o", "jsonpath={.spec.template.spec.containers[0].args}"), "[]"))
+	var keep []string
+	for _, a := range args {
+		a = strings.Trim(a, `",`)
+		if a != "" && a != arg {
+			keep = append(keep, `"`+a+`"`)
+		}
+	}
+	if present {
+		keep = append(keep, `"`+arg+`"`)
+	}
+	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/args","value":[` + strings.Join(keep, ",") + `]}]`
+	kube(t, "patch", "deployment", "-n", operatorNamespace, operatorDeployment, "--type=json", "-p", patch)
+	kube(t, "rollout", "status", "deployment", "-n", operatorNamespace, operatorDeployment, "--timeout=120s")
+}
+
+// TestLBPodNamespaceRestrictedTenant: with --lb-pod-namespace=lbsvc-system the seed's story works
+// for a Service whose namespace enforces Pod Security "restricted": its lb pod runs in
+// lbsvc-system, nothing runs in the tenant's namespace, and the address answers from the client.
+func TestLBPodNamespaceRestrictedTenant(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	tenant := "tenant-" + suffix()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tenant, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted"}}}
+	g.Expect(k8s.Create(ctx, ns)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), ns) })
+
+	setOperatorArg(t, lbPodNamespaceFlag, true)
+	t.Cleanup(func() {
+		setOperatorArg(t, lbPodNamespaceFlag, false)
+		// The seed's lb pod moves back beside its Service for the tests that follow.
+		waitLBPod(t, seedNamespace, seedService)
+	})
+
+	// The tenant runs no pod at all: its Service's endpoints are the seed's backend pods.
+	svc := newLBService("web", "")
+	svc.Namespace = tenant
+	svc.Spec.Selector = nil
+	svc.Spec.Ports = []corev1.ServicePort{servicePort(80)}
+	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
+	deleteServiceOnCleanup(t, svc)
+	var backends corev1.PodList
+	g.Expect(k8s.List(ctx, &backends, client.InNamespace(seedNamespace), client.MatchingLabels{"app": backendApp})).To(Succeed())
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-manual", Namespace: tenant,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "e2e"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("p80"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	for _, p := range backends.Items {
+		if p.Status.PodIP != "" && podReady(&p) {
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.Status.PodIP},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		}
+	}
+	g.Expect(slice.Endpoints).NotTo(BeEmpty())
+	g.Expect(k8s.Create(ctx, slice)).To(Succeed())
+
+	addr := waitIngress(t, tenant, "web")
+	took := timeUntilCurl(t, "http://"+addr+":80/", time.Now(), 2*time.Minute)
+	t.Logf("tenant Service %s/web at %s answered %v after its address showed", tenant, addr, took.Round(time.Millisecond))
+
+	var pods corev1.PodList
+	g.Expect(k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{
+		lbv1.ServiceNamespaceLabel: tenant, lbv1.ServiceLabel: "web"})).To(Succeed())
+	g.Expect(pods.Items).To(HaveLen(1), "the tenant's lb pod runs in %s", operatorNamespace)
+	var inTenant corev1.PodList
+	g.Expect(k8s.List(ctx, &inTenant, client.InNamespace(tenant))).To(Succeed())
+	g.Expect(inTenant.Items).To(BeEmpty(), "nothing runs in the restricted namespace")
+	// Its IP object names the pod in lbsvc-system.
+	g.Eventually(func(g Gomega) {
+		ip := &lbv1.IP{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: addr}, ip)).To(Succeed())
+		g.Expect(ip.Spec.Service.Namespace).To(Equal(tenant))
+		g.Expect(ip.Status.Holders).To(ContainElement(HaveField("Pod", operatorNamespace+"/"+pods.Items[0].Name)))
+	}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+}
