@@ -49,6 +49,8 @@ lint: $(STATICCHECK_BIN) ## gofmt, go vet and staticcheck, all clean.
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files are out of date.
 	@git diff --exit-code -- config/crd config/rbac apis charts || { echo "generated files are stale: run make manifests generate"; exit 1; }
+	@new=$$(git ls-files --others --exclude-standard -- config/crd config/rbac apis charts); \
+		if [ -n "$$new" ]; then echo "generated files not in git:"; echo "$$new"; exit 1; fi
 
 ##@ Build
 
