@@ -280,9 +280,19 @@ func TestValues(t *testing.T) {
 		}
 	})
 	t.Run("prometheus", func(t *testing.T) {
-		objs := mustTemplate(t, "prometheus.serviceMonitor.enabled=true", "prometheus.prometheusRule.enabled=true")
-		if _, ok := objs["ServiceMonitor/lbsvc-system/lbsvc-operator"]; !ok {
-			t.Error("no ServiceMonitor")
+		objs := mustTemplate(t, "prometheus.serviceMonitor.enabled=true", "prometheus.prometheusRule.enabled=true",
+			"prometheus.serviceMonitor.endpoint.scheme=https")
+		sm, ok := objs["ServiceMonitor/lbsvc-system/lbsvc-operator"]
+		if !ok {
+			t.Fatal("no ServiceMonitor")
+		}
+		wantEndpoints := []any{map[string]any{"port": "metrics", "interval": "30s", "scheme": "https"}}
+		if got := get(sm, "spec", "endpoints"); !reflect.DeepEqual(got, wantEndpoints) {
+			t.Errorf("ServiceMonitor endpoints %v, want %v", got, wantEndpoints)
+		}
+		if got := get(objs["Service/lbsvc-system/lbsvc-operator-metrics"], "spec", "ports"); !reflect.DeepEqual(got,
+			[]any{map[string]any{"name": "metrics", "port": float64(8080), "targetPort": "metrics"}}) {
+			t.Errorf("metrics Service ports %v", got)
 		}
 		rule, ok := objs["PrometheusRule/lbsvc-system/lbsvc-operator"]
 		if !ok {
