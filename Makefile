@@ -24,6 +24,7 @@ all: build
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from kubebuilder markers.
 	$(CONTROLLER_GEN) rbac:roleName=lbsvc-operator crd paths="./apis/...;./controllers/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
+	hack/gen-chart.sh
 
 .PHONY: generate
 generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
@@ -36,18 +37,20 @@ fmt:
 .PHONY: vet
 vet:
 	go vet ./...
-	go vet -tags integration,dataplane,e2e ./...
+	go vet -tags integration,dataplane,e2e,chart ./...
 
 .PHONY: lint
 lint: $(STATICCHECK_BIN) ## gofmt, go vet and staticcheck, all clean.
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(MAKE) vet
 	$(STATICCHECK_BIN) ./...
-	$(STATICCHECK_BIN) -tags integration,dataplane,e2e ./...
+	$(STATICCHECK_BIN) -tags integration,dataplane,e2e,chart ./...
 
 .PHONY: verify-generated
 verify-generated: manifests generate ## Fail when generated files are out of date.
-	@git diff --exit-code -- config/crd config/rbac apis || { echo "generated files are stale: run make manifests generate"; exit 1; }
+	@git diff --exit-code -- config/crd config/rbac apis charts || { echo "generated files are stale: run make manifests generate"; exit 1; }
+	@new=$$(git ls-files --others --exclude-standard -- config/crd config/rbac apis charts); \
+		if [ -n "$$new" ]; then echo "generated files not in git:"; echo "$$new"; exit 1; fi
 
 ##@ Build
 
@@ -73,6 +76,10 @@ test-unit: ## Pure packages: allocator, builders, desired state, parsers.
 .PHONY: test-integration
 test-integration: envtest-assets ## Controllers against a real kube-apiserver and etcd.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) -tags integration -timeout 20m ./test/integration/... ./cmd/lbpod/...
+
+.PHONY: test-chart
+test-chart: ## helm lint --strict, and the chart rendered with default values against config/default.
+	hack/test-chart.sh
 
 .PHONY: test-dataplane
 test-dataplane: ## lb pod data path in real network namespaces (root).

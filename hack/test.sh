@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README: `make test`). Stages run in order and all must pass:
 #   lint        gofmt, go vet, staticcheck; generated code and manifests up to date
-#   unit        pure packages (allocator, builders, desired state, parsers), with -race
+#   unit        pure packages (allocator, builders, desired state, parsers), with -race; the Helm chart
 #   fuzz        every fuzz target for a short smoke run (FUZZTIME, default 5s)
 #   integration controllers against a real kube-apiserver + etcd (envtest)
 #   dataplane   the lb pod in real network namespaces with real traffic (root)
@@ -30,7 +30,10 @@ stage_lint() {
   make --no-print-directory lint
   make --no-print-directory verify-generated
 }
-stage_unit() { gotest unit -count=1 -race ./...; }
+stage_unit() {
+  gotest unit -count=1 -race ./...
+  GOTESTSUM="$GOTESTSUM" TEST_LOGDIR="$LOGDIR" hack/test-chart.sh
+}
 stage_fuzz() { hack/fuzz.sh "${FUZZTIME:-5s}"; }
 stage_integration() {
   local assets
