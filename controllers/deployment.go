@@ -255,6 +255,7 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 	env := []corev1.EnvVar{
 		{Name: lbv1.EnvNamespace, Value: p.ServiceNamespace},
 		{Name: lbv1.EnvService, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + lbv1.ServiceLabel + "']"}}},
+		{Name: lbv1.EnvPodIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: lbv1.EnvAddresses, Value: addrPrefixes},
 		{Name: lbv1.EnvGateways, Value: gateways},
 		{Name: lbv1.EnvSubnets, Value: cidrs},

@@ -86,6 +86,7 @@ func TestBuildDeploymentSeed(t *testing.T) {
 	wantEnv := []corev1.EnvVar{
 		{Name: "LBPOD_NAMESPACE", Value: "default"},
 		{Name: "LBPOD_SERVICE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['lbsvc.io/service']"}}},
+		{Name: "LBPOD_POD_IP", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: "LBPOD_ADDRESSES", Value: "172.18.0.18/16"},
 		{Name: "LBPOD_GATEWAYS", Value: "172.18.0.1"},
 		{Name: "LBPOD_SUBNETS", Value: "172.18.0.0/16"},

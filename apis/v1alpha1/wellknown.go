@@ -50,6 +50,9 @@ const (
 	EnvGateways = "LBPOD_GATEWAYS"
 	// EnvSubnets is the Subnet CIDR, one per family, comma-separated, in EnvAddresses' order.
 	EnvSubnets = "LBPOD_SUBNETS"
+	// EnvPodIP is the pod's cluster address (downward API status.podIP): the only address the
+	// lb pod's health and metrics server listens on, so the underlay cannot reach it.
+	EnvPodIP = "LBPOD_POD_IP"
 )
 
 // ProviderAnnotation returns "<provider>.kubernetes.io/<suffix>".
