@@ -91,13 +91,25 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 			continue
 		}
 		b := body(c.Table)
-		fmt.Fprintf(decls[c.Table], ":%s - [0:0]\n", c.Name)
+		patch := exists && patchable(have, wantSpecs)
+		if !patch {
+			fmt.Fprintf(decls[c.Table], ":%s - [0:0]\n", c.Name)
+		}
+		before := len(p.Changes)
 		if !exists {
 			p.Changes = append(p.Changes, Change{Kind: "chain", Added: true, What: fmt.Sprintf("%s -t %s -N %s", cmd, c.Table, c.Name)})
 		}
+		for _, spec := range have {
+			if patch && !slices.Contains(wantSpecs, spec) {
+				fmt.Fprintf(b, "-D %s %s\n", c.Name, spec)
+			}
+		}
 		for _, spec := range wantSpecs {
-			fmt.Fprintf(b, "-A %s %s\n", c.Name, spec)
-			if !slices.Contains(have, spec) {
+			added := !slices.Contains(have, spec)
+			if !patch || added {
+				fmt.Fprintf(b, "-A %s %s\n", c.Name, spec)
+			}
+			if added {
 				p.Changes = append(p.Changes, Change{Kind: "iptables", Added: true, What: fmt.Sprintf("%s -t %s -A %s %s", cmd, c.Table, c.Name, spec)})
 			}
 		}
@@ -109,6 +121,10 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 			if c.Name == ChainServices {
 				p.RemovedDNAT = append(p.RemovedDNAT, splitRule(spec))
 			}
+		}
+		if len(p.Changes) == before {
+			// Same rules, another order: still a difference (order decides which rule matches).
+			p.Changes = append(p.Changes, Change{Kind: "chain", Added: true, What: fmt.Sprintf("%s -t %s -S %s (reordered)", cmd, c.Table, c.Name)})
 		}
 	}
 	for _, j := range want.Jumps {
@@ -136,4 +152,40 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 		p.Payloads[t] = "*" + t + "\n" + decls[t].String() + bodies[t].String() + "COMMIT\n"
 	}
 	return p
+}
+
+// patchable reports whether want is have with some rules deleted and new ones appended at the
+// end, no rule repeated: then deleting and appending just those, still in one transaction,
+// gives the same chain as rewriting it whole, and is much cheaper for a long chain.
+func patchable(have, want []string) bool {
+	seen := make(map[string]bool, len(have))
+	for _, h := range have {
+		if seen[h] {
+			return false
+		}
+		seen[h] = true
+	}
+	wanted := make(map[string]bool, len(want))
+	for _, w := range want {
+		if wanted[w] {
+			return false
+		}
+		wanted[w] = true
+	}
+	i := 0
+	for _, h := range have {
+		if !wanted[h] {
+			continue
+		}
+		if i >= len(want) || want[i] != h {
+			return false
+		}
+		i++
+	}
+	for _, w := range want[i:] {
+		if seen[w] {
+			return false
+		}
+	}
+	return true
 }

@@ -67,10 +67,10 @@ func TestPlanRestore(t *testing.T) {
 			"-A LBSVC-SERVICES " + strings.Join(dnat81, " ") + "\nCOMMIT\n",
 		payloads: map[string]string{},
 	}, {
-		name: "a UDP port replaced and a duplicate jump: chain rewritten in one transaction, flows of the old port named",
+		name: "a UDP port replaced and a duplicate jump: patched in one transaction, flows of the old port named",
 		saved: "*nat\n:PREROUTING ACCEPT [0:0]\n:LBSVC-SERVICES - [0:0]\n-A PREROUTING -j LBSVC-SERVICES\n-A PREROUTING -j LBSVC-SERVICES\n" +
 			"-A LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n",
-		payloads: map[string]string{"nat": "*nat\n:LBSVC-SERVICES - [0:0]\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") +
+		payloads: map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") +
 			"\n-D PREROUTING -j LBSVC-SERVICES\nCOMMIT\n"},
 		changes: []string{
 			"+iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat81, " "),
@@ -79,10 +79,10 @@ func TestPlanRestore(t *testing.T) {
 		},
 		removed: [][]string{dnat80},
 	}, {
-		name: "same rules in another order: rewritten (order decides which rule matches)",
+		name: "a stale rule before the wanted one: deleted",
 		saved: "*nat\n:LBSVC-SERVICES - [0:0]\n-A PREROUTING -j LBSVC-SERVICES\n" +
 			"-A LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") + "\nCOMMIT\n",
-		payloads: map[string]string{"nat": "*nat\n:LBSVC-SERVICES - [0:0]\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") + "\nCOMMIT\n"},
+		payloads: map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n"},
 		changes:  []string{"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " ")},
 		removed:  [][]string{dnat80},
 	}}
@@ -122,5 +122,44 @@ func TestPlanRestoreDeclaresBeforeRules(t *testing.T) {
 	wantPayload := "*nat\n:LBSVC-PREROUTING - [0:0]\n:LBSVC-SERVICES - [0:0]\n-A LBSVC-PREROUTING -d 192.0.2.10/32 -j LBSVC-SERVICES\nCOMMIT\n"
 	if got != wantPayload {
 		t.Fatalf("payload:\n got %q\nwant %q", got, wantPayload)
+	}
+}
+
+func TestPatchable(t *testing.T) {
+	tests := []struct {
+		have, want []string
+		ok         bool
+	}{
+		{nil, []string{"a"}, true},
+		{[]string{"a", "b", "c"}, []string{"a", "c", "d"}, true},
+		{[]string{"a", "b"}, []string{"b", "a"}, false},          // order changes which rule matches
+		{[]string{"a", "b"}, []string{"c", "a", "b"}, false},     // an insertion before kept rules
+		{[]string{"a", "a"}, []string{"a"}, false},               // a duplicate: -D would remove the first only
+		{[]string{"a"}, []string{"a", "b", "b"}, false},          // duplicates wanted
+		{[]string{"a", "b", "c"}, []string{"a", "b", "c"}, true}, // unchanged
+	}
+	for _, tc := range tests {
+		if got := patchable(tc.have, tc.want); got != tc.ok {
+			t.Errorf("patchable(%q, %q) = %v, want %v", tc.have, tc.want, got, tc.ok)
+		}
+	}
+}
+
+// TestPlanRestoreReorderRewrites: when only the order differs, the chain is declared again and
+// refilled in the wanted order.
+func TestPlanRestoreReorderRewrites(t *testing.T) {
+	saved, err := ParseSave("*filter\n:LBSVC-INPUT - [0:0]\n-A LBSVC-INPUT -p udp -j DROP\n-A LBSVC-INPUT -p udp --dport 53 -j ACCEPT\nCOMMIT\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Tables{Family: IPv4, Chains: []Chain{{Table: "filter", Name: ChainInput, Rules: [][]string{
+		{"-p", "udp", "--dport", "53", "-j", "ACCEPT"}, {"-p", "udp", "-j", "DROP"}}}}}
+	p := PlanRestore(saved, want, "iptables")
+	wantPayload := "*filter\n:LBSVC-INPUT - [0:0]\n-A LBSVC-INPUT -p udp --dport 53 -j ACCEPT\n-A LBSVC-INPUT -p udp -j DROP\nCOMMIT\n"
+	if got := p.Payloads["filter"]; got != wantPayload {
+		t.Fatalf("payload:\n got %q\nwant %q", got, wantPayload)
+	}
+	if len(p.Changes) != 1 || p.Changes[0].String() != "+chain iptables -t filter -S LBSVC-INPUT (reordered)" {
+		t.Fatalf("changes = %q, want the one reorder", p.Changes)
 	}
 }
