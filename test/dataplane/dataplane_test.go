@@ -182,7 +182,8 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 		"-A INPUT -j LBSVC-INPUT\n" +
 		"-A LBSVC-INPUT -d 172.18.0.18/32 -p tcp -j REJECT --reject-with tcp-reset\n" +
 		"-A LBSVC-INPUT -d 172.18.0.18/32 -p udp -j REJECT --reject-with icmp-port-unreachable\n" +
-		"-A LBSVC-INPUT -d 172.18.0.18/32 -p sctp -j REJECT --reject-with icmp-port-unreachable\n"))
+		"-A LBSVC-INPUT -d 172.18.0.18/32 -p sctp -j REJECT --reject-with icmp-port-unreachable\n" +
+		"-A LBSVC-INPUT ! -d 172.18.0.18/32 -i net1 -j DROP\n"))
 }
 
 // Drift is repaired: a DNAT rule deleted by hand within one resync period, net1's addresses

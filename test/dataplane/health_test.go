@@ -41,6 +41,13 @@ func TestHealthServerOnPodIPOnly(t *testing.T) {
 	// The only TCP listener of lbpod's on 8081 is the pod IP: no wildcard, no net1 address.
 	g.Expect(strings.Fields(tp.exec(tp.lb, "ss", "-Htln", "sport = :8081"))).To(ContainElement("10.16.0.2:8081"))
 	g.Expect(strings.Count(tp.exec(tp.lb, "ss", "-Htln", "sport = :8081"), "\n")).To(Equal(1))
+	// The pod IP itself, from the underlay with the lb pod's net1 as next hop: dropped on net1's
+	// INPUT (no reply at all, and the DROP rule counted it), though the server listens there.
+	tp.ip(tp.client, "route", "add", podV4+"/32", "via", lbIPv4, "dev", "c0")
+	_, err := dialIn(t, tp.client, "tcp", net.JoinHostPort(podV4, "8081"), 500*time.Millisecond)
+	g.Expect(err).To(MatchError(ContainSubstring("i/o timeout")))
+	g.Expect(tp.exec(tp.lb, "iptables", "-t", "filter", "-S", "LBSVC-INPUT", "-v")).
+		To(MatchRegexp(`! -d 172\.18\.0\.18/32 -i net1 -c [1-9]\d* \d+ -j DROP`))
 	// Inside the pod, loopback is not the pod IP either: nothing listens on a wildcard.
 	g.Expect(httpGet(t, tp.lb, "127.0.0.1:8081")).Error().To(Satisfy(isRefused))
 }
