@@ -34,6 +34,9 @@ const (
 	// ChainInput (filter) refuses what is addressed to the pod itself on the LB address: sources
 	// outside loadBalancerSourceRanges, and the pod's own listeners.
 	ChainInput = "LBSVC-INPUT"
+	// ChainForward (filter) forwards from net1 only the connections our DNAT created, so the
+	// lb pod is no open router into the cluster network for whoever uses it as next hop.
+	ChainForward = "LBSVC-FORWARD"
 )
 
 // Observed is what the lb pod reads from the kernel before computing its state: eth0's gateway per
@@ -172,11 +175,16 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 		{Table: "nat", From: "PREROUTING", To: ChainPrerouting},
 		{Table: "nat", From: "POSTROUTING", To: ChainPostrouting},
 		{Table: "filter", From: "INPUT", To: ChainInput},
+		{Table: "filter", From: "FORWARD", To: ChainForward},
 	}}
 	pre := Chain{Table: "nat", Name: ChainPrerouting}
 	svc := Chain{Table: "nat", Name: ChainServices}
 	post := Chain{Table: "nat", Name: ChainPostrouting}
 	input := Chain{Table: "filter", Name: ChainInput}
+	// Both directions of a DNATed connection carry the DNAT status, so replies arriving on net1
+	// for the connections it forwards pass too.
+	forward := Chain{Table: "filter", Name: ChainForward, Rules: [][]string{
+		{"-i", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"}}}
 
 	if len(sourceRanges) == 0 {
 		pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
@@ -212,7 +220,7 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 	if hasClusterIP {
 		post.Rules = append(post.Rules, []string{"-d", hostPrefix(clusterIP), "-j", "MASQUERADE"})
 	}
-	t.Chains = []Chain{pre, svc, post, input}
+	t.Chains = []Chain{pre, svc, post, input, forward}
 	return t
 }
 
