@@ -16,7 +16,7 @@ done
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-go test -tags dataplane -p 1 -count=1 -run '^$' -bench '^Benchmark(Throughput|ConnRate|Apply)$' -benchtime=1x \
+go test -tags dataplane -p 1 -count=1 -run '^$' -bench '^Benchmark(Throughput|ConnRate|Apply|IdleCPU)$' -benchtime=1x \
 	-timeout 10m ./test/dataplane/ | tee "$out"
 
 # Pick "<value> <unit>" pairs off the benchmark lines.
@@ -35,5 +35,6 @@ printf '%-44s %s\n' \
 	"apply 1 port from scratch (ms)" "$(metric '^BenchmarkApply/ports=1-' from-scratch-ms)" \
 	"apply 100 ports from scratch (ms)" "$(metric '^BenchmarkApply/ports=100-' from-scratch-ms)" \
 	"apply 1000 ports from scratch (ms, target < 100)" "$(metric '^BenchmarkApply/ports=1000-' from-scratch-ms)" \
-	"change one port among 1000 (ms, target < 10)" "$(metric '^BenchmarkApply/ports=1000-' change-one-of-1000-ms)"
+	"change one port among 1000 (ms, target < 10)" "$(metric '^BenchmarkApply/ports=1000-' change-one-of-1000-ms)" \
+	"idle CPU of one lbpod over 60 s (ms)" "$(metric '^BenchmarkIdleCPU' idle-cpu-ms-per-60s)"
 echo "(apply times are lbpod's own: apply plus verification, from its log)"
