@@ -1,14 +1,18 @@
 package lbpod
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/coreos/go-iptables/iptables"
 	"github.com/vishvananda/netlink"
@@ -39,12 +43,14 @@ func (c Change) String() string {
 type Applier struct {
 	// IPTables holds the iptables handle of each family the state may use.
 	IPTables map[Family]*iptables.IPTables
-	Log      *slog.Logger
+	// Paths names the iptables binaries; their -save and -restore siblings apply the chains.
+	Paths IPTablesPaths
+	Log   *slog.Logger
 }
 
 // NewApplier builds an Applier using the iptables binaries at the given paths.
 func NewApplier(paths IPTablesPaths, log *slog.Logger) (*Applier, error) {
-	a := &Applier{IPTables: map[Family]*iptables.IPTables{}, Log: log}
+	a := &Applier{IPTables: map[Family]*iptables.IPTables{}, Paths: paths, Log: log}
 	for fam, p := range map[Family]string{IPv4: paths.IPv4, IPv6: paths.IPv6} {
 		proto := iptables.ProtocolIPv4
 		if fam == IPv6 {
@@ -97,7 +103,8 @@ func (a *Applier) Observe(names Names) (Observed, error) {
 // jump per built-in chain. It returns the differences found.
 func (a *Applier) Sync(st State, dryRun bool) ([]Change, error) {
 	var changes []Change
-	steps := []func(State, bool) ([]Change, error){a.syncLink, a.syncRules, a.syncRoutes, a.syncIPTables}
+	// The rules go first, so that the LB address never sits on net1 without its filtering.
+	steps := []func(State, bool) ([]Change, error){a.syncIPTables, a.syncLink, a.syncRules, a.syncRoutes}
 	for _, step := range steps {
 		c, err := step(st, dryRun)
 		changes = append(changes, c...)
@@ -298,149 +305,83 @@ func (a *Applier) syncRoutes(st State, dryRun bool) ([]Change, error) {
 	return changes, nil
 }
 
-// syncIPTables keeps our chains holding exactly the desired rules, and one jump to each.
+// syncIPTables keeps our chains holding exactly the desired rules, and one jump to each. Each
+// family's tables are read once with iptables-save, every changed table is written in one
+// `iptables-restore --noflush` transaction (a chain is swapped whole, never seen half filled,
+// and rules outside our chains are untouched). The caller verifies with a dry run, which reads
+// each family's tables once more.
 func (a *Applier) syncIPTables(st State, dryRun bool) ([]Change, error) {
 	var changes []Change
 	for _, t := range st.IPTables {
-		ipt := a.IPTables[t.Family]
-		if ipt == nil {
+		bin, ok := map[Family]string{IPv4: a.Paths.IPv4, IPv6: a.Paths.IPv6}[t.Family]
+		if !ok || bin == "" {
 			return changes, fmt.Errorf("no iptables for %s", t.Family)
+		}
+		saved, err := iptablesSave(bin)
+		if err != nil {
+			return changes, err
 		}
 		cmd := "iptables"
 		if t.Family == IPv6 {
 			cmd = "ip6tables"
 		}
-		chains := map[string][]string{}
-		for _, c := range t.Chains {
-			if _, ok := chains[c.Table]; ok {
-				continue
-			}
-			names, err := ipt.ListChains(c.Table)
-			if err != nil {
-				return changes, fmt.Errorf("%s -t %s: list chains: %w", cmd, c.Table, err)
-			}
-			chains[c.Table] = names
+		plan := PlanRestore(saved, t, cmd)
+		changes = append(changes, plan.Changes...)
+		if dryRun || len(plan.Tables) == 0 {
+			continue
 		}
-		for _, c := range t.Chains {
-			if slices.Contains(chains[c.Table], c.Name) {
-				continue
-			}
-			changes = append(changes, Change{Kind: "chain", Added: true, What: fmt.Sprintf("%s -t %s -N %s", cmd, c.Table, c.Name)})
-			if !dryRun {
-				if err := ipt.NewChain(c.Table, c.Name); err != nil {
-					return changes, fmt.Errorf("%s -t %s -N %s: %w", cmd, c.Table, c.Name, err)
-				}
+		for _, table := range plan.Tables {
+			if err := iptablesRestore(bin, plan.Payloads[table]); err != nil {
+				return changes, fmt.Errorf("%s -t %s: %w", bin, table, err)
 			}
 		}
-		for _, j := range t.Jumps {
-			c, err := a.syncJump(ipt, cmd, j, dryRun)
-			changes = append(changes, c...)
-			if err != nil {
-				return changes, err
-			}
-		}
-		for _, c := range t.Chains {
-			ch, err := a.syncChain(ipt, cmd, c, dryRun)
-			changes = append(changes, ch...)
-			if err != nil {
-				return changes, err
+		for _, spec := range plan.RemovedDNAT {
+			if n, err := forgetFlows(spec); err != nil {
+				a.Log.Warn("could not delete the conntrack entries of a removed port", "rule", strings.Join(spec, " "), "err", err)
+			} else if n > 0 {
+				a.Log.Info("deleted the conntrack entries of a removed port", "rule", strings.Join(spec, " "), "entries", n)
 			}
 		}
 	}
 	return changes, nil
 }
 
-// syncJump keeps exactly one "-j <ours>" rule in a built-in chain, first so that nothing
-// appended later (by hand) shadows it.
-func (a *Applier) syncJump(ipt *iptables.IPTables, cmd string, j Jump, dryRun bool) ([]Change, error) {
-	var changes []Change
-	rules, err := ipt.List(j.Table, j.From)
+// iptablesSave runs `<bin>-save` once and parses all its tables.
+func iptablesSave(bin string) (Saved, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin+"-save")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s -t %s -S %s: %w", cmd, j.Table, j.From, err)
+		return nil, fmt.Errorf("%s-save: %w: %s", bin, err, firstLine(stderr.String()))
 	}
-	line := fmt.Sprintf("-A %s -j %s", j.From, j.To)
-	count := 0
-	for _, r := range rules {
-		if r == line {
-			count++
-		}
-	}
-	switch {
-	case count == 0:
-		changes = append(changes, Change{Kind: "jump", Added: true, What: fmt.Sprintf("%s -t %s %s", cmd, j.Table, line)})
-		if !dryRun {
-			if err := ipt.Insert(j.Table, j.From, 1, "-j", j.To); err != nil {
-				return changes, fmt.Errorf("%s -t %s -I %s -j %s: %w", cmd, j.Table, j.From, j.To, err)
-			}
-		}
-	case count > 1:
-		for range count - 1 {
-			changes = append(changes, Change{Kind: "jump", What: fmt.Sprintf("%s -t %s %s (duplicate)", cmd, j.Table, line)})
-			if !dryRun {
-				if err := ipt.Delete(j.Table, j.From, "-j", j.To); err != nil {
-					return changes, fmt.Errorf("%s -t %s -D %s -j %s: %w", cmd, j.Table, j.From, j.To, err)
-				}
-			}
-		}
-	}
-	return changes, nil
+	return ParseSave(string(out))
 }
 
-// syncChain deletes the stale rules of one of our chains and appends the missing ones; the rules
-// that stay are not touched, so their flows (and counters) are undisturbed.
-func (a *Applier) syncChain(ipt *iptables.IPTables, cmd string, c Chain, dryRun bool) ([]Change, error) {
-	var changes []Change
-	listed, err := ipt.List(c.Table, c.Name)
-	if err != nil {
-		if dryRun && isNotExist(err) {
-			listed = nil // the chain itself is already reported missing
-		} else {
-			return nil, fmt.Errorf("%s -t %s -S %s: %w", cmd, c.Table, c.Name, err)
-		}
+// iptablesRestore feeds one payload to `<bin>-restore --noflush`, waiting for the xtables lock
+// (legacy back end) rather than failing when another writer holds it.
+func iptablesRestore(bin, payload string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, bin+"-restore", "--noflush", "--wait=5")
+	cmd.Stdin = strings.NewReader(payload)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s-restore --noflush: %w: %s", bin, err, firstLine(stderr.String()))
 	}
-	want := map[string]bool{}
-	for _, r := range c.Rules {
-		want[strings.Join(r, " ")] = true
+	return nil
+}
+
+// firstLine keeps an error message to one bounded line.
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
+	if len(s) > 200 {
+		s = s[:200] + "..."
 	}
-	prefix := "-A " + c.Name + " "
-	have := map[string]bool{}
-	for _, line := range listed {
-		spec, ok := strings.CutPrefix(line, prefix)
-		if !ok {
-			continue // the "-N" line
-		}
-		if want[spec] && !have[spec] {
-			have[spec] = true
-			continue
-		}
-		changes = append(changes, Change{Kind: "iptables", What: fmt.Sprintf("%s -t %s %s", cmd, c.Table, line)})
-		if !dryRun {
-			if err := ipt.Delete(c.Table, c.Name, splitRule(spec)...); err != nil {
-				return changes, fmt.Errorf("%s -t %s -D %s %s: %w", cmd, c.Table, c.Name, spec, err)
-			}
-			if c.Name == ChainServices {
-				if n, err := forgetFlows(splitRule(spec)); err != nil {
-					a.Log.Warn("could not delete the conntrack entries of a removed port", "rule", spec, "err", err)
-				} else if n > 0 {
-					a.Log.Info("deleted the conntrack entries of a removed port", "rule", spec, "entries", n)
-				}
-			}
-		}
-	}
-	for _, r := range c.Rules {
-		spec := strings.Join(r, " ")
-		if have[spec] {
-			continue
-		}
-		have[spec] = true
-		changes = append(changes, Change{Kind: "iptables", Added: true, What: fmt.Sprintf("%s -t %s %s%s", cmd, c.Table, prefix, spec)})
-		if !dryRun {
-			if err := ipt.Append(c.Table, c.Name, r...); err != nil {
-				return changes, fmt.Errorf("%s -t %s -A %s %s: %w", cmd, c.Table, c.Name, spec, err)
-			}
-		}
-	}
-	return changes, nil
+	return s
 }
 
 // forgetFlows deletes the conntrack entries of a removed UDP or SCTP Service port (spec is its
@@ -486,11 +427,6 @@ func forgetFlows(spec []string) (uint, error) {
 		family = netlink.InetFamily(unix.AF_INET6)
 	}
 	return netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, filter)
-}
-
-func isNotExist(err error) bool {
-	var e *iptables.Error
-	return errors.As(err, &e) && e.IsNotExist()
 }
 
 // splitRule splits a rule as iptables -S prints it into arguments, honouring double quotes

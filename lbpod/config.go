@@ -183,7 +183,7 @@ func ServiceFromObject(svc *corev1.Service) (Service, error) {
 	for _, s := range ranges {
 		p, err := netip.ParsePrefix(strings.TrimSpace(s))
 		if err != nil {
-			return Service{}, fmt.Errorf("service %s: %s %q: not a CIDR", name, field, s)
+			return Service{}, fmt.Errorf("service %s: %s %.64q: not a CIDR", name, field, s)
 		}
 		out.SourceRanges = append(out.SourceRanges, p.Masked())
 	}

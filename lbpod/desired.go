@@ -34,6 +34,9 @@ const (
 	// ChainInput (filter) refuses what is addressed to the pod itself on the LB address: sources
 	// outside loadBalancerSourceRanges, and the pod's own listeners.
 	ChainInput = "LBSVC-INPUT"
+	// ChainForward (filter) forwards from net1 only the connections our DNAT created, so the
+	// lb pod is no open router into the cluster network for whoever uses it as next hop.
+	ChainForward = "LBSVC-FORWARD"
 )
 
 // Observed is what the lb pod reads from the kernel before computing its state: eth0's gateway per
@@ -150,7 +153,7 @@ func Desired(cfg Config, obs Observed, names Names) State {
 		}
 		st.Routes = append(st.Routes, Route{Family: fam, Dst: subnet, Dev: names.Interface})
 
-		st.IPTables = append(st.IPTables, desiredTables(fam, addr.Addr(), clusterIP, hasClusterIP, cfg.Ports, cfg.SourceRanges))
+		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, addr.Addr(), clusterIP, hasClusterIP, cfg.Ports, cfg.SourceRanges))
 	}
 	return st
 }
@@ -162,18 +165,26 @@ func Desired(cfg Config, obs Observed, names Names) State {
 // whatever still reaches INPUT addressed to the LB address is meant for the pod itself: a refused
 // source, a port the Service does not have, or the pod's own health server. LBSVC-INPUT rejects
 // all of it (a TCP reset, an ICMP port unreachable), so the underlay sees nothing of the pod but
-// its Service ports. ICMP stays allowed (ping, and IPv6 neighbour discovery).
-func desiredTables(fam Family, lbIP, clusterIP netip.Addr, hasClusterIP bool, ports []Port, sourceRanges []netip.Prefix) Tables {
+// its Service ports. ICMP stays allowed (ping, and IPv6 neighbour discovery). Anything else
+// arriving on net1 for the pod itself, addressed to another of its addresses (the pod IP, with
+// the lb pod as next hop: Linux accepts any local address on any interface), is dropped, so
+// the health server and the pod's cluster side cannot be reached from the underlay.
+func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClusterIP bool, ports []Port, sourceRanges []netip.Prefix) Tables {
 	lb := hostPrefix(lbIP)
 	t := Tables{Family: fam, Jumps: []Jump{
 		{Table: "nat", From: "PREROUTING", To: ChainPrerouting},
 		{Table: "nat", From: "POSTROUTING", To: ChainPostrouting},
 		{Table: "filter", From: "INPUT", To: ChainInput},
+		{Table: "filter", From: "FORWARD", To: ChainForward},
 	}}
 	pre := Chain{Table: "nat", Name: ChainPrerouting}
 	svc := Chain{Table: "nat", Name: ChainServices}
 	post := Chain{Table: "nat", Name: ChainPostrouting}
 	input := Chain{Table: "filter", Name: ChainInput}
+	// Both directions of a DNATed connection carry the DNAT status, so replies arriving on net1
+	// for the connections it forwards pass too.
+	forward := Chain{Table: "filter", Name: ChainForward, Rules: [][]string{
+		{"-i", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"}}}
 
 	if len(sourceRanges) == 0 {
 		pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
@@ -202,10 +213,14 @@ func desiredTables(fam Family, lbIP, clusterIP netip.Addr, hasClusterIP bool, po
 		p := strings.ToLower(string(proto))
 		input.Rules = append(input.Rules, []string{"-d", lb, "-p", p, "-j", "REJECT", "--reject-with", rejectWith(fam, proto)})
 	}
+	if fam == IPv6 {
+		input.Rules = append(input.Rules, []string{"-i", iface, "-p", "ipv6-icmp", "-j", "RETURN"})
+	}
+	input.Rules = append(input.Rules, []string{"!", "-d", lb, "-i", iface, "-j", "DROP"})
 	if hasClusterIP {
 		post.Rules = append(post.Rules, []string{"-d", hostPrefix(clusterIP), "-j", "MASQUERADE"})
 	}
-	t.Chains = []Chain{pre, svc, post, input}
+	t.Chains = []Chain{pre, svc, post, input, forward}
 	return t
 }
 

@@ -232,6 +232,11 @@ func TestServiceFromObject(t *testing.T) {
 			`service default/test-svc: spec.ports[1].protocol "QUIC": want TCP, UDP or SCTP`},
 		"bad range": {func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/33"} },
 			`service default/test-svc: spec.loadBalancerSourceRanges "10.0.0.0/33": not a CIDR`},
+		"bad annotation range": {func(s *corev1.Service) {
+			s.Annotations = map[string]string{corev1.AnnotationLoadBalancerSourceRangesKey: "10.0.0.0/8, 192.168.1.1/40\nx"}
+		}, `service default/test-svc: annotation service.beta.kubernetes.io/load-balancer-source-ranges "192.168.1.1/40\nx": not a CIDR`},
+		"long bad range is bounded": {func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{strings.Repeat("9", 500)} },
+			`service default/test-svc: spec.loadBalancerSourceRanges "` + strings.Repeat("9", 64) + `": not a CIDR`},
 	}
 	for name, tc := range errCases {
 		t.Run(name, func(t *testing.T) {

@@ -50,7 +50,7 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.StringVar(&o.iface, "interface", lbpod.DefaultInterface, "the underlay (macvlan) interface")
 	fs.StringVar(&o.uplink, "uplink", lbpod.DefaultUplink, "the cluster network interface")
 	fs.IntVar(&o.table, "table", lbpod.DefaultTable, "policy routing table")
-	fs.StringVar(&o.healthAddr, "health-addr", ":8081", "address of the /healthz, /readyz and /metrics server (main mode)")
+	fs.StringVar(&o.healthAddr, "health-addr", "", "address of the /healthz, /readyz and /metrics server (main mode); default: the pod IP (env "+lbpod.EnvPodIP+") port 8081, never a wildcard")
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Second, "how often the whole state is compared with the kernel and repaired")
 	fs.DurationVar(&o.announceInterval, "announce-interval", 30*time.Second, "how often the addresses are announced (gratuitous ARP / unsolicited NA)")
 	fs.StringVar(&o.iptables, "iptables", "auto", `iptables back end: "auto" (the one the host uses), "nft", "legacy" or "plain" (iptables/ip6tables)`)

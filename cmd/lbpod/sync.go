@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -137,7 +138,12 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	r := &reconciler{opts: o, network: network, applier: applier, log: log, stats: st}
 	ready := &readiness{reason: "starting"}
 
-	srv, err := startHealthServer(o.healthAddr, ready, st, log)
+	healthAddr, why, err := lbpod.HealthAddr(o.healthAddr, os.Getenv(lbpod.EnvPodIP), uplinkAddrs(o.uplink))
+	if err != nil {
+		return err
+	}
+	log.Info("health server address", "addr", healthAddr, "why", why)
+	srv, err := startHealthServer(healthAddr, ready, st, log)
 	if err != nil {
 		return err
 	}
@@ -401,4 +407,24 @@ func startHealthServer(addr string, ready *readiness, st *stats, log *slog.Logge
 
 func metric(w http.ResponseWriter, name, kind, help string, v uint64) {
 	fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", name, help, name, kind, name, v)
+}
+
+// uplinkAddrs lists the addresses of the uplink (eth0), for the health server's fallback
+// address; nil when it cannot be read (HealthAddr then says why it has none).
+func uplinkAddrs(name string) []netip.Addr {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
 }

@@ -178,11 +178,15 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 	g.Expect(tp.exec(tp.lb, "iptables", "-t", "filter", "-S")).To(Equal("-P INPUT ACCEPT\n" +
 		"-P FORWARD ACCEPT\n" +
 		"-P OUTPUT ACCEPT\n" +
+		"-N LBSVC-FORWARD\n" +
 		"-N LBSVC-INPUT\n" +
 		"-A INPUT -j LBSVC-INPUT\n" +
+		"-A FORWARD -j LBSVC-FORWARD\n" +
+		"-A LBSVC-FORWARD -i net1 -m conntrack ! --ctstate DNAT -j DROP\n" +
 		"-A LBSVC-INPUT -d 172.18.0.18/32 -p tcp -j REJECT --reject-with tcp-reset\n" +
 		"-A LBSVC-INPUT -d 172.18.0.18/32 -p udp -j REJECT --reject-with icmp-port-unreachable\n" +
-		"-A LBSVC-INPUT -d 172.18.0.18/32 -p sctp -j REJECT --reject-with icmp-port-unreachable\n"))
+		"-A LBSVC-INPUT -d 172.18.0.18/32 -p sctp -j REJECT --reject-with icmp-port-unreachable\n" +
+		"-A LBSVC-INPUT ! -d 172.18.0.18/32 -i net1 -j DROP\n"))
 }
 
 // Drift is repaired: a DNAT rule deleted by hand within one resync period, net1's addresses

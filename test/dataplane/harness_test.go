@@ -488,7 +488,8 @@ func writeService(t testing.TB, path string, clusterIPs []string, ports []servic
 		fmt.Fprintf(&b, "  - name: %s-%d\n    protocol: %s\n    port: %d\n    targetPort: %d\n", strings.ToLower(p.Protocol), p.Port, p.Protocol, p.Port, tp)
 	}
 	if len(sourceRanges) > 0 {
-		b.WriteString("  loadBalancerSourceRanges: [" + strings.Join(sourceRanges, ", ") + "]\n")
+		// Quoted: a bare "::/0" is not a YAML scalar.
+		b.WriteString("  loadBalancerSourceRanges: [\"" + strings.Join(sourceRanges, "\", \"") + "\"]\n")
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {

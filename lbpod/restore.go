@@ -1,0 +1,191 @@
+package lbpod
+
+import (
+	"bufio"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Saved is what one `iptables-save` (or ip6tables-save) printed, split by table: for each table,
+// the chains it declares and the rules of each chain in order ("-A <chain> " cut off).
+type Saved map[string]map[string][]string
+
+// ParseSave reads iptables-save output. Lines it does not know (comments, COMMIT) are skipped;
+// a rule line outside a table is an error, since then the text is not iptables-save output.
+func ParseSave(text string) (Saved, error) {
+	s := Saved{}
+	table := ""
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		switch {
+		case strings.HasPrefix(line, "*"):
+			table = line[1:]
+			if s[table] == nil {
+				s[table] = map[string][]string{}
+			}
+		case strings.HasPrefix(line, ":"):
+			if table == "" {
+				return nil, fmt.Errorf("iptables-save line %d: chain outside a table", n)
+			}
+			name, _, _ := strings.Cut(line[1:], " ")
+			if _, ok := s[table][name]; !ok {
+				s[table][name] = nil
+			}
+		case strings.HasPrefix(line, "-A "):
+			if table == "" {
+				return nil, fmt.Errorf("iptables-save line %d: rule outside a table", n)
+			}
+			name, spec, _ := strings.Cut(line[3:], " ")
+			s[table][name] = append(s[table][name], spec)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read iptables-save output: %w", err)
+	}
+	return s, nil
+}
+
+// RestorePlan is what it takes to bring one family's tables to the desired state.
+type RestorePlan struct {
+	// Payloads holds, per table that needs a change, the input of one `iptables-restore
+	// --noflush` run. Each changed chain is declared (which empties it) and refilled inside
+	// one transaction, so the kernel swaps the whole chain at once: no packet sees it half
+	// written. Chains that are already right are not mentioned, so their counters stay.
+	Payloads map[string]string
+	// Tables lists the keys of Payloads in a stable order.
+	Tables []string
+	// Changes describes each difference, for the log and the dry run.
+	Changes []Change
+	// RemovedDNAT holds the rules dropped from ChainServices: the caller forgets the
+	// conntrack entries of their UDP/SCTP flows.
+	RemovedDNAT [][]string
+}
+
+// PlanRestore compares what iptables-save printed with the wanted chains and jumps of one family.
+// It is pure: the caller runs the payloads and reads the result back once to verify.
+func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
+	p := RestorePlan{Payloads: map[string]string{}}
+	// All chain declarations of a table come before its rules: a rule may jump to a chain
+	// declared later in the same transaction.
+	decls, bodies := map[string]*strings.Builder{}, map[string]*strings.Builder{}
+	body := func(table string) *strings.Builder {
+		b := bodies[table]
+		if b == nil {
+			b = &strings.Builder{}
+			bodies[table] = b
+			decls[table] = &strings.Builder{}
+			p.Tables = append(p.Tables, table)
+		}
+		return b
+	}
+	for _, c := range want.Chains {
+		have, exists := saved[c.Table][c.Name]
+		wantSpecs := make([]string, len(c.Rules))
+		for i, r := range c.Rules {
+			wantSpecs[i] = strings.Join(r, " ")
+		}
+		if exists && slices.Equal(have, wantSpecs) {
+			continue
+		}
+		b := body(c.Table)
+		patch := exists && patchable(have, wantSpecs)
+		if !patch {
+			fmt.Fprintf(decls[c.Table], ":%s - [0:0]\n", c.Name)
+		}
+		before := len(p.Changes)
+		if !exists {
+			p.Changes = append(p.Changes, Change{Kind: "chain", Added: true, What: fmt.Sprintf("%s -t %s -N %s", cmd, c.Table, c.Name)})
+		}
+		for _, spec := range have {
+			if patch && !slices.Contains(wantSpecs, spec) {
+				fmt.Fprintf(b, "-D %s %s\n", c.Name, spec)
+			}
+		}
+		for _, spec := range wantSpecs {
+			added := !slices.Contains(have, spec)
+			if !patch || added {
+				fmt.Fprintf(b, "-A %s %s\n", c.Name, spec)
+			}
+			if added {
+				p.Changes = append(p.Changes, Change{Kind: "iptables", Added: true, What: fmt.Sprintf("%s -t %s -A %s %s", cmd, c.Table, c.Name, spec)})
+			}
+		}
+		for _, spec := range have {
+			if slices.Contains(wantSpecs, spec) {
+				continue
+			}
+			p.Changes = append(p.Changes, Change{Kind: "iptables", What: fmt.Sprintf("%s -t %s -A %s %s", cmd, c.Table, c.Name, spec)})
+			if c.Name == ChainServices {
+				p.RemovedDNAT = append(p.RemovedDNAT, splitRule(spec))
+			}
+		}
+		if len(p.Changes) == before {
+			// Same rules, another order: still a difference (order decides which rule matches).
+			p.Changes = append(p.Changes, Change{Kind: "chain", Added: true, What: fmt.Sprintf("%s -t %s -S %s (reordered)", cmd, c.Table, c.Name)})
+		}
+	}
+	for _, j := range want.Jumps {
+		spec := "-j " + j.To
+		count := 0
+		for _, r := range saved[j.Table][j.From] {
+			if r == spec {
+				count++
+			}
+		}
+		line := fmt.Sprintf("-A %s -j %s", j.From, j.To)
+		switch {
+		case count == 0:
+			// First, so that nothing appended later by hand shadows it.
+			fmt.Fprintf(body(j.Table), "-I %s 1 -j %s\n", j.From, j.To)
+			p.Changes = append(p.Changes, Change{Kind: "jump", Added: true, What: fmt.Sprintf("%s -t %s %s", cmd, j.Table, line)})
+		case count > 1:
+			for range count - 1 {
+				fmt.Fprintf(body(j.Table), "-D %s -j %s\n", j.From, j.To)
+				p.Changes = append(p.Changes, Change{Kind: "jump", What: fmt.Sprintf("%s -t %s %s (duplicate)", cmd, j.Table, line)})
+			}
+		}
+	}
+	for _, t := range p.Tables {
+		p.Payloads[t] = "*" + t + "\n" + decls[t].String() + bodies[t].String() + "COMMIT\n"
+	}
+	return p
+}
+
+// patchable reports whether want is have with some rules deleted and new ones appended at the
+// end, no rule repeated: then deleting and appending just those, still in one transaction,
+// gives the same chain as rewriting it whole, and is much cheaper for a long chain.
+func patchable(have, want []string) bool {
+	seen := make(map[string]bool, len(have))
+	for _, h := range have {
+		if seen[h] {
+			return false
+		}
+		seen[h] = true
+	}
+	wanted := make(map[string]bool, len(want))
+	for _, w := range want {
+		if wanted[w] {
+			return false
+		}
+		wanted[w] = true
+	}
+	i := 0
+	for _, h := range have {
+		if !wanted[h] {
+			continue
+		}
+		if i >= len(want) || want[i] != h {
+			return false
+		}
+		i++
+	}
+	for _, w := range want[i:] {
+		if seen[w] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,55 @@
+//go:build dataplane
+
+package dataplane
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+)
+
+// cpuTicks returns a process's user+system CPU time in clock ticks, from /proc/<pid>/stat.
+func cpuTicks(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the ")" that closes the command name: state is field 3, utime 14, stime 15.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	u, err := strconv.ParseInt(f[11], 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	s, err := strconv.ParseInt(f[12], 10, 64)
+	return u + s, err
+}
+
+// BenchmarkIdleCPU: CPU time one ready lbpod (10 ports, default resync and announce periods)
+// uses over 60 s with nothing changing. Ticks are 10 ms (USER_HZ 100).
+func BenchmarkIdleCPU(b *testing.B) {
+	for range b.N {
+		g := NewWithT(b)
+		tp := newTopology(b)
+		svc := filepath.Join(b.TempDir(), "svc.yaml")
+		writeService(b, svc, []string{clusterIPv4}, tcpPorts(10000, 10), nil)
+		p := tp.startLBPod(svc, "v4")
+		g.Eventually(func() []time.Duration { return appliedTimes(p.logs.String()) }).
+			WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(1))
+		pid := p.cmd.Process.Pid
+		before, err := cpuTicks(pid)
+		g.Expect(err).NotTo(HaveOccurred())
+		time.Sleep(60 * time.Second) // the measurement window itself, not a wait for a condition
+		after, err := cpuTicks(pid)
+		g.Expect(err).NotTo(HaveOccurred())
+		b.ReportMetric(float64(after-before)*10, "idle-cpu-ms-per-60s")
+	}
+}
