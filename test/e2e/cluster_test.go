@@ -168,6 +168,32 @@ func multiNode(t *testing.T) []string {
 	return nodes
 }
 
+// cordonAllBut cordons every node but keep, so that the next pod lands on keep. It returns the
+// function that uncordons them; they are uncordoned at the end of the test in any case.
+func cordonAllBut(t *testing.T, nodes []string, keep string) (uncordon func()) {
+	t.Helper()
+	var cordoned []string
+	for _, n := range nodes {
+		if n != keep {
+			kube(t, "cordon", n)
+			cordoned = append(cordoned, n)
+		}
+	}
+	uncordon = func() {
+		for _, n := range cordoned {
+			if out, err := run(kubectl, "uncordon", n); err != nil {
+				t.Errorf("kubectl uncordon %s: %v: %s", n, err, out)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range cordoned {
+			_, _ = run(kubectl, "uncordon", n)
+		}
+	})
+	return uncordon
+}
+
 // podGatewayOf is the address of the pod bridge on the pod's node: the gateway of its eth0, read
 // in that node's namespace.
 func podGatewayOf(pod *corev1.Pod) (string, error) {

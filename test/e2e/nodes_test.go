@@ -127,19 +127,32 @@ func TestLBPodsOnEveryNode(t *testing.T) {
 	ctx := context.Background()
 	nodes := multiNode(t)
 
-	// The scheduler puts each new lb pod on the least loaded node; other tests' pods may load one
-	// node more, so add Services (bounded) until every node holds an lb pod.
-	maxServices := 4 * len(nodes)
+	// One Service per node first, placed by the scheduler alone. It does not spread them by itself:
+	// an lb pod requests 10m CPU, so the node with fewer BestEffort pods (counted at 100m each when
+	// scoring) wins every time. Then, for each node still without an lb pod, one more Service
+	// while the other nodes are cordoned.
 	var svcs []*corev1.Service
 	var lbPods []*corev1.Pod
 	onNode := map[string]int{}
-	for len(onNode) < len(nodes) && len(svcs) < maxServices {
+	addService := func() {
 		svc := newLBService(fmt.Sprintf("e2e-spread%d-%s", len(svcs), suffix()), "", 80)
 		g.Expect(k8s.Create(ctx, svc)).To(Succeed())
 		deleteServiceOnCleanup(t, svc)
 		pod := waitLBPod(t, svc.Namespace, svc.Name)
 		onNode[pod.Spec.NodeName]++
 		svcs, lbPods = append(svcs, svc), append(lbPods, pod)
+	}
+	for range nodes {
+		addService()
+	}
+	t.Logf("the scheduler alone put the lb pods of %d Services on: %v", len(svcs), onNode)
+	for _, node := range nodes {
+		if onNode[node] > 0 {
+			continue
+		}
+		uncordon := cordonAllBut(t, nodes, node)
+		addService()
+		uncordon()
 	}
 	g.Expect(onNode).To(HaveLen(len(nodes)), "lb pods of %d Services per node: %v", len(svcs), onNode)
 	for i, svc := range svcs {

@@ -150,12 +150,7 @@ func TestNodeFailureSingleLBPod(t *testing.T) {
 	}).WithTimeout(2 * time.Minute).Should(Equal(int32(1)))
 
 	// The lb pod on the target node: every other node cordoned while it is scheduled.
-	for _, n := range nodes {
-		if n != target {
-			kube(t, "cordon", n)
-			t.Cleanup(func() { _, _ = run(kubectl, "uncordon", n) })
-		}
-	}
+	uncordon := cordonAllBut(t, nodes, target)
 	svc := newLBService("e2e-fail-"+id, "", 80)
 	svc.Spec.Selector = map[string]string{"app": backend.Name}
 	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
@@ -163,11 +158,7 @@ func TestNodeFailureSingleLBPod(t *testing.T) {
 	ip := waitIngress(t, svc.Namespace, svc.Name)
 	old := waitLBPod(t, svc.Namespace, svc.Name)
 	g.Expect(old.Spec.NodeName).To(Equal(target))
-	for _, n := range nodes {
-		if n != target {
-			kube(t, "uncordon", n)
-		}
-	}
+	uncordon()
 	url := "http://" + ip + ":80/"
 	timeUntilCurl(t, url, time.Now(), 2*time.Minute)
 	oldMAC, err := net1MAC(old)
