@@ -31,10 +31,15 @@ trap cleanup EXIT
 
 T0=$SECONDS
 "$HERE/up.sh" >/dev/null
-kc apply -k "$HERE/operator" >/dev/null
-kc wait --for=condition=Established --timeout=60s crd/subnets.lbsvc.io >/dev/null
+# The e2e run installs the operator with the Helm chart (make demo uses kustomize; test/chart keeps
+# the two equal), with what the overlay in hack/cluster/operator sets for this cluster.
+"$ROOT/hack/build-tools.sh" helm >/dev/null
+"$BIN/helm" --kubeconfig "$KUBECONFIG_PATH" install lbsvc-operator "$ROOT/charts/lbsvc-operator" \
+  --namespace lbsvc-system --create-namespace --set forwardingSysctls=all \
+  --set-string 'nodeSelector.kubernetes\.io/hostname=lbsvc-node1' --wait --timeout 3m >/dev/null
+kc wait --for=condition=Established --timeout=60s crd/subnets.lbsvc.io crd/ips.lbsvc.io >/dev/null
 kc -n lbsvc-system rollout status deployment --timeout=120s >/dev/null
-log "cluster ($NODES nodes) and operator ready in $((SECONDS - T0))s; running test/e2e"
+log "cluster ($NODES nodes) and operator (Helm release lbsvc-operator) ready in $((SECONDS - T0))s; running test/e2e"
 
 cd "$ROOT"
 export KUBECONFIG=$KUBECONFIG_PATH LBSVC_E2E_ROOT=$ROOT PATH=$BIN:$PATH

@@ -23,6 +23,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -75,7 +76,13 @@ func setup() error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
-	if k8s, err = client.New(cfg, client.Options{Scheme: clientgoscheme.Scheme}); err != nil {
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, lbv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return err
+		}
+	}
+	if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
 		return fmt.Errorf("client for %s: %w", cfg.Host, err)
 	}
 	if kubectl, err = exec.LookPath("kubectl"); err != nil {

@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,21 +29,28 @@ const (
 // setOperatorArg adds (or removes) one argument of the operator and waits for the rollout.
 func setOperatorArg(t *testing.T, arg string, present bool) {
 	t.Helper()
-	args := strings.Fields(strings.Trim(kube(t, "get", "deployment", "-n", operatorNamespace, operatorDeployment,
-		"-o", "jsonpath={.spec.template.spec.containers[0].args}"), "[]"))
-	var keep []string
-	for _, a := range args {
-		a = strings.Trim(a, `",`)
-		if a != "" && a != arg {
-			keep = append(keep, `"`+a+`"`)
-		}
+	var args []string
+	out := kube(t, "get", "deployment", "-n", operatorNamespace, operatorDeployment,
+		"-o", "jsonpath={.spec.template.spec.containers[0].args}")
+	if err := json.Unmarshal([]byte(out), &args); err != nil {
+		t.Fatalf("operator args %q: %v", out, err)
 	}
+	keep := slices.DeleteFunc(args, func(a string) bool { return a == arg })
 	if present {
-		keep = append(keep, `"`+arg+`"`)
+		keep = append(keep, arg)
 	}
-	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/args","value":[` + strings.Join(keep, ",") + `]}]`
+	value, err := json.Marshal(keep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := `[{"op":"replace","path":"/spec/template/spec/containers/0/args","value":` + string(value) + `}]`
 	kube(t, "patch", "deployment", "-n", operatorNamespace, operatorDeployment, "--type=json", "-p", patch)
 	kube(t, "rollout", "status", "deployment", "-n", operatorNamespace, operatorDeployment, "--timeout=120s")
+	got := kube(t, "get", "deployment", "-n", operatorNamespace, operatorDeployment,
+		"-o", "jsonpath={.spec.template.spec.containers[0].args}")
+	if strings.Contains(got, arg) != present {
+		t.Fatalf("operator args after the patch: %s", got)
+	}
 }
 
 // TestLBPodNamespaceRestrictedTenant: with --lb-pod-namespace=lbsvc-system the seed's story works
