@@ -279,19 +279,6 @@ func (b *AddressBook) OwnedBy(uid types.UID) []OwnedIP {
 	return out
 }
 
-// InSubnet lists the IP objects of a Subnet.
-func (b *AddressBook) InSubnet(subnet string) (addrs []netip.Addr, owners []lbv1.IPOwner) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for _, r := range b.ips {
-		if r.subnet == subnet {
-			addrs = append(addrs, r.addr)
-			owners = append(owners, r.owner)
-		}
-	}
-	return addrs, owners
-}
-
 // EnsureSubnet gives the allocator cfg when it differs from what it has, and wakes the waiting
 // Services (a larger range or fewer exclusions may let them in).
 func (b *AddressBook) EnsureSubnet(cfg ipam.SubnetConfig) {

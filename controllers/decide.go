@@ -143,19 +143,6 @@ func ValidateSubnet(s *lbv1.Subnet, all []lbv1.Subnet) (ipam.SubnetConfig, error
 	return cfg, nil
 }
 
-// RequestedAddrs parses spec.loadBalancerIP (comma-separated for Dual); empty means dynamic.
-func RequestedAddrs(svc *corev1.Service) ([]netip.Addr, error) {
-	v := strings.TrimSpace(svc.Spec.LoadBalancerIP) //nolint:staticcheck // the seed's field, deprecated upstream but ours to honour
-	if v == "" {
-		return nil, nil
-	}
-	addrs, err := ipam.ParseAddrs(v)
-	if err != nil {
-		return nil, &Refusal{ReasonInvalidLoadBalancerIP, fmt.Sprintf("spec.loadBalancerIP %q: %v", v, err)}
-	}
-	return addrs, nil
-}
-
 // AllocationRefusal turns an allocator error into the reason shown to the user.
 func AllocationRefusal(err error) *Refusal {
 	reason := ReasonAllocationFailed

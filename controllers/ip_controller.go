@@ -221,7 +221,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 				"If the node is down for good, delete the pod (kubectl delete pod -n %s %s --force --grace-period=0) or the Node; else recover the node",
 				podKey(&pods[i]), node, ip.Spec.Address, pods[i].Namespace, pods[i].Name)
 			if ip.Status.Message != msg {
-				r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ReasonDrainBlocked, actionRelease, "%s", boundMessage(msg))
+				r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ReasonDrainBlocked, actionRelease, "%s", BoundedMessage(msg))
 			}
 			break
 		}
@@ -305,7 +305,7 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.
 			break
 		}
 	}
-	ip.Status.Message = boundMessage(msg)
+	ip.Status.Message = BoundedMessage(msg)
 	if before.Status.Phase == ip.Status.Phase && before.Status.Node == ip.Status.Node && before.Status.Message == ip.Status.Message &&
 		slices.Equal(before.Status.Holders, ip.Status.Holders) {
 		return nil

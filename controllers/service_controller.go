@@ -299,7 +299,7 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 	allocated := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
 		Message: fmt.Sprintf("%s from subnet %s", recorded, plan.Subnet)}
 	if plan.Refusal != nil {
-		allocated.Reason, allocated.Message = plan.Refusal.Reason, boundMessage(plan.Refusal.Message)
+		allocated.Reason, allocated.Message = plan.Refusal.Reason, BoundedMessage(plan.Refusal.Message)
 		r.warnOnChange(svc, allocated)
 	}
 	// Our condition goes in before our finalizer: it is the proof (which a tenant cannot write)
@@ -339,7 +339,7 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 	}
 	deploy, foreign, err := r.applyObjects(ctx, svc, params)
 	if err != nil {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonApplyFailed, actionApply, "%s", boundMessage(err.Error()))
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonApplyFailed, actionApply, "%s", BoundedMessage(err.Error()))
 		return err
 	}
 	if foreign != "" {
@@ -357,7 +357,7 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonAllocated, actionAllocate, "allocated %s from subnet %q", recorded, plan.Subnet)
 	case previous != recorded && previous != "":
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, ReasonAddressMoved, actionAllocate,
-			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", boundMessage(previous), recorded, plan.Subnet)
+			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", BoundedMessage(previous), recorded, plan.Subnet)
 	}
 
 	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, podCondition(deploy)})
@@ -380,7 +380,7 @@ func podCondition(d *appsv1.Deployment) metav1.Condition {
 		if dc.Type != appsv1.DeploymentAvailable {
 			continue
 		}
-		msg := boundMessage(fmt.Sprintf("deployment %s/%s: %s", d.Namespace, d.Name, dc.Message))
+		msg := BoundedMessage(fmt.Sprintf("deployment %s/%s: %s", d.Namespace, d.Name, dc.Message))
 		if dc.Status == corev1.ConditionTrue {
 			return metav1.Condition{Type: ConditionLBPodAvailable, Status: metav1.ConditionTrue, Reason: ReasonDeploymentAvailable, Message: msg}
 		}
@@ -393,7 +393,7 @@ func podCondition(d *appsv1.Deployment) metav1.Condition {
 // refusal the Service keeps our finalizer and shows the reason; without one it is let go.
 func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, plan Plan) error {
 	if err := r.deleteObjects(ctx, svc); err != nil {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonCleanupFailed, actionCleanup, "%s", boundMessage(err.Error()))
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonCleanupFailed, actionCleanup, "%s", BoundedMessage(err.Error()))
 		return err
 	}
 	owned := r.Book.OwnedBy(svc.UID)
@@ -419,7 +419,7 @@ func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, p
 	switch {
 	case plan.Refusal != nil:
 		cond := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionFalse, Reason: plan.Refusal.Reason,
-			Message: boundMessage(plan.Refusal.Message)}
+			Message: BoundedMessage(plan.Refusal.Message)}
 		r.warnOnChange(svc, cond)
 		if err := r.patchStatus(ctx, svc, nil, ours, []metav1.Condition{cond}); err != nil {
 			return err
@@ -481,7 +481,8 @@ func (r *ServiceReconciler) patchStatus(ctx context.Context, svc *corev1.Service
 		c.ObservedGeneration = svc.Generation
 		meta.SetStatusCondition(&svc.Status.Conditions, c)
 	}
-	if remove != nil && len(conds) == 1 {
+	if remove != nil {
+		// Let go or refused: there is no lb pod to report on.
 		meta.RemoveStatusCondition(&svc.Status.Conditions, ConditionLBPodAvailable)
 	}
 	if statusEqual(before.Status, svc.Status) {
@@ -553,9 +554,6 @@ func orDash(s string) string {
 	}
 	return s
 }
-
-// boundMessage caps a message at what an Event note may carry (see BoundedMessage).
-func boundMessage(s string) string { return BoundedMessage(s) }
 
 // errStrayPods requeues (with backoff) a Service whose lb pods still run where they no longer belong.
 var errStrayPods = errors.New("waiting for the lb pods left in the previous lb pod namespace to be gone")

@@ -174,7 +174,7 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		if !errors.As(verr, &ref) {
 			return ctrl.Result{}, verr
 		}
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, boundMessage(ref.Message)
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, BoundedMessage(ref.Message)
 		old := meta.FindStatusCondition(subnet.Status.Conditions, ConditionSubnetReady)
 		if old == nil || old.Reason != ref.Reason || old.Message != cond.Message {
 			r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, ref.Reason, actionValidate, "%s", cond.Message)
