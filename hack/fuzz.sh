@@ -28,9 +28,23 @@ for pkg in $(go list ./...); do
 		count=$((count + 1))
 		echo "=== fuzz $pkg $target for $fuzztime"
 		# -run '^$' skips the package's other tests; the target's seed corpus runs as part of fuzzing.
-		if ! go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimizetime" "$pkg"; then
+		# The fuzz engine sometimes ends a clean run with "context deadline exceeded" and no crasher
+		# (its deadline hit a worker mid-input): that run is tried once more; a real crasher is not.
+		for attempt in 1 2; do
+			log=$(mktemp)
+			if go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" -fuzzminimizetime "$minimizetime" "$pkg" 2>&1 | tee "$log"; then
+				rm -f "$log"
+				break
+			fi
+			if [ "$attempt" = 1 ] && grep -q 'context deadline exceeded' "$log" && ! grep -q 'Failing input written to' "$log"; then
+				echo "--- $target: engine deadline without a crasher; running it once more"
+				rm -f "$log"
+				continue
+			fi
+			rm -f "$log"
 			failed+=("$pkg $target")
-		fi
+			break
+		done
 	done
 done
 
