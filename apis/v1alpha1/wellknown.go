@@ -53,7 +53,22 @@ const (
 	// EnvPodIP is the pod's cluster address (downward API status.podIP): the only address the
 	// lb pod's health and metrics server listens on, so the underlay cannot reach it.
 	EnvPodIP = "LBPOD_POD_IP"
+	// EnvReplicas is the number of lb pods the Service runs: with more than one, the pods elect
+	// one active holder of the address among themselves and the others stand by.
+	EnvReplicas = "LBPOD_REPLICAS"
+	// EnvPodName and EnvNodeName name the lb pod and its node (downward API), for the election's
+	// sender identity and for what the pod reports.
+	EnvPodName  = "LBPOD_POD_NAME"
+	EnvNodeName = "LBPOD_NODE_NAME"
 )
+
+// ReplicasAnnotation on a Service sets how many lb pods serve it (1 to MaxReplicas); it
+// overrides --lb-replicas. 1 keeps a single lb pod with no standby.
+const ReplicasAnnotation = "lbsvc.io/replicas"
+
+// MaxReplicas bounds ReplicasAnnotation: standbys beyond a handful add election traffic and
+// scheduling constraints without adding availability.
+const MaxReplicas = 5
 
 // ProviderAnnotation returns "<provider>.kubernetes.io/<suffix>".
 func ProviderAnnotation(provider, suffix string) string {
