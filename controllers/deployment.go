@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -485,7 +486,9 @@ func BuildServiceAccount(p LBPodParams) (*corev1.ServiceAccount, error) {
 	return sa, nil
 }
 
-// BuildRole returns the Role that lets the lb pod read its own Service and nothing else.
+// BuildRole returns the Role that lets the lb pod read its own Service and nothing else; with
+// standbys, also read and update (never create, delete or list) its own Lease, where the pod that
+// takes the address over records itself.
 func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 	r := &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
@@ -497,7 +500,30 @@ func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 			Verbs:         []string{"get", "list", "watch"},
 		}},
 	}
+	if p.replicas() > 1 {
+		r.Rules = append(r.Rules, rbacv1.PolicyRule{
+			APIGroups:     []string{coordinationv1.GroupName},
+			Resources:     []string{"leases"},
+			ResourceNames: []string{p.name()},
+			Verbs:         []string{"get", "update"},
+		})
+	}
 	return r, nil
+}
+
+// BuildLease returns the Service's Lease, or nil for a single lb pod. The operator writes only
+// its metadata: the spec belongs to the lb pods, which write it once per takeover (holder and
+// transitions), never to renew it, so an idle Service costs no write. It is a record for people
+// and for the operator's AddressActive condition, not a lock: who holds the address is settled on
+// the underlay by the lb pods' election.
+func BuildLease(p LBPodParams) *coordinationv1.Lease {
+	if p.replicas() == 1 {
+		return nil
+	}
+	return &coordinationv1.Lease{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: p.objectMeta(p.ServiceNamespace),
+	}
 }
 
 // BuildRoleBinding binds the lb pod's ServiceAccount to its Role.

@@ -377,6 +377,9 @@ func TestBuildSingleReplica(t *testing.T) {
 	if spec.TopologySpreadConstraints != nil {
 		t.Errorf("spread %+v", spec.TopologySpreadConstraints)
 	}
+	if l := BuildLease(p); l != nil {
+		t.Errorf("lease for one pod: %+v", l)
+	}
 	if pdb := BuildPodDisruptionBudget(p); pdb != nil {
 		t.Errorf("budget for one pod: %+v", pdb)
 	}
@@ -412,6 +415,21 @@ func TestBuildStandbys(t *testing.T) {
 	}
 	if env := d.Spec.Template.Spec.Containers[0].Env; env[6].Name != "LBPOD_REPLICAS" || env[6].Value != "2" {
 		t.Errorf("replicas env %+v", env[6])
+	}
+	role, err := BuildRole(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"lb-svc-test-service"}, Verbs: []string{"get", "update"}},
+	}
+	if !reflect.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("rules %+v", role.Rules)
+	}
+	if l := BuildLease(p); l == nil || l.Name != "lb-svc-test-service" || l.Namespace != "default" || l.Spec.HolderIdentity != nil ||
+		l.Labels["lbsvc.io/service-uid"] != string(p.ServiceUID) {
+		t.Errorf("lease %+v", l)
 	}
 	pdb := BuildPodDisruptionBudget(p)
 	if pdb == nil || pdb.Name != "lb-svc-test-service" || pdb.Namespace != "default" ||

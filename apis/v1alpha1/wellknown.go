@@ -66,6 +66,19 @@ const (
 // overrides --lb-replicas. 1 keeps a single lb pod with no standby.
 const ReplicasAnnotation = "lbsvc.io/replicas"
 
+// Names of the active/standby roles among a Service's lb pods.
+const (
+	// RoleLabel, on each lb pod, is RoleActive on the one that holds the address and RoleStandby
+	// on the others (`kubectl get pod -L lbsvc.io/role`). The operator sets it from the Lease.
+	RoleLabel   = "lbsvc.io/role"
+	RoleActive  = "active"
+	RoleStandby = "standby"
+	// ActivePodAnnotation and ActiveNodeAnnotation, on the Service, name the lb pod
+	// ("<namespace>/<name>") and the node that hold its address.
+	ActivePodAnnotation  = "lbsvc.io/active-pod"
+	ActiveNodeAnnotation = "lbsvc.io/active-node"
+)
+
 // MaxReplicas bounds ReplicasAnnotation: standbys beyond a handful add election traffic and
 // scheduling constraints without adding availability.
 const MaxReplicas = 5
