@@ -104,7 +104,9 @@ func TestActiveHolderShown(t *testing.T) {
 	readyLBPod(t, svc, "lb-b", addr, "n2", true)
 	shownHolder(t, svc, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; standby: "+f.ns+"/lb-b on node n2",
 		map[string]string{"lb-a": lbv1.RoleActive, "lb-b": lbv1.RoleStandby})
-	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](1) })
+	update(t, lease, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](1)
+	})
 	shownHolder(t, svc, "lb-b", "n2", addr+" held by pod "+f.ns+"/lb-b on node n2; standby: "+f.ns+"/lb-a on node n1",
 		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleActive})
 	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", controllers.ReasonActiveHolder) }, timeout, interval).
