@@ -94,6 +94,9 @@ type Tables struct {
 	Family Family
 	Chains []Chain
 	Jumps  []Jump
+	// Flows is how these rules translate UDP and SCTP: after a nat change, the conntrack
+	// entries they would not translate the same way are deleted.
+	Flows FlowPolicy
 }
 
 // State is the desired state of the lb pod's network namespace as plain data.
@@ -109,6 +112,13 @@ type State struct {
 	IPTables []Tables
 	// Forwarding lists the families whose forwarding sysctl must be on.
 	Forwarding []Family
+}
+
+// Standby returns the state without the LB addresses: what a standby lb pod holds, net1 up
+// with every rule and route in place, so that becoming active only adds the addresses.
+func (st State) Standby() State {
+	st.Addresses = nil
+	return st
 }
 
 // Names are the interface names and table number; zero values mean the defaults.
@@ -186,6 +196,7 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 	forward := Chain{Table: "filter", Name: ChainForward, Rules: [][]string{
 		{"-i", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"}}}
 
+	t.Flows = FlowPolicy{LB: lbIP, AllSources: len(sourceRanges) == 0, Targets: map[Port]netip.AddrPort{}}
 	if len(sourceRanges) == 0 {
 		pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
 	} else {
@@ -196,8 +207,10 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 				// Everyone: iptables -S prints "-s 0.0.0.0/0" back without the match, so a rule
 				// written with it would never compare equal and be re-added at every sync.
 				pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
+				t.Flows.AllSources = true
 			default:
 				pre.Rules = append(pre.Rules, []string{"-s", r.String(), "-d", lb, "-j", ChainServices})
+				t.Flows.Sources = append(t.Flows.Sources, r)
 			}
 		}
 		pre.Rules = slices.CompactFunc(pre.Rules, slices.Equal[[]string])
@@ -206,7 +219,11 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 		proto := strings.ToLower(string(p.Protocol))
 		match := []string{"-d", lb, "-p", proto, "-m", proto, "--dport", strconv.Itoa(int(p.Port))}
 		if hasClusterIP {
-			svc.Rules = append(svc.Rules, append(slices.Clone(match), "-j", "DNAT", "--to-destination", netip.AddrPortFrom(clusterIP, uint16(p.Port)).String()))
+			target := netip.AddrPortFrom(clusterIP, uint16(p.Port))
+			svc.Rules = append(svc.Rules, append(slices.Clone(match), "-j", "DNAT", "--to-destination", target.String()))
+			if p.Protocol != TCP {
+				t.Flows.Targets[p] = target
+			}
 		}
 	}
 	for _, proto := range []Protocol{TCP, UDP, SCTP} {

@@ -270,14 +270,6 @@ func TestChooseFlavour(t *testing.T) {
 	}
 }
 
-func TestSplitRule(t *testing.T) {
-	got := splitRule(`-d 10.0.0.1/32 -m comment --comment "hello \"x\" y" -j MASQUERADE`)
-	want := []string{"-d", "10.0.0.1/32", "-m", "comment", "--comment", `hello "x" y`, "-j", "MASQUERADE"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("got %q, want %q", got, want)
-	}
-}
-
 func equalPrefixes(a, b []netip.Prefix) bool {
 	if len(a) != len(b) {
 		return false

@@ -345,7 +345,7 @@ func TestForwardingSysctlReadOnly(t *testing.T) {
 	g.Expect(body).To(ContainSubstring("run the operator with --forwarding-sysctls=ipv6 (or all), and allow that unsafe sysctl on the kubelet (--allowed-unsafe-sysctls=net.ipv6.conf.all.forwarding)"))
 	// Several resyncs later, still one line.
 	g.Eventually(func() string { _, m := tp.healthGet("/metrics"); return m }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
-		Should(MatchRegexp(`\nlbpod_reconcile_errors_total ([5-9]|\d\d+)\n`))
+		Should(MatchRegexp(`\nlbpod_syncs_total\{result="error"\} ([5-9]|\d\d+)\n`))
 	took := p.stop(t)
 	g.Expect(took).To(BeNumerically("<", time.Second))
 	g.Expect(strings.Count(p.logs.String(), "cannot be set here")).To(Equal(1), "one clear line, not one per resync:\n%s", p.logs.String())
@@ -520,5 +520,5 @@ func TestRemovedUDPPortForgetsFlows(t *testing.T) {
 	g.Eventually(func() error { _, err := exchange("again"); return err }).
 		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
 	g.Eventually(tp.lbpod.logs.String).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
-		Should(ContainSubstring(`msg="deleted the conntrack entries of a removed port" rule="-d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.109.201.193:53" entries=1`))
+		Should(ContainSubstring(`msg="deleted stale conntrack entries" family=IPv4 keep="all sources, ports [sctp/3868->10.109.201.193:3868]" entries=1`))
 }
