@@ -279,8 +279,12 @@ func planRoutes(p *Plan, k Kernel, st State) error {
 			p.Ops = append(p.Ops, RouteOp{Table: st.Table, Old: r})
 			p.Changes = append(p.Changes, Change{Kind: "route", What: fmt.Sprintf("table %d %s", st.Table, r.Text)})
 		}
-		// In the order Desired lists them, so that the log reads the same every time.
-		for _, r := range st.Routes {
+		// Device routes first: a standby's net1 has no address, and the kernel accepts a
+		// gateway only once a route of the table reaches it. Otherwise in the order Desired
+		// lists them, so that the log reads the same every time.
+		adds := slices.Clone(st.Routes)
+		slices.SortStableFunc(adds, func(a, b Route) int { return boolInt(a.Gateway.IsValid()) - boolInt(b.Gateway.IsValid()) })
+		for _, r := range adds {
 			key := routeKey{dst: r.Dst, gw: r.Gateway, link: k.Indexes[r.Dev], onLink: r.OnLink}
 			if r.Family != fam || found[key] {
 				continue
@@ -291,4 +295,11 @@ func planRoutes(p *Plan, k Kernel, st State) error {
 		}
 	}
 	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

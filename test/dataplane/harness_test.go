@@ -28,8 +28,9 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// lbpodBin is the binary under test, built once by TestMain.
-var lbpodBin string
+// lbpodBin is the binary under test, built once by TestMain; loopDriverBin runs lbpod.Loop with
+// SetActive driven from stdin (test/dataplane/loopdriver).
+var lbpodBin, loopDriverBin string
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
@@ -52,6 +53,14 @@ func TestMain(m *testing.M) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build lbpod: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	loopDriverBin = filepath.Join(dir, "loopdriver")
+	build = exec.Command("go", "build", "-o", loopDriverBin, "github.com/lbsvc/lbsvc-operator/test/dataplane/loopdriver")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build loopdriver: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
