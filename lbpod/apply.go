@@ -195,7 +195,7 @@ func (a *Applier) execute(op Op) error {
 			return err
 		}
 		if err := iptablesRestore(bin, o.Payload); err != nil {
-			return fmt.Errorf("%s -t %s: %w", bin, o.Table, err)
+			return &RestoreError{Family: o.Family, Table: o.Table, Err: fmt.Errorf("%s -t %s: %w", bin, o.Table, err)}
 		}
 	case ForgetFlowsOp:
 		// Best effort: a failure leaves entries that time out on their own.
@@ -312,6 +312,18 @@ func (a *Applier) binary(fam Family) (string, error) {
 	}
 	return bin, nil
 }
+
+// RestoreError is an iptables-restore transaction the kernel refused (nothing of it applied).
+type RestoreError struct {
+	Family Family
+	Table  string
+	Err    error
+}
+
+func (e *RestoreError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *RestoreError) Unwrap() error { return e.Err }
 
 // iptablesSave runs `<bin>-save` once and parses all its tables.
 func iptablesSave(bin string) (Saved, error) {

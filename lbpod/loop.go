@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -60,6 +62,9 @@ type Loop struct {
 
 	active atomic.Bool
 	held   bool // last value given to OnHeld
+	// noSCTP is set once the kernel refused our SCTP rules while taking the others; it stays
+	// set for the pod's life (the message says to restart it once the modules are loaded).
+	noSCTP atomic.Bool
 }
 
 // NewLoop returns an active loop waiting for its Service.
@@ -137,6 +142,18 @@ type Result struct {
 	AddressAdded bool
 	Took         time.Duration
 	Err          error
+	// Problems are what of the Service the applied state does not serve (Desired's).
+	Problems []Problem
+}
+
+// NotReady returns the first problem that makes the pod not ready, if any.
+func (r Result) NotReady() (Problem, bool) {
+	for _, p := range r.Problems {
+		if p.NotReady {
+			return p, true
+		}
+	}
+	return Problem{}, false
 }
 
 // Reconcile applies the state for svc (without the LB addresses when the loop is not active),
@@ -171,15 +188,39 @@ func (l *Loop) reconcile(svc *corev1.Service) Result {
 		res.Err = err
 		return res
 	}
-	st := Desired(Config{Network: l.cfg.Network, Service: service}, obs, l.cfg.Names)
-	if !l.Active() {
-		st = st.Standby()
+	if _, err := os.Stat(filepath.Join(l.cfg.ProcSys, "net/ipv6")); err != nil {
+		obs.NoIPv6 = true
 	}
+	obs.NoSCTP = l.noSCTP.Load()
+	desired := func(obs Observed) State {
+		st := Desired(Config{Network: l.cfg.Network, Service: service}, obs, l.cfg.Names)
+		if !l.Active() {
+			st = st.Standby()
+		}
+		return st
+	}
+	st := desired(obs)
 	set, fwdErr := EnsureForwarding(l.cfg.ProcSys, st.Forwarding)
 	for _, s := range set {
 		l.cfg.Log.Info("forwarding turned on", "sysctl", s)
 	}
 	res.Changes, err = a.Sync(st, false)
+	var refused *RestoreError
+	if err != nil && errors.As(err, &refused) && !obs.NoSCTP && slices.ContainsFunc(service.Ports, func(p Port) bool { return p.Protocol == SCTP }) {
+		// The kernel refused a transaction of a state with SCTP ports: when the same state
+		// without them goes in, SCTP is what it lacks. Serve the other ports.
+		obs.NoSCTP = true
+		sctpless := desired(obs)
+		more, err2 := a.Sync(sctpless, false)
+		if err2 == nil {
+			l.noSCTP.Store(true)
+			l.cfg.Log.Warn("the kernel refused the SCTP rules; serving the other ports", "err", err)
+			st, err = sctpless, nil
+			res.Changes = append(res.Changes, more...)
+		}
+	}
+	res.Problems = st.Problems
+	l.metrics.unservedPorts.WithLabelValues(string(SCTP)).Set(float64(len(st.Unserved)))
 	for _, c := range res.Changes {
 		if c.Kind == "address" && c.Added {
 			res.AddressAdded = true
@@ -295,14 +336,26 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 			retry = time.After(backoff)
 			backoff = min(2*backoff, cfg.ResyncPeriod)
+		} else if p, bad := res.NotReady(); bad {
+			// Retrying changes nothing: the Service (or the operator's choice of address) must.
+			retry, backoff = nil, time.Second
+			if l.setReady(false, p.Reason+": "+p.Message) {
+				log.Error("not ready", "reason", p.Reason, "message", p.Message)
+			}
 		} else {
 			retry, backoff = nil, time.Second
-			reason := ""
+			var notes []string
 			if !active {
-				reason = "standby, not holding the LB address"
+				notes = append(notes, "standby, not holding the LB address")
 			}
-			if l.setReady(true, reason) {
+			for _, p := range res.Problems {
+				notes = append(notes, p.Reason+": "+p.Message)
+			}
+			if l.setReady(true, strings.Join(notes, "; ")) {
 				log.Info("ready", "trigger", trigger, "active", active)
+				for _, p := range res.Problems {
+					log.Warn("serving with a problem", "reason", p.Reason, "message", p.Message)
+				}
 			}
 		}
 		l.setHeld(active && res.Err == nil)

@@ -22,7 +22,7 @@ func converged(t *testing.T, st State) Kernel {
 		Link:    Link{Name: "net1", Exists: true, Up: true, Addresses: st.Addresses},
 		Indexes: map[string]int{"net1": 2, "eth0": 3},
 		IPTables: map[Family]Saved{IPv4: mustSave(t, "*nat\n:PREROUTING ACCEPT\n:POSTROUTING ACCEPT\nCOMMIT\n*filter\n:INPUT ACCEPT\n:FORWARD ACCEPT\nCOMMIT\n"),
-			IPv6: mustSave(t, "*nat\nCOMMIT\n")},
+			IPv6: mustSave(t, "*filter\n:INPUT ACCEPT\n:FORWARD ACCEPT\nCOMMIT\n")},
 	}
 	for _, r := range st.Rules {
 		k.Rules = append(k.Rules, KernelRule{Rule: r, Plain: true})
@@ -78,12 +78,13 @@ func TestPlanSync(t *testing.T) {
 		"from scratch: iptables first, then conntrack, link, address, rules, device routes before gateway routes": {
 			kernel: func(k *Kernel) {
 				*k = Kernel{Link: Link{Name: "net1", Exists: true}, Indexes: k.Indexes,
-					IPTables: map[Family]Saved{IPv4: mustSave(t, "*nat\n:PREROUTING ACCEPT\nCOMMIT\n")}}
+					IPTables: map[Family]Saved{IPv4: mustSave(t, "*nat\n:PREROUTING ACCEPT\nCOMMIT\n"), IPv6: mustSave(t, "*filter\nCOMMIT\n")}}
 			},
 			want: []string{
 				"iptables-restore --noflush -t nat",
 				"iptables-restore --noflush -t filter",
 				"conntrack -D (IPv4) to 172.18.0.18: keep all sources, ports [udp/53->10.109.201.193:53]",
+				"ip6tables-restore --noflush -t filter",
 				"ip link set net1 up",
 				"ip addr add 172.18.0.18/16 dev net1",
 				"ip rule add pref 32764 iif eth0 lookup 100",

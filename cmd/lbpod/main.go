@@ -170,6 +170,11 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 	if res.Err != nil {
 		return res.Err
 	}
+	// Problems are the main container's to report (/readyz): failing here would leave the pod
+	// in Init with nobody to say why.
+	for _, p := range res.Problems {
+		log.Warn("problem", "reason", p.Reason, "message", p.Message, "notReady", p.NotReady)
+	}
 	if err := lbpod.Announce(o.iface, network.Addresses, loop.AnnounceStats()); err != nil {
 		log.Warn("announcement failed (not fatal)", "err", err)
 	}
