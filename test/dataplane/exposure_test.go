@@ -17,7 +17,10 @@ import (
 	. "github.com/onsi/gomega"
 )
 
-var counterRe = regexp.MustCompile(` -c (\d+) \d+ `)
+var (
+	counterRe = regexp.MustCompile(` -c (\d+) \d+ `)
+	linkLocal = regexp.MustCompile(`inet6 (fe80::[0-9a-f:]+)/64`)
+)
 
 // packets returns the packet counter of the one rule of chain (filter table) whose `-S -v`
 // line, counters cut out, equals rule; cmd is iptables or ip6tables.
@@ -75,7 +78,8 @@ func (tp *topology) expectRefused(g Gomega, ns string, probes []refusal) {
 }
 
 // Everything the underlay can try that is not a Service port, from the client of an IPv4-only
-// lb pod whose health server listens on the pod IP (as in a cluster): the health port and other
+// lb pod whose health server listens on the pod IP only (LBPOD_POD_IP, as in a cluster; the
+// kubelet's path, the node to the pod IP, works): the health port and other
 // ports on the LB address are refused by LBSVC-INPUT's REJECT rules; the pod IP through net1,
 // net1's IPv6 link-local address and the pod's IPv6 address get no answer (LBSVC-INPUT's DROP
 // rules, the IPv6 one installed although the Service has no IPv6); the ClusterIP and the node
@@ -90,6 +94,12 @@ func TestExposureFromUnderlayIPv4Only(t *testing.T) {
 	g.Eventually(func() (string, error) { return httpGetPath(t, tp.node, net.JoinHostPort(podV4, "8081"), "/readyz") }).
 		WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal("ok\n"))
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	// The health server listens on LBPOD_POD_IP only: one TCP listener on 8081, no wildcard, no
+	// net1 address; inside the pod, loopback is not the pod IP either.
+	g.Expect(tp.lbpod.logs.String()).To(ContainSubstring(`msg="health server address" addr=10.16.0.2:8081 why=LBPOD_POD_IP`))
+	g.Expect(strings.Fields(tp.exec(tp.lb, "ss", "-Htln", "sport = :8081"))).To(ContainElement("10.16.0.2:8081"))
+	g.Expect(strings.Count(tp.exec(tp.lb, "ss", "-Htln", "sport = :8081"), "\n")).To(Equal(1))
+	g.Expect(httpGet(t, tp.lb, "127.0.0.1:8081")).Error().To(Satisfy(isRefused))
 
 	// Until duplicate address detection ends the link-local address is tentative and receives
 	// nothing, which would hide what the rules do.
