@@ -494,20 +494,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // of translating until they time out.
 func TestRemovedUDPPortForgetsFlows(t *testing.T) {
 	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
-	conn, err := dialIn(t, tp.client, "udp", lbAddr(lbIPv4, udpPort), time.Second)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
-	exchange := func(payload string) (string, error) {
-		if err := conn.SetDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
-			return "", err
-		}
-		if _, err := conn.Write([]byte(payload)); err != nil {
-			return "", err
-		}
-		buf := make([]byte, 1500)
-		n, err := conn.Read(buf)
-		return string(buf[:n]), err
-	}
+	exchange := udpSession(t, tp.client, lbAddr(lbIPv4, udpPort))
 	g.Expect(exchange("one")).To(Equal(udpReply(clusterIPv4, udpPort, "one")))
 
 	var withoutUDP []servicePort

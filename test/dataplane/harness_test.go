@@ -283,6 +283,29 @@ func udpExchange(t testing.TB, ns, addr, payload string) (string, error) {
 	return string(buf[:n]), nil
 }
 
+// udpSession opens one UDP socket from ns to addr (one source port, so one conntrack entry) and
+// returns a function that sends a payload and reads the reply within 300 ms; the socket closes
+// with the test.
+func udpSession(t testing.TB, ns, addr string) func(payload string) (string, error) {
+	t.Helper()
+	conn, err := dialIn(t, ns, "udp", addr, time.Second)
+	if err != nil {
+		t.Fatalf("udp socket to %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return func(payload string) (string, error) {
+		if err := conn.SetDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+			return "", err
+		}
+		if _, err := conn.Write([]byte(payload)); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 1500)
+		n, err := conn.Read(buf)
+		return string(buf[:n]), err
+	}
+}
+
 func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }
 
 // Backend replies, exact so that a test can tell which server and port answered.

@@ -162,7 +162,9 @@ func TestChangesUnderTraffic(t *testing.T) {
 	extraTCP := servicePort{Protocol: "TCP", Port: extraHTTPPort}
 	extraUDP := servicePort{Protocol: "UDP", Port: 5353}
 	extraSCTP := servicePort{Protocol: "SCTP", Port: 3869}
-	with := func(extra ...servicePort) []servicePort { return append(append([]servicePort{}, basePorts...), extra...) }
+	with := func(extra ...servicePort) []servicePort {
+		return append(append([]servicePort{}, basePorts...), extra...)
+	}
 	steps := []struct {
 		ports  []servicePort
 		ranges []string
@@ -230,23 +232,7 @@ func TestChangesUnderTraffic(t *testing.T) {
 // change instead of carrying it on until it times out. The allowed client's entry stays.
 func TestNarrowedRangeForgetsUDPFlows(t *testing.T) {
 	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, []string{clientV4 + "/32", outsiderV4 + "/32"})
-	exchanger := func(ns string) func(string) (string, error) {
-		conn, err := dialIn(t, ns, "udp", lbAddr(lbIPv4, udpPort), time.Second)
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Cleanup(func() { conn.Close() })
-		return func(payload string) (string, error) {
-			if err := conn.SetDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
-				return "", err
-			}
-			if _, err := conn.Write([]byte(payload)); err != nil {
-				return "", err
-			}
-			buf := make([]byte, 1500)
-			n, err := conn.Read(buf)
-			return string(buf[:n]), err
-		}
-	}
-	client, outsider := exchanger(tp.client), exchanger(tp.outsider)
+	client, outsider := udpSession(t, tp.client, lbAddr(lbIPv4, udpPort)), udpSession(t, tp.outsider, lbAddr(lbIPv4, udpPort))
 	g.Expect(client("a")).To(Equal(udpReply(clusterIPv4, udpPort, "a")))
 	g.Expect(outsider("a")).To(Equal(udpReply(clusterIPv4, udpPort, "a")))
 
