@@ -231,6 +231,20 @@ func TestDriftIsRepaired(t *testing.T) {
 		Should(Equal("0:\tfrom all lookup local\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"))
 	g.Eventually(func() string { return tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "PREROUTING") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("-P PREROUTING ACCEPT\n-A PREROUTING -j LBSVC-PREROUTING\n"))
+
+	// Each repair counted by its cause: what the resync found (a DNAT rule, a jump, a rule) and
+	// what the kernel watch saw (net1's addresses flushed, net1 recreated).
+	_, metrics := tp.healthGet("/metrics")
+	for _, cause := range []string{"iptables", "jump", "rule", "addresses_changed", "link_recreated"} {
+		g.Expect(metrics).To(MatchRegexp(`\nlbpod_repairs_total\{cause="%s"\} [1-9]\d*\n`, cause))
+	}
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_syncs_total\{result="changed"\} [1-9]\d*\n`))
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_sync_duration_seconds_count [1-9]\d*\n`))
+	g.Expect(metrics).To(ContainSubstring("\nlbpod_active 1\n"))
+	g.Expect(metrics).To(ContainSubstring("\nlbpod_ready 1\n"))
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_announcements_sent_total [1-9]\d*\n`))
+	// A burst may have been under way while net1 was gone: such a failure is counted too.
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_announcements_failed_total \d+\n`))
 }
 
 // loadBalancerSourceRanges: a client inside a range is served, one outside is refused (TCP reset,
