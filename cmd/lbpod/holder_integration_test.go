@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"testing"
@@ -26,13 +25,8 @@ import (
 // same pod again writes nothing, and the Role allows nothing beyond that one Lease.
 func TestHolderRecordWithOperatorRole(t *testing.T) {
 	g := NewWithT(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
-	t.Cleanup(func() { _ = env.Stop() })
-	admin := kubernetes.NewForConfigOrDie(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	env, admin, ctx := startAPIServer(t)
+	var err error
 
 	const ns = "lbpod-holder"
 	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
