@@ -23,8 +23,13 @@ import (
 // name; the Service's changes and deletion reach the box.
 func TestAPISourceWithSingleServiceRBAC(t *testing.T) {
 	g := NewWithT(t)
-	env, admin, ctx := startAPIServer(t)
-	var err error
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
+	t.Cleanup(func() { _ = env.Stop() })
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
 
 	const ns, name = "lbpod-source", "web"
 	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
@@ -98,19 +103,4 @@ func TestAPISourceWithSingleServiceRBAC(t *testing.T) {
 		}
 		return err.Error()
 	}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal("service lbpod-source/web was deleted"))
-}
-
-// startAPIServer starts a real kube-apiserver and etcd for one test and returns an admin client
-// and a context that ends with the test.
-func startAPIServer(t *testing.T) (*envtest.Environment, kubernetes.Interface, context.Context) {
-	t.Helper()
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest (set KUBEBUILDER_ASSETS, see make envtest-assets): %v", err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	return env, kubernetes.NewForConfigOrDie(cfg), ctx
 }
