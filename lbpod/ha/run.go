@@ -215,10 +215,11 @@ func (r *runner) handle(ev Event) Output {
 		}
 		r.log.Info("ha", attrs...)
 	}
-	if out.Role != before {
-		if mt != nil {
-			mt.Transitions.WithLabelValues(out.Role.String()).Inc()
-		}
+	if out.Role != before && mt != nil {
+		mt.Transitions.WithLabelValues(out.Role.String()).Inc()
+	}
+	// The first role (standby, at Start) is reported too, so the caller can label the pod.
+	if out.Role != before || ev.Kind == Start {
 		if r.opts.OnChange != nil {
 			r.opts.OnChange(out.Role, out.Reason)
 		}
