@@ -19,6 +19,16 @@ type Holder interface {
 	SetActive(active bool)
 }
 
+// Leaser is an optional extension of Holder. Renew is called with every advert the active sends
+// (each interval), so the holder can keep the addresses on a short kernel lifetime (valid_lft of a
+// second or two) renewed by Renew: when this process stops renewing (kill -9 with the pod's
+// network namespace left behind, SIGSTOP, a hung process), the kernel itself removes the
+// addresses, and the dead replica's kernel stops answering ARP for them. The lifetime must be
+// longer than the dead interval, so a live active never loses them between two renewals.
+type Leaser interface {
+	Renew()
+}
+
 // Options configure Run.
 type Options struct {
 	// Interface is net1, the underlay interface the addresses live on.
@@ -194,6 +204,9 @@ func (r *runner) handle(ev Event) Output {
 		r.holder.SetActive(false)
 	}
 	if out.Send != nil {
+		if l, ok := r.holder.(Leaser); ok && out.Role == Active {
+			l.Renew()
+		}
 		r.sendAdvert(*out.Send)
 	}
 	mt := r.opts.Metrics

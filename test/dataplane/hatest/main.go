@@ -36,15 +36,16 @@ func main() {
 	addrList := flag.String("addresses", "", "LB addresses with prefix, comma-separated")
 	echoPort := flag.Int("echo-port", 7, "UDP echo port")
 	priority := flag.Uint("priority", ha.DefaultPriority, "election priority (0-255)")
+	lease := flag.Duration("lease", 0, "keep the addresses on this kernel lifetime (whole seconds), renewed at every advert; 0: permanent")
 	interval := flag.Duration("interval", ha.DefaultInterval, "advert interval")
 	flag.Parse()
-	if err := run(*name, *iface, *addrList, *echoPort, uint8(*priority), *interval); err != nil {
+	if err := run(*name, *iface, *addrList, *echoPort, uint8(*priority), *interval, *lease); err != nil {
 		fmt.Fprintln(os.Stderr, "hatest:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, iface, addrList string, echoPort int, priority uint8, interval time.Duration) error {
+func run(name, iface, addrList string, echoPort int, priority uint8, interval, lease time.Duration) error {
 	var prefixes []netip.Prefix
 	var addrs []netip.Addr
 	for s := range strings.SplitSeq(addrList, ",") {
@@ -64,7 +65,7 @@ func run(name, iface, addrList string, echoPort int, priority uint8, interval ti
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	h := &holder{iface: iface, prefixes: prefixes, interval: interval, log: log}
+	h := &holder{iface: iface, prefixes: prefixes, interval: interval, lease: lease, log: log}
 	return ha.Run(ctx, ha.Options{
 		Interface: iface,
 		Config:    ha.Config{Group: ha.GroupOf(addrs), Priority: priority, Interval: interval},
@@ -84,21 +85,27 @@ func echo(pc net.PacketConn, name string) {
 	}
 }
 
-// holder adds and removes the addresses with netlink, as lbpod's data path does.
+// holder adds and removes the addresses with netlink, as lbpod's data path does; with --lease it
+// keeps them on a kernel lifetime that Renew extends (ha.Leaser).
 type holder struct {
 	iface    string
 	prefixes []netip.Prefix
 	interval time.Duration
+	lease    time.Duration
 	log      *slog.Logger
 	mu       sync.Mutex
 	gen      int // bumped at every change, to stop a burst that outlived its activation
 }
 
-func (h *holder) SetActive(active bool) {
-	h.mu.Lock()
-	h.gen++
-	gen := h.gen
-	h.mu.Unlock()
+// Renew extends the addresses' kernel lifetime (ha.Leaser); it is a no-op without --lease.
+func (h *holder) Renew() {
+	if h.lease > 0 {
+		h.apply(true)
+	}
+}
+
+// apply adds (replacing, which renews a lifetime) or removes the addresses.
+func (h *holder) apply(active bool) {
 	link, err := netlink.LinkByName(h.iface)
 	if err != nil {
 		h.log.Error("set active", "active", active, "err", err)
@@ -109,6 +116,10 @@ func (h *holder) SetActive(active bool) {
 		if p.Addr().Is6() {
 			a.Flags = unix.IFA_F_NODAD
 		}
+		if h.lease > 0 {
+			secs := int(max(h.lease/time.Second, 1))
+			a.ValidLft, a.PreferedLft = secs, secs
+		}
 		if active {
 			err = netlink.AddrReplace(link, a)
 		} else if err = netlink.AddrDel(link, a); errors.Is(err, unix.EADDRNOTAVAIL) {
@@ -118,6 +129,14 @@ func (h *holder) SetActive(active bool) {
 			h.log.Error("set active", "active", active, "addr", p, "err", err)
 		}
 	}
+}
+
+func (h *holder) SetActive(active bool) {
+	h.mu.Lock()
+	h.gen++
+	gen := h.gen
+	h.mu.Unlock()
+	h.apply(active)
 	if !active {
 		return
 	}
