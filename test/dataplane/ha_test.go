@@ -111,12 +111,17 @@ func (r *haReplica) role() string {
 	return r.roles[len(r.roles)-1]
 }
 
-// startReplica runs hatest in replica r's pod namespace; t.Cleanup kills it if it still runs.
+// startReplica runs hatest for the LB address in replica r's pod namespace; t.Cleanup kills it if
+// it still runs.
 func (tp *haTopology) startReplica(bin, r string) *haReplica {
+	return tp.startReplicaFor(bin, r, haLB)
+}
+
+func (tp *haTopology) startReplicaFor(bin, r, lb string) *haReplica {
 	t := tp.t
 	t.Helper()
 	cmd := exec.Command("ip", "netns", "exec", tp.pod[r], bin, "--name", r, "--interface", "net1",
-		"--addresses", haLB+"/16", "--echo-port", fmt.Sprint(haEchoPort), "--interval", haInterval.String(),
+		"--addresses", lb+"/16", "--echo-port", fmt.Sprint(haEchoPort), "--interval", haInterval.String(),
 		"--lease", haLease.String())
 	rep := &haReplica{lbpodProcess: &lbpodProcess{cmd: cmd, logs: &lockedBuffer{}, done: make(chan error, 1)}, name: r}
 	cmd.Stderr = rep.logs
@@ -537,4 +542,25 @@ func lastFrom(seen []arpSeen, mac string, first time.Time) time.Duration {
 		}
 	}
 	return first.Sub(last).Round(time.Millisecond)
+}
+
+// TestHAGroupsApart: replicas of two Services on one underlay do not elect among each other (the
+// group is the address; the kernel filter drops the other group's adverts): each is active.
+func TestHAGroupsApart(t *testing.T) {
+	bin := buildHATest(t, t.TempDir())
+	tp := newHATopology(t)
+	a := tp.startReplicaFor(bin, "a", haLB)
+	b := tp.startReplicaFor(bin, "b", "172.18.0.19")
+	waitFor(t, 5*time.Second, "both active", func() bool { return a.role() == "active" && b.role() == "active" })
+	// Ten advert intervals later both still are, and neither ever stepped down.
+	deadline := time.Now().Add(10 * haInterval)
+	waitFor(t, 5*time.Second, "ten intervals", func() bool { return time.Now().After(deadline) })
+	for _, r := range []*haReplica{a, b} {
+		r.mu.Lock()
+		roles := strings.Join(r.roles, ",")
+		r.mu.Unlock()
+		if roles != "standby,active" {
+			t.Errorf("replica %s went through %s, want standby,active", r.name, roles)
+		}
+	}
 }
