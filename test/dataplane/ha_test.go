@@ -9,6 +9,7 @@ import (
 	"net"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -118,28 +119,38 @@ func (tp *haTopology) startReplica(bin, r string) *haReplica {
 }
 
 func (tp *haTopology) startReplicaFor(bin, r, lb string) *haReplica {
-	t := tp.t
-	t.Helper()
-	cmd := exec.Command("ip", "netns", "exec", tp.pod[r], bin, "--name", r, "--interface", "net1",
+	return tp.startProcess(r, bin, "--name", r, "--interface", "net1",
 		"--addresses", lb+"/16", "--echo-port", fmt.Sprint(haEchoPort), "--interval", haInterval.String(),
 		"--lease", haLease.String())
+}
+
+// roleLine matches hatest's "role=active" and lbpod's log line `msg=role role=active`.
+var roleLine = regexp.MustCompile(`^role=(\w+)$|\bmsg=role role=(\w+)\b`)
+
+// startProcess runs a replica's process in its pod namespace and follows the roles it reports;
+// t.Cleanup kills it if it still runs.
+func (tp *haTopology) startProcess(r string, args ...string) *haReplica {
+	t := tp.t
+	t.Helper()
+	cmd := exec.Command("ip", append([]string{"netns", "exec", tp.pod[r]}, args...)...)
 	rep := &haReplica{lbpodProcess: &lbpodProcess{cmd: cmd, logs: &lockedBuffer{}, done: make(chan error, 1)}, name: r}
-	cmd.Stderr = rep.logs
-	stdout, err := cmd.StdoutPipe()
+	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cmd.Stderr = cmd.Stdout // one pipe for both, in order
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start hatest %s: %v", r, err)
+		t.Fatalf("start %s: %v", args[0], err)
 	}
 	lines := make(chan struct{})
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(stdout)
+		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if role, ok := strings.CutPrefix(sc.Text(), "role="); ok {
+			rep.logs.Write([]byte(sc.Text() + "\n"))
+			if m := roleLine.FindStringSubmatch(sc.Text()); m != nil {
 				rep.mu.Lock()
-				rep.roles = append(rep.roles, role)
+				rep.roles = append(rep.roles, m[1]+m[2])
 				rep.mu.Unlock()
 			}
 		}
@@ -415,39 +426,36 @@ func waitLapse(t *testing.T, tp *haTopology, how string) {
 	t.Logf("figure: ha_lease_lapse_%s_ms=%d (after the failover; lease %s)", how, time.Since(start).Milliseconds(), haLease)
 }
 
-var (
-	hatestOnce sync.Once
-	hatestBin  string
-	hatestErr  error
-)
-
-// buildHATest builds test/dataplane/hatest once per run into a directory that outlives no test:
-// the first caller's TempDir.
-func buildHATest(t *testing.T, dir string) string {
+// buildHATest builds test/dataplane/hatest into the test's TempDir (once per top-level test; the
+// build cache makes the second one quick).
+func buildHATest(t *testing.T) string {
 	t.Helper()
-	hatestOnce.Do(func() {
-		hatestBin = filepath.Join(dir, "hatest")
-		out, err := exec.Command("go", "build", "-o", hatestBin, "github.com/lbsvc/lbsvc-operator/test/dataplane/hatest").CombinedOutput()
-		if err != nil {
-			hatestErr = fmt.Errorf("go build hatest: %v\n%s", err, out)
-		}
-	})
-	if hatestErr != nil {
-		t.Fatal(hatestErr)
+	bin := filepath.Join(t.TempDir(), "hatest")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/lbsvc/lbsvc-operator/test/dataplane/hatest").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build hatest: %v\n%s", err, out)
 	}
-	return hatestBin
+	return bin
 }
 
 // TestHAFailover moves the address from the active replica to the standby four ways and prints
 // the client's outage for each (the longest time without a UDP reply, requests every 10 ms).
+// The replicas are hatest, the election with a minimal data path of its own.
 func TestHAFailover(t *testing.T) {
-	bin := buildHATest(t, t.TempDir())
-	for _, tc := range []struct {
-		name string
-		// disrupt acts on the active replica a; restore (if any) undoes it after b took over.
-		disrupt func(tp *haTopology, a *haReplica)
-		restore func(t *testing.T, tp *haTopology, a *haReplica)
-	}{
+	bin := buildHATest(t)
+	runHAFailover(t, "ha_outage", func(*haTopology) {}, func(tp *haTopology, r string) *haReplica { return tp.startReplica(bin, r) })
+}
+
+// haCase is one way the active replica a goes away: disrupt acts on it; restore waits for what
+// must follow (and undoes a cut link) after b took over.
+type haCase struct {
+	name    string
+	disrupt func(tp *haTopology, a *haReplica)
+	restore func(t *testing.T, tp *haTopology, a *haReplica)
+}
+
+func haCases(start func(tp *haTopology, r string) *haReplica) []haCase {
+	return []haCase{
 		{name: "kill9",
 			disrupt: func(_ *haTopology, a *haReplica) { _ = a.cmd.Process.Kill() },
 			restore: func(t *testing.T, tp *haTopology, a *haReplica) {
@@ -456,8 +464,8 @@ func TestHAFailover(t *testing.T) {
 				// process) until its lease lapses.
 				waitLapse(t, tp, "killed")
 				// The container restarts: it releases first thing and stays standby.
-				again := tp.startReplica(bin, "a")
-				waitFor(t, 5*time.Second, "restarted a releases the address", func() bool { return !tp.holds("a") && again.role() == "standby" })
+				again := start(tp, "a")
+				waitFor(t, 10*time.Second, "restarted a is a standby without the address", func() bool { return !tp.holds("a") && again.role() == "standby" })
 			}},
 		{name: "sigterm",
 			disrupt: func(_ *haTopology, a *haReplica) { _ = a.cmd.Process.Signal(syscall.SIGTERM) },
@@ -485,23 +493,32 @@ func TestHAFailover(t *testing.T) {
 				}
 			}},
 		{name: "linkdown",
-			disrupt: func(tp *haTopology, _ *haReplica) { mustRun(t, "ip", "-n", tp.node["a"], "link", "set", "up0", "down") },
+			disrupt: func(tp *haTopology, _ *haReplica) {
+				mustRun(tp.t, "ip", "-n", tp.node["a"], "link", "set", "up0", "down")
+			},
 			restore: func(t *testing.T, tp *haTopology, a *haReplica) {
 				waitFor(t, 5*time.Second, "a releases on link loss", func() bool { return !tp.holds("a") && a.role() == "standby" })
 				mustRun(t, "ip", "-n", tp.node["a"], "link", "set", "up0", "up")
 			}},
-	} {
+	}
+}
+
+// runHAFailover runs every haCase on a fresh topology (setup adds to it) with replicas from start,
+// printing `figure: <prefix>_<case>_ms=`.
+func runHAFailover(t *testing.T, prefix string, setup func(tp *haTopology), start func(tp *haTopology, r string) *haReplica) {
+	for _, tc := range haCases(start) {
 		t.Run(tc.name, func(t *testing.T) {
 			tp := newHATopology(t)
+			setup(tp)
 			capture := startARPCapture(t, tp.client, "c0")
-			a := tp.startReplica(bin, "a")
-			waitFor(t, 5*time.Second, "a becomes active", func() bool { return a.role() == "active" && tp.holds("a") })
-			b := tp.startReplica(bin, "b")
-			waitFor(t, 5*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
+			a := start(tp, "a")
+			waitFor(t, 10*time.Second, "a becomes active", func() bool { return a.role() == "active" && tp.holds("a") })
+			b := start(tp, "b")
+			waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
 			probe := startUDPProbe(t, tp.client)
 			waitFor(t, 5*time.Second, "the client is served by a", func() bool { from, n := probe.lastFrom(); return from == "a" && n >= 10 })
 
-			start := time.Now()
+			begin := time.Now()
 			tc.disrupt(tp, a)
 			waitFor(t, 5*time.Second, "b serves the client", func() bool { from, _ := probe.lastFrom(); return from == "b" })
 			tc.restore(t, tp, a)
@@ -509,7 +526,7 @@ func TestHAFailover(t *testing.T) {
 			_, n := probe.lastFrom()
 			waitFor(t, 5*time.Second, "50 more replies", func() bool { _, m := probe.lastFrom(); return m >= n+50 })
 			probe.close()
-			outage, order := probe.outage(start)
+			outage, order := probe.outage(begin)
 			if strings.Join(order, ",") != "a,b" && strings.Join(order, ",") != "b" {
 				t.Errorf("after the disruption replies came from %v, want a then b only", order)
 			}
@@ -518,7 +535,7 @@ func TestHAFailover(t *testing.T) {
 			}
 			capture.close()
 			checkOneMAC(t, capture.packets(), tp.mac("a"), tp.mac("b"))
-			t.Logf("figure: ha_outage_%s_ms=%d", tc.name, outage.Milliseconds())
+			t.Logf("figure: %s_%s_ms=%d", prefix, tc.name, outage.Milliseconds())
 		})
 	}
 }
@@ -547,7 +564,7 @@ func lastFrom(seen []arpSeen, mac string, first time.Time) time.Duration {
 // TestHAGroupsApart: replicas of two Services on one underlay do not elect among each other (the
 // group is the address; the kernel filter drops the other group's adverts): each is active.
 func TestHAGroupsApart(t *testing.T) {
-	bin := buildHATest(t, t.TempDir())
+	bin := buildHATest(t)
 	tp := newHATopology(t)
 	a := tp.startReplicaFor(bin, "a", haLB)
 	b := tp.startReplicaFor(bin, "b", "172.18.0.19")

@@ -95,10 +95,16 @@ type holder struct {
 	log      *slog.Logger
 	mu       sync.Mutex
 	gen      int // bumped at every change, to stop a burst that outlived its activation
+	// confirmed is when the election last confirmed us active (SetActive(true), Renew): a burst
+	// resumed after SIGSTOP must not announce before the election noticed the freeze.
+	confirmed time.Time
 }
 
-// Renew extends the addresses' kernel lifetime (ha.Leaser); it is a no-op without --lease.
+// Renew confirms the role and extends the addresses' kernel lifetime (ha.Leaser).
 func (h *holder) Renew() {
+	h.mu.Lock()
+	h.confirmed = time.Now()
+	h.mu.Unlock()
 	if h.lease > 0 {
 		h.apply(true)
 	}
@@ -135,6 +141,7 @@ func (h *holder) SetActive(active bool) {
 	h.mu.Lock()
 	h.gen++
 	gen := h.gen
+	h.confirmed = time.Now()
 	h.mu.Unlock()
 	h.apply(active)
 	if !active {
@@ -149,7 +156,7 @@ func (h *holder) SetActive(active bool) {
 			}
 			// Under the lock, so that a release cannot slip between the check and the send.
 			h.mu.Lock()
-			if h.gen != gen {
+			if h.gen != gen || time.Since(h.confirmed) >= ha.DefaultDeadAdverts*h.interval {
 				h.mu.Unlock()
 				return
 			}
