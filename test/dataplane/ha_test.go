@@ -32,7 +32,7 @@ import (
 const (
 	haLB       = "172.18.0.18"
 	haClient   = "172.18.0.100"
-	haEchoPort = 7
+	haEchoPort = 7007 // unprivileged: the replicas run without CAP_NET_BIND_SERVICE
 	// haInterval is the replicas' advert interval (the default).
 	haInterval = 100 * time.Millisecond
 	// haLease is the kernel lifetime of the address, renewed at every advert (ha.Leaser): the
@@ -127,12 +127,13 @@ func (tp *haTopology) startReplicaFor(bin, r, lb string) *haReplica {
 // roleLine matches hatest's "role=active" and lbpod's log line `msg=role role=active`.
 var roleLine = regexp.MustCompile(`^role=(\w+)$|\bmsg=role role=(\w+)\b`)
 
-// startProcess runs a replica's process in its pod namespace and follows the roles it reports;
-// t.Cleanup kills it if it still runs.
+// startProcess runs a replica's process in its pod namespace with the lb pod's capabilities
+// only (NET_ADMIN and NET_RAW: setpriv limits the bounding set, so root gets no others) and follows
+// the roles it reports; t.Cleanup kills it if it still runs.
 func (tp *haTopology) startProcess(r string, args ...string) *haReplica {
 	t := tp.t
 	t.Helper()
-	cmd := exec.Command("ip", append([]string{"netns", "exec", tp.pod[r]}, args...)...)
+	cmd := exec.Command("ip", append([]string{"netns", "exec", tp.pod[r], "setpriv", "--bounding-set=-all,+net_admin,+net_raw", "--"}, args...)...)
 	rep := &haReplica{lbpodProcess: &lbpodProcess{cmd: cmd, logs: &lockedBuffer{}, done: make(chan error, 1)}, name: r}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
