@@ -6,6 +6,9 @@ const (
 	ConditionAddressAllocated = "lbsvc.io/AddressAllocated"
 	// ConditionLBPodAvailable mirrors the Available condition of the Service's lb-svc Deployment.
 	ConditionLBPodAvailable = "lbsvc.io/LBPodAvailable"
+	// ConditionAddressActive tells which lb pod holds the address (from the Lease its lb pods
+	// write when one takes the address over).
+	ConditionAddressActive = "lbsvc.io/AddressActive"
 	// ConditionSubnetReady tells whether a Subnet is valid and may hand out addresses.
 	ConditionSubnetReady = "Ready"
 )
@@ -71,6 +74,11 @@ const (
 	ReasonDeploymentAvailable   = "DeploymentAvailable"
 	ReasonDeploymentUnavailable = "DeploymentUnavailable"
 	ReasonDeploymentPending     = "DeploymentPending"
+
+	// ReasonActiveHolder: an lb pod holds the address (condition AddressActive and the Event of
+	// each move). ReasonNoActiveHolder: none has reported holding it yet.
+	ReasonActiveHolder   = "ActiveHolder"
+	ReasonNoActiveHolder = "NoActiveHolder"
 
 	// ReasonSubnetValid: the Subnet parsed and overlaps no older Subnet.
 	ReasonSubnetValid = "Valid"

@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,7 +96,52 @@ type LBPodParams struct {
 	Gateways  []netip.Addr
 	Image     string
 	Sysctls   ForwardingSysctls
+	// Replicas is the number of lb pods (0 means 1). With more than one, one pod holds the
+	// address and the others stand by, spread over nodes.
+	Replicas int32
 }
+
+// replicas is p.Replicas with 0 read as 1.
+func (p LBPodParams) replicas() int32 {
+	if p.Replicas < 1 {
+		return 1
+	}
+	return p.Replicas
+}
+
+// ParseReplicas returns the lb pod count of a Service: the ReplicasAnnotation when set, else def.
+// A bad value is an error that quotes at most a short prefix of it.
+func ParseReplicas(annotations map[string]string, def int32) (int32, error) {
+	v, ok := annotations[lbv1.ReplicasAnnotation]
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 32)
+	if err != nil || n < 1 || n > lbv1.MaxReplicas {
+		return 0, fmt.Errorf("annotation %s=%q: want a whole number from 1 to %d", lbv1.ReplicasAnnotation, quotePrefix(v), lbv1.MaxReplicas)
+	}
+	return int32(n), nil
+}
+
+// quotePrefix cuts a user-given value to a short prefix for messages.
+func quotePrefix(v string) string {
+	const max = 32
+	if len(v) <= max {
+		return v
+	}
+	return strings.ToValidUTF8(v[:max], "") + "..."
+}
+
+// Failover timing of the lb pods, chosen for standbys (see BuildDeployment).
+const (
+	// unreachableTolerationSeconds: with a standby on another node, the address has already moved
+	// by the time a node is NotReady; the pod left there only has to be replaced so that the
+	// Service has a standby again, so it is evicted after 30 s instead of the default 300 s.
+	unreachableTolerationSeconds = 30
+	// terminationGraceSeconds leaves the active pod time to hand the address over (one advert
+	// exchange, well under a second) and to take its rules down.
+	terminationGraceSeconds = 10
+)
 
 // ObjectName is the name of the Deployment, ServiceAccount, Role and RoleBinding of a Service
 // whose lb pod runs in its own namespace.
@@ -259,6 +307,9 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		{Name: lbv1.EnvAddresses, Value: addrPrefixes},
 		{Name: lbv1.EnvGateways, Value: gateways},
 		{Name: lbv1.EnvSubnets, Value: cidrs},
+		{Name: lbv1.EnvReplicas, Value: strconv.Itoa(int(p.replicas()))},
+		{Name: lbv1.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: lbv1.EnvNodeName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 	}
 	mounts := []corev1.VolumeMount{{Name: runVolumeName, MountPath: runMountPath}}
 	resources := corev1.ResourceRequirements{
@@ -287,15 +338,17 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: meta,
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To[int32](1),
-			// Recreate: two lb pods must never hold the same address on the wire at once.
-			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType},
+			Replicas: ptr.To(p.replicas()),
+			Strategy: p.strategy(),
 			Selector: &metav1.LabelSelector{MatchLabels: p.selectorLabels()},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:           p.name(),
-					AutomountServiceAccountToken: ptr.To(true),
+					ServiceAccountName:            p.name(),
+					AutomountServiceAccountToken:  ptr.To(true),
+					TerminationGracePeriodSeconds: ptr.To[int64](terminationGraceSeconds),
+					Tolerations:                   failoverTolerations(),
+					TopologySpreadConstraints:     p.spread(),
 					SecurityContext: &corev1.PodSecurityContext{
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 						Sysctls:        p.sysctls(),
@@ -327,6 +380,69 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		},
 	}
 	return d, nil
+}
+
+// strategy: a single lb pod is replaced with Recreate, since two pods that both believe they
+// are alone must never hold the address at once. With standbys, the pods elect one holder among
+// themselves, so a RollingUpdate that adds the new pod first (maxSurge 1) and never takes a ready
+// one away (maxUnavailable 0) hands the address over from an old active to a new standby.
+func (p LBPodParams) strategy() appsv1.DeploymentStrategy {
+	if p.replicas() == 1 {
+		return appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	}
+	return appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{
+			MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			MaxSurge:       ptr.To(intstr.FromInt32(1)),
+		}}
+}
+
+// spread keeps the lb pods of one Service on different nodes. DoNotSchedule on the hostname makes
+// it required wherever enough nodes exist, yet a one-node cluster still runs every replica, since
+// the skew among a single domain is 0; nodes whose taints the pod does not tolerate (NotReady,
+// cordoned) do not count as domains. pod-template-hash keeps a rollout's old and new pods apart.
+func (p LBPodParams) spread() []corev1.TopologySpreadConstraint {
+	if p.replicas() == 1 {
+		return nil
+	}
+	return []corev1.TopologySpreadConstraint{{
+		MaxSkew:            1,
+		TopologyKey:        corev1.LabelHostname,
+		WhenUnsatisfiable:  corev1.DoNotSchedule,
+		LabelSelector:      &metav1.LabelSelector{MatchLabels: p.selectorLabels()},
+		MatchLabelKeys:     []string{appsv1.DefaultDeploymentUniqueLabelKey},
+		NodeAffinityPolicy: ptr.To(corev1.NodeInclusionPolicyHonor),
+		NodeTaintsPolicy:   ptr.To(corev1.NodeInclusionPolicyHonor),
+	}}
+}
+
+// failoverTolerations shorten the default 300 s tolerations of an unreachable or NotReady node
+// (see unreachableTolerationSeconds). Set in full, so that the stored object equals the built one.
+func failoverTolerations() []corev1.Toleration {
+	var out []corev1.Toleration
+	for _, key := range []string{corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable} {
+		out = append(out, corev1.Toleration{Key: key, Operator: corev1.TolerationOpExists,
+			Effect: corev1.TaintEffectNoExecute, TolerationSeconds: ptr.To[int64](unreachableTolerationSeconds)})
+	}
+	return out
+}
+
+// BuildPodDisruptionBudget returns the lb pods' budget, or nil for a single lb pod (a budget of
+// zero disruptions would block every node drain). One pod at a time may be evicted, and an
+// unhealthy pod may always be, so a broken standby never blocks a drain.
+func BuildPodDisruptionBudget(p LBPodParams) *policyv1.PodDisruptionBudget {
+	if p.replicas() == 1 {
+		return nil
+	}
+	return &policyv1.PodDisruptionBudget{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "policy/v1", Kind: "PodDisruptionBudget"},
+		ObjectMeta: p.objectMeta(p.podNamespace()),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable:             ptr.To(intstr.FromInt32(1)),
+			Selector:                   &metav1.LabelSelector{MatchLabels: p.selectorLabels()},
+			UnhealthyPodEvictionPolicy: ptr.To(policyv1.AlwaysAllow),
+		},
+	}
 }
 
 // sysctls returns the forwarding sysctls for the families the Service has, sorted by name.
@@ -370,7 +486,9 @@ func BuildServiceAccount(p LBPodParams) (*corev1.ServiceAccount, error) {
 	return sa, nil
 }
 
-// BuildRole returns the Role that lets the lb pod read its own Service and nothing else.
+// BuildRole returns the Role that lets the lb pod read its own Service and nothing else; with
+// standbys, also read and update (never create, delete or list) its own Lease, where the pod that
+// takes the address over records itself.
 func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 	r := &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
@@ -382,7 +500,30 @@ func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 			Verbs:         []string{"get", "list", "watch"},
 		}},
 	}
+	if p.replicas() > 1 {
+		r.Rules = append(r.Rules, rbacv1.PolicyRule{
+			APIGroups:     []string{coordinationv1.GroupName},
+			Resources:     []string{"leases"},
+			ResourceNames: []string{p.name()},
+			Verbs:         []string{"get", "update"},
+		})
+	}
 	return r, nil
+}
+
+// BuildLease returns the Service's Lease, or nil for a single lb pod. The operator writes only
+// its metadata: the spec belongs to the lb pods, which write it once per takeover (holder and
+// transitions), never to renew it, so an idle Service costs no write. It is a record for people
+// and for the operator's AddressActive condition, not a lock: who holds the address is settled on
+// the underlay by the lb pods' election.
+func BuildLease(p LBPodParams) *coordinationv1.Lease {
+	if p.replicas() == 1 {
+		return nil
+	}
+	return &coordinationv1.Lease{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: p.objectMeta(p.ServiceNamespace),
+	}
 }
 
 // BuildRoleBinding binds the lb pod's ServiceAccount to its Role.

@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,6 +91,9 @@ func TestBuildDeploymentSeed(t *testing.T) {
 		{Name: "LBPOD_ADDRESSES", Value: "172.18.0.18/16"},
 		{Name: "LBPOD_GATEWAYS", Value: "172.18.0.1"},
 		{Name: "LBPOD_SUBNETS", Value: "172.18.0.0/16"},
+		{Name: "LBPOD_REPLICAS", Value: "1"},
+		{Name: "LBPOD_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+		{Name: "LBPOD_NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 	}
 	wantSC := &corev1.SecurityContext{
 		Privileged: ptr.To(false), AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
@@ -337,7 +341,6 @@ func TestDesiredDeploymentSurvivesDefaults(t *testing.T) {
 	cur.Spec.ProgressDeadlineSeconds = ptr.To[int32](600)
 	pod := &cur.Spec.Template.Spec
 	pod.RestartPolicy, pod.DNSPolicy, pod.SchedulerName = corev1.RestartPolicyAlways, corev1.DNSClusterFirst, "default-scheduler"
-	pod.TerminationGracePeriodSeconds = ptr.To[int64](30)
 	for _, cs := range [][]corev1.Container{pod.InitContainers, pod.Containers} {
 		for i := range cs {
 			cs[i].TerminationMessagePath, cs[i].TerminationMessagePolicy = "/dev/termination-log", corev1.TerminationMessageReadFile
@@ -356,5 +359,110 @@ func TestDesiredDeploymentSurvivesDefaults(t *testing.T) {
 	cur.Spec.Template.Spec.Containers[0].Image = "evil:1"
 	if upToDate(d, cur) {
 		t.Fatal("a changed image is up to date")
+	}
+}
+
+// One lb pod keeps Recreate and no spread, budget or surge: two pods that each think they are
+// alone must never overlap.
+func TestBuildSingleReplica(t *testing.T) {
+	p := seedParams()
+	d, err := BuildDeployment(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := d.Spec.Template.Spec
+	if *d.Spec.Replicas != 1 || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType || d.Spec.Strategy.RollingUpdate != nil {
+		t.Errorf("replicas %d strategy %+v", *d.Spec.Replicas, d.Spec.Strategy)
+	}
+	if spec.TopologySpreadConstraints != nil {
+		t.Errorf("spread %+v", spec.TopologySpreadConstraints)
+	}
+	if l := BuildLease(p); l != nil {
+		t.Errorf("lease for one pod: %+v", l)
+	}
+	if pdb := BuildPodDisruptionBudget(p); pdb != nil {
+		t.Errorf("budget for one pod: %+v", pdb)
+	}
+	wantTol := []corev1.Toleration{
+		{Key: "node.kubernetes.io/not-ready", Operator: "Exists", Effect: "NoExecute", TolerationSeconds: ptr.To[int64](30)},
+		{Key: "node.kubernetes.io/unreachable", Operator: "Exists", Effect: "NoExecute", TolerationSeconds: ptr.To[int64](30)},
+	}
+	if !reflect.DeepEqual(spec.Tolerations, wantTol) || *spec.TerminationGracePeriodSeconds != 10 {
+		t.Errorf("tolerations %+v grace %d", spec.Tolerations, *spec.TerminationGracePeriodSeconds)
+	}
+}
+
+// Standbys: a rolling update that adds before it removes, pods spread over nodes, a budget of one.
+func TestBuildStandbys(t *testing.T) {
+	p := seedParams()
+	p.Replicas = 2
+	d, err := BuildDeployment(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantStrategy := appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}
+	if *d.Spec.Replicas != 2 || !reflect.DeepEqual(d.Spec.Strategy, wantStrategy) {
+		t.Errorf("replicas %d strategy %+v", *d.Spec.Replicas, d.Spec.Strategy)
+	}
+	sel := map[string]string{"app.kubernetes.io/component": "lb-svc", "lbsvc.io/service": "test-service"}
+	wantSpread := []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "kubernetes.io/hostname",
+		WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: sel},
+		MatchLabelKeys:     []string{"pod-template-hash"},
+		NodeAffinityPolicy: ptr.To(corev1.NodeInclusionPolicyHonor), NodeTaintsPolicy: ptr.To(corev1.NodeInclusionPolicyHonor)}}
+	if got := d.Spec.Template.Spec.TopologySpreadConstraints; !reflect.DeepEqual(got, wantSpread) {
+		t.Errorf("spread\n got %+v\nwant %+v", got, wantSpread)
+	}
+	if env := d.Spec.Template.Spec.Containers[0].Env; env[6].Name != "LBPOD_REPLICAS" || env[6].Value != "2" {
+		t.Errorf("replicas env %+v", env[6])
+	}
+	role, err := BuildRole(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRules := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"lb-svc-test-service"}, Verbs: []string{"get", "update"}},
+	}
+	if !reflect.DeepEqual(role.Rules, wantRules) {
+		t.Errorf("rules %+v", role.Rules)
+	}
+	if l := BuildLease(p); l == nil || l.Name != "lb-svc-test-service" || l.Namespace != "default" || l.Spec.HolderIdentity != nil ||
+		l.Labels["lbsvc.io/service-uid"] != string(p.ServiceUID) {
+		t.Errorf("lease %+v", l)
+	}
+	pdb := BuildPodDisruptionBudget(p)
+	if pdb == nil || pdb.Name != "lb-svc-test-service" || pdb.Namespace != "default" ||
+		*pdb.Spec.MaxUnavailable != intstr.FromInt32(1) || pdb.Spec.MinAvailable != nil ||
+		!reflect.DeepEqual(pdb.Spec.Selector.MatchLabels, sel) || *pdb.Spec.UnhealthyPodEvictionPolicy != policyv1.AlwaysAllow {
+		t.Errorf("budget %+v", pdb)
+	}
+}
+
+func TestParseReplicas(t *testing.T) {
+	for _, tc := range []struct {
+		ann     map[string]string
+		want    int32
+		wantErr string
+	}{
+		{nil, 2, ""},
+		{map[string]string{"lbsvc.io/replicas": "1"}, 1, ""},
+		{map[string]string{"lbsvc.io/replicas": " 3 "}, 3, ""},
+		{map[string]string{"lbsvc.io/replicas": "5"}, 5, ""},
+		{map[string]string{"lbsvc.io/replicas": "0"}, 0, `annotation lbsvc.io/replicas="0": want a whole number from 1 to 5`},
+		{map[string]string{"lbsvc.io/replicas": "6"}, 0, `annotation lbsvc.io/replicas="6": want a whole number from 1 to 5`},
+		{map[string]string{"lbsvc.io/replicas": "-1"}, 0, `annotation lbsvc.io/replicas="-1": want a whole number from 1 to 5`},
+		{map[string]string{"lbsvc.io/replicas": "two"}, 0, `annotation lbsvc.io/replicas="two": want a whole number from 1 to 5`},
+		{map[string]string{"lbsvc.io/replicas": strings.Repeat("9", 100)}, 0,
+			`annotation lbsvc.io/replicas="` + strings.Repeat("9", 32) + `...": want a whole number from 1 to 5`},
+	} {
+		got, err := ParseReplicas(tc.ann, 2)
+		gotErr := ""
+		if err != nil {
+			gotErr = err.Error()
+		}
+		if got != tc.want || gotErr != tc.wantErr {
+			t.Errorf("%v: got %d %q, want %d %q", tc.ann, got, gotErr, tc.want, tc.wantErr)
+		}
 	}
 }

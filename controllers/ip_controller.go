@@ -140,8 +140,12 @@ func holderList(pods []corev1.Pod) []lbv1.IPHolder {
 		if len(out) == 16 {
 			break
 		}
-		out = append(out, lbv1.IPHolder{Pod: podKey(&pods[i]), Node: pods[i].Spec.NodeName})
+		out = append(out, lbv1.IPHolder{Pod: podKey(&pods[i]), Node: pods[i].Spec.NodeName, Role: pods[i].Labels[lbv1.RoleLabel]})
 	}
+	// The active holder first: it is the one `kubectl get ips` shows.
+	slices.SortStableFunc(out, func(a, b lbv1.IPHolder) int {
+		return boolRank(b.Role == lbv1.RoleActive) - boolRank(a.Role == lbv1.RoleActive)
+	})
 	return out
 }
 
@@ -298,7 +302,10 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.
 	before := ip.DeepCopy()
 	ip.Status.Phase = phase
 	ip.Status.Holders = holderList(pods)
-	ip.Status.Node = ""
+	ip.Status.Node, ip.Status.Active = "", ""
+	if len(ip.Status.Holders) > 0 && ip.Status.Holders[0].Role == lbv1.RoleActive {
+		ip.Status.Active = ip.Status.Holders[0].Pod
+	}
 	for _, h := range ip.Status.Holders {
 		if h.Node != "" {
 			ip.Status.Node = h.Node
@@ -307,6 +314,7 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.
 	}
 	ip.Status.Message = BoundedMessage(msg)
 	if before.Status.Phase == ip.Status.Phase && before.Status.Node == ip.Status.Node && before.Status.Message == ip.Status.Message &&
+		before.Status.Active == ip.Status.Active &&
 		slices.Equal(before.Status.Holders, ip.Status.Holders) {
 		return nil
 	}
@@ -314,4 +322,11 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.
 		return client.IgnoreNotFound(err)
 	}
 	return nil
+}
+
+func boolRank(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

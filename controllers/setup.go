@@ -5,6 +5,7 @@ import (
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -39,6 +40,7 @@ func CacheOptions() cache.Options {
 		&rbacv1.Role{}:           ours,
 		&rbacv1.RoleBinding{}:    ours,
 		&corev1.Pod{}:            ours,
+		&coordinationv1.Lease{}:  ours,
 	}}
 }
 
@@ -75,6 +77,14 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book, Options: opts,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up service controller: %w", err)
+	}
+	if opts.EnableLBSvc {
+		if err := (&ActiveReconciler{
+			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), LBPodNamespace: opts.LBPodNamespace,
+			SkipNameValidation: opts.SkipNameValidation,
+		}).SetupWithManager(mgr); err != nil {
+			return fmt.Errorf("set up active-holder controller: %w", err)
+		}
 	}
 	log.Info("service controller set up", "enableLBSvc", opts.EnableLBSvc, "image", opts.LBSvcImage,
 		"defaultAttachmentProvider", opts.DefaultAttachmentProvider, "forwardingSysctls", opts.ForwardingSysctls,

@@ -1,11 +1,14 @@
 package lbpod
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"sync/atomic"
+	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
@@ -74,4 +77,61 @@ func unsolicitedNA(ifi *net.Interface, ip netip.Addr) error {
 		Options:       []ndp.Option{&ndp.LinkLayerAddress{Direction: ndp.Target, Addr: ifi.HardwareAddr}},
 	}
 	return c.WriteTo(na, nil, netip.IPv6LinkLocalAllNodes())
+}
+
+// announcer sends the announcements: a burst of three, a second apart, on trigger; then one every
+// interval. It sends nothing while the loop does not hold the address (a standby).
+type announcer struct {
+	iface    string
+	addrs    []netip.Prefix
+	interval time.Duration
+	burst    chan struct{}
+	// holding reports whether the address is to be announced now.
+	holding func() bool
+	send    func(ifname string, addrs []netip.Prefix) error
+	log     *slog.Logger
+}
+
+// burstSize is how many announcements follow a trigger, a second apart: one lost frame (a switch
+// port still coming up) does not leave the underlay with a stale neighbour entry.
+const burstSize = 3
+
+func (a *announcer) trigger() {
+	select {
+	case a.burst <- struct{}{}:
+	default:
+	}
+}
+
+func (a *announcer) run(ctx context.Context) {
+	periodic := time.NewTicker(a.interval)
+	defer periodic.Stop()
+	var next <-chan time.Time
+	remaining := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.burst:
+			remaining, next = burstSize, time.After(0)
+		case <-next:
+			a.once()
+			if remaining--; remaining > 0 {
+				next = time.After(time.Second)
+			} else {
+				next = nil
+			}
+		case <-periodic.C:
+			a.once()
+		}
+	}
+}
+
+func (a *announcer) once() {
+	if !a.holding() {
+		return
+	}
+	if err := a.send(a.iface, a.addrs); err != nil {
+		a.log.Warn("announcement failed (not fatal; retried)", "err", err)
+	}
 }

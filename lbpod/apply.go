@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"os/exec"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -98,253 +97,233 @@ func (a *Applier) Observe(names Names) (Observed, error) {
 	return obs, nil
 }
 
-// Sync compares the kernel with st and, unless dryRun, changes what differs: it adds what is
-// missing and removes what is stale, and never touches a rule outside its own chains but the one
-// jump per built-in chain. It returns the differences found.
+// Sync reads the kernel, plans what differs from st (PlanSync) and, unless dryRun, executes the
+// plan. It returns the differences found. It adds what is missing and removes what is stale, and
+// never touches a rule outside its own chains but the one jump per built-in chain.
 func (a *Applier) Sync(st State, dryRun bool) ([]Change, error) {
-	var changes []Change
-	// The rules go first, so that the LB address never sits on net1 without its filtering.
-	steps := []func(State, bool) ([]Change, error){a.syncIPTables, a.syncLink, a.syncRules, a.syncRoutes}
-	for _, step := range steps {
-		c, err := step(st, dryRun)
-		changes = append(changes, c...)
-		if err != nil {
-			return changes, err
-		}
+	k, err := a.Read(st)
+	if err != nil {
+		return nil, err
 	}
-	return changes, nil
+	plan, err := PlanSync(k, st)
+	if err != nil || dryRun {
+		return plan.Changes, err
+	}
+	return plan.Changes, a.Execute(plan.Ops)
 }
 
-// syncLink brings net1 up with exactly the desired global addresses.
-func (a *Applier) syncLink(st State, dryRun bool) ([]Change, error) {
-	var changes []Change
+// Read reads what PlanSync compares: net1 and its addresses, the interfaces' indexes, the rules
+// and routes of our table, and each family's iptables tables (one iptables-save per family).
+func (a *Applier) Read(st State) (Kernel, error) {
+	k := Kernel{Link: Link{Name: st.Interface}, Indexes: map[string]int{}, IPTables: map[Family]Saved{}}
+	for _, t := range st.IPTables {
+		bin, err := a.binary(t.Family)
+		if err != nil {
+			return k, err
+		}
+		if k.IPTables[t.Family], err = iptablesSave(bin); err != nil {
+			return k, err
+		}
+	}
+	for _, name := range []string{st.Interface, st.Uplink} {
+		if l, err := netlink.LinkByName(name); err == nil {
+			k.Indexes[name] = l.Attrs().Index
+		}
+	}
 	link, err := netlink.LinkByName(st.Interface)
 	if err != nil {
-		return nil, fmt.Errorf("interface %q not found (is the NetworkAttachmentDefinition attached?): %w", st.Interface, err)
+		return k, nil // PlanSync names the missing interface
 	}
-	if link.Attrs().Flags&net.FlagUp == 0 {
-		changes = append(changes, Change{Kind: "link", Added: true, What: st.Interface + " up"})
-		if !dryRun {
-			if err := netlink.LinkSetUp(link); err != nil {
-				return changes, fmt.Errorf("set %q up: %w", st.Interface, err)
-			}
-		}
-	}
-	existing, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	k.Link.Exists, k.Link.Up = true, link.Attrs().Flags&net.FlagUp != 0
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
-		return changes, fmt.Errorf("list addresses of %q: %w", st.Interface, err)
+		return k, fmt.Errorf("list addresses of %q: %w", st.Interface, err)
 	}
-	have := map[netip.Prefix]bool{}
-	for _, ad := range existing {
-		p, ok := prefixOf(ad.IPNet)
-		if !ok || p.Addr().IsLinkLocalUnicast() {
-			continue // link-local addresses belong to the kernel
+	for _, ad := range addrs {
+		if p, ok := prefixOf(ad.IPNet); ok && !p.Addr().IsLinkLocalUnicast() {
+			k.Link.Addresses = append(k.Link.Addresses, p)
 		}
-		have[p] = true
-		if slices.Contains(st.Addresses, p) {
-			continue
-		}
-		changes = append(changes, Change{Kind: "address", What: p.String() + " dev " + st.Interface})
-		if !dryRun {
-			if err := netlink.AddrDel(link, &ad); err != nil {
-				return changes, fmt.Errorf("remove stale address %s from %q: %w", p, st.Interface, err)
-			}
-		}
-	}
-	for _, p := range st.Addresses {
-		if have[p] {
-			continue
-		}
-		changes = append(changes, Change{Kind: "address", Added: true, What: p.String() + " dev " + st.Interface})
-		if dryRun {
-			continue
-		}
-		addr := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
-		if familyOf(p.Addr()) == IPv6 {
-			// Usable at once: duplicate address detection would hold it "tentative" for about a
-			// second, and the operator's IPAM already guarantees it is unique.
-			addr.Flags = unix.IFA_F_NODAD
-		}
-		if err := netlink.AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
-			return changes, fmt.Errorf("add address %s to %q: %w", p, st.Interface, err)
-		}
-	}
-	return changes, nil
-}
-
-// syncRules keeps exactly the desired rules pointing at our table.
-func (a *Applier) syncRules(st State, dryRun bool) ([]Change, error) {
-	var changes []Change
-	for _, fam := range []Family{IPv4, IPv6} {
-		var want []Rule
-		for _, r := range st.Rules {
-			if r.Family == fam {
-				want = append(want, r)
-			}
-		}
-		existing, err := listRules(fam, st.Table)
-		if err != nil {
-			return changes, err
-		}
-		found := map[Rule]bool{}
-		for _, r := range existing {
-			key := Rule{Family: fam, Priority: r.Priority, IIF: r.IifName, Table: r.Table}
-			plain := r.Src == nil && r.Dst == nil && r.OifName == "" && r.Mark == 0 && !r.Invert
-			if plain && slices.Contains(want, key) && !found[key] {
-				found[key] = true
-				continue
-			}
-			changes = append(changes, Change{Kind: "rule", What: fmt.Sprintf("%s %d: iif %q lookup %d", fam, r.Priority, r.IifName, r.Table)})
-			if !dryRun {
-				if err := netlink.RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
-					return changes, fmt.Errorf("remove stale %s rule %d (lookup %d): %w", fam, r.Priority, r.Table, err)
-				}
-			}
-		}
-		for _, r := range want {
-			if found[r] {
-				continue
-			}
-			changes = append(changes, Change{Kind: "rule", Added: true, What: fmt.Sprintf("%s %d: iif %s lookup %d", fam, r.Priority, r.IIF, r.Table)})
-			if dryRun {
-				continue
-			}
-			nr := netlink.NewRule()
-			nr.Family = netlinkFamily(fam)
-			nr.Priority = r.Priority
-			nr.IifName = r.IIF
-			nr.Table = r.Table
-			if err := netlink.RuleAdd(nr); err != nil && !errors.Is(err, unix.EEXIST) {
-				return changes, fmt.Errorf("add %s rule %d: iif %s lookup %d: %w", fam, r.Priority, r.IIF, r.Table, err)
-			}
-		}
-	}
-	return changes, nil
-}
-
-// routeKey is what makes two routes the same for us.
-type routeKey struct {
-	dst    netip.Prefix
-	gw     netip.Addr
-	link   int
-	onLink bool
-}
-
-// syncRoutes keeps exactly the desired routes in our table.
-func (a *Applier) syncRoutes(st State, dryRun bool) ([]Change, error) {
-	var changes []Change
-	links := map[string]int{}
-	for _, name := range []string{st.Interface, st.Uplink} {
-		l, err := netlink.LinkByName(name)
-		if err != nil {
-			return nil, fmt.Errorf("interface %q: %w", name, err)
-		}
-		links[name] = l.Attrs().Index
 	}
 	for _, fam := range []Family{IPv4, IPv6} {
-		want := map[routeKey]Route{}
-		for _, r := range st.Routes {
-			if r.Family == fam {
-				want[routeKey{dst: r.Dst, gw: r.Gateway, link: links[r.Dev], onLink: r.OnLink}] = r
-			}
-		}
-		existing, err := listRoutes(fam, st.Table)
+		rules, err := listRules(fam, st.Table)
 		if err != nil {
-			return changes, err
+			return k, err
 		}
-		found := map[routeKey]bool{}
-		for _, r := range existing {
+		for _, r := range rules {
+			k.Rules = append(k.Rules, KernelRule{
+				Rule:  Rule{Family: fam, Priority: r.Priority, IIF: r.IifName, Table: r.Table},
+				Plain: r.Src == nil && r.Dst == nil && r.OifName == "" && r.Mark == 0 && !r.Invert,
+				raw:   &r,
+			})
+		}
+		routes, err := listRoutes(fam, st.Table)
+		if err != nil {
+			return k, err
+		}
+		for _, r := range routes {
 			dst, ok := prefixOf(r.Dst)
 			if !ok {
 				dst = netip.PrefixFrom(zeroAddr(fam), 0)
 			}
 			gw, _ := netip.AddrFromSlice(r.Gw)
-			key := routeKey{dst: dst, gw: gw.Unmap(), link: r.LinkIndex, onLink: r.Flags&int(netlink.FLAG_ONLINK) != 0}
-			if _, ok := want[key]; ok && !found[key] && len(r.MultiPath) == 0 {
-				found[key] = true
-				continue
-			}
-			changes = append(changes, Change{Kind: "route", What: fmt.Sprintf("table %d %s", st.Table, r)})
-			if !dryRun {
-				if err := netlink.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-					return changes, fmt.Errorf("remove stale route %s from table %d: %w", r, st.Table, err)
-				}
-			}
-		}
-		// Add in the order Desired lists them: the default route last matters for nothing, but a
-		// stable order keeps the log readable.
-		for _, r := range st.Routes {
-			key := routeKey{dst: r.Dst, gw: r.Gateway, link: links[r.Dev], onLink: r.OnLink}
-			if r.Family != fam || found[key] {
-				continue
-			}
-			found[key] = true
-			changes = append(changes, Change{Kind: "route", Added: true, What: fmt.Sprintf("table %d %s", st.Table, strings.TrimSpace(RenderRoutes(State{Routes: []Route{r}}, fam)))})
-			if dryRun {
-				continue
-			}
-			nr := &netlink.Route{
-				Family:    netlinkFamily(fam),
-				Table:     st.Table,
-				LinkIndex: key.link,
-				Dst:       &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
-			}
-			if r.Gateway.IsValid() {
-				nr.Gw = r.Gateway.AsSlice()
-			} else {
-				nr.Scope = netlink.SCOPE_LINK
-			}
-			if r.OnLink {
-				nr.Flags = int(netlink.FLAG_ONLINK)
-			}
-			if err := netlink.RouteReplace(nr); err != nil {
-				return changes, fmt.Errorf("add route %s to table %d: %w", strings.TrimSpace(RenderRoutes(State{Routes: []Route{r}}, fam)), st.Table, err)
-			}
+			k.Routes = append(k.Routes, KernelRoute{
+				Family: fam, Dst: dst, Gateway: gw.Unmap(), LinkIndex: r.LinkIndex,
+				OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0, MultiPath: len(r.MultiPath) > 0,
+				Text: r.String(), raw: &r,
+			})
 		}
 	}
-	return changes, nil
+	return k, nil
 }
 
-// syncIPTables keeps our chains holding exactly the desired rules, and one jump to each. Each
-// family's tables are read once with iptables-save, every changed table is written in one
-// `iptables-restore --noflush` transaction (a chain is swapped whole, never seen half filled,
-// and rules outside our chains are untouched). The caller verifies with a dry run, which reads
-// each family's tables once more.
-func (a *Applier) syncIPTables(st State, dryRun bool) ([]Change, error) {
-	var changes []Change
-	for _, t := range st.IPTables {
-		bin, ok := map[Family]string{IPv4: a.Paths.IPv4, IPv6: a.Paths.IPv6}[t.Family]
-		if !ok || bin == "" {
-			return changes, fmt.Errorf("no iptables for %s", t.Family)
-		}
-		saved, err := iptablesSave(bin)
-		if err != nil {
-			return changes, err
-		}
-		cmd := "iptables"
-		if t.Family == IPv6 {
-			cmd = "ip6tables"
-		}
-		plan := PlanRestore(saved, t, cmd)
-		changes = append(changes, plan.Changes...)
-		if dryRun || len(plan.Tables) == 0 {
-			continue
-		}
-		for _, table := range plan.Tables {
-			if err := iptablesRestore(bin, plan.Payloads[table]); err != nil {
-				return changes, fmt.Errorf("%s -t %s: %w", bin, table, err)
-			}
-		}
-		for _, spec := range plan.RemovedDNAT {
-			if n, err := forgetFlows(spec); err != nil {
-				a.Log.Warn("could not delete the conntrack entries of a removed port", "rule", strings.Join(spec, " "), "err", err)
-			} else if n > 0 {
-				a.Log.Info("deleted the conntrack entries of a removed port", "rule", strings.Join(spec, " "), "entries", n)
-			}
+// Execute runs the operations in order and stops at the first that fails. It decides nothing:
+// PlanSync did.
+func (a *Applier) Execute(ops []Op) error {
+	for _, op := range ops {
+		if err := a.execute(op); err != nil {
+			return err
 		}
 	}
-	return changes, nil
+	return nil
 }
+
+func (a *Applier) execute(op Op) error {
+	switch o := op.(type) {
+	case RestoreOp:
+		bin, err := a.binary(o.Family)
+		if err != nil {
+			return err
+		}
+		if err := iptablesRestore(bin, o.Payload); err != nil {
+			return &RestoreError{Family: o.Family, Table: o.Table, Err: fmt.Errorf("%s -t %s: %w", bin, o.Table, err)}
+		}
+	case ForgetFlowsOp:
+		// Best effort: a failure leaves entries that time out on their own.
+		if n, err := forgetFlows(o); err != nil {
+			a.Log.Warn("could not delete stale conntrack entries", "family", o.Family, "keep", o.Flows.String(), "err", err)
+		} else if n > 0 {
+			a.Log.Info("deleted stale conntrack entries", "family", o.Family, "keep", o.Flows.String(), "entries", n)
+		}
+	case LinkUpOp:
+		link, err := netlink.LinkByName(o.Name)
+		if err == nil {
+			err = netlink.LinkSetUp(link)
+		}
+		if err != nil {
+			return fmt.Errorf("set %q up: %w", o.Name, err)
+		}
+	case AddressOp:
+		return addressOp(o)
+	case RuleOp:
+		return ruleOp(o)
+	case RouteOp:
+		return routeOp(o)
+	default:
+		return fmt.Errorf("unknown operation %T", op)
+	}
+	return nil
+}
+
+func addressOp(o AddressOp) error {
+	link, err := netlink.LinkByName(o.Name)
+	if err != nil {
+		return fmt.Errorf("interface %q: %w", o.Name, err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: o.Prefix.Addr().AsSlice(), Mask: net.CIDRMask(o.Prefix.Bits(), o.Prefix.Addr().BitLen())}}
+	if !o.Add {
+		if err := netlink.AddrDel(link, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("remove stale address %s from %q: %w", o.Prefix, o.Name, err)
+		}
+		return nil
+	}
+	if familyOf(o.Prefix.Addr()) == IPv6 {
+		// Usable at once: duplicate address detection would hold it "tentative" for about a
+		// second, and the operator's IPAM already guarantees it is unique.
+		addr.Flags = unix.IFA_F_NODAD
+	}
+	if err := netlink.AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add address %s to %q: %w", o.Prefix, o.Name, err)
+	}
+	return nil
+}
+
+func ruleOp(o RuleOp) error {
+	if !o.Add {
+		r, ok := o.Old.raw.(*netlink.Rule)
+		if !ok {
+			return fmt.Errorf("%s: not read from the kernel", o)
+		}
+		if err := netlink.RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove stale rule (%s): %w", o, err)
+		}
+		return nil
+	}
+	nr := netlink.NewRule()
+	nr.Family = netlinkFamily(o.Rule.Family)
+	nr.Priority = o.Rule.Priority
+	nr.IifName = o.Rule.IIF
+	nr.Table = o.Rule.Table
+	if err := netlink.RuleAdd(nr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%s: %w", o, err)
+	}
+	return nil
+}
+
+func routeOp(o RouteOp) error {
+	if !o.Add {
+		r, ok := o.Old.raw.(*netlink.Route)
+		if !ok {
+			return fmt.Errorf("%s: not read from the kernel", o)
+		}
+		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("remove stale route (%s): %w", o, err)
+		}
+		return nil
+	}
+	r := o.Route
+	nr := &netlink.Route{
+		Family:    netlinkFamily(r.Family),
+		Table:     o.Table,
+		LinkIndex: o.LinkIndex,
+		Dst:       &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
+	}
+	if r.Gateway.IsValid() {
+		nr.Gw = r.Gateway.AsSlice()
+	} else {
+		nr.Scope = netlink.SCOPE_LINK
+	}
+	if r.OnLink {
+		nr.Flags = int(netlink.FLAG_ONLINK)
+	}
+	if err := netlink.RouteReplace(nr); err != nil {
+		return fmt.Errorf("%s: %w", o, err)
+	}
+	return nil
+}
+
+// binary is the iptables binary of a family.
+func (a *Applier) binary(fam Family) (string, error) {
+	bin := a.Paths.IPv4
+	if fam == IPv6 {
+		bin = a.Paths.IPv6
+	}
+	if bin == "" {
+		return "", fmt.Errorf("no iptables for %s", fam)
+	}
+	return bin, nil
+}
+
+// RestoreError is an iptables-restore transaction the kernel refused (nothing of it applied).
+type RestoreError struct {
+	Family Family
+	Table  string
+	Err    error
+}
+
+func (e *RestoreError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (e *RestoreError) Unwrap() error { return e.Err }
 
 // iptablesSave runs `<bin>-save` once and parses all its tables.
 func iptablesSave(bin string) (Saved, error) {
@@ -384,80 +363,29 @@ func firstLine(s string) string {
 	return s
 }
 
-// forgetFlows deletes the conntrack entries of a removed UDP or SCTP Service port (spec is its
-// DNAT rule): a client that keeps sending from the same source port would otherwise stay
-// translated to the ClusterIP until the entry times out. TCP is left alone, as kube-proxy does:
-// no new connection is translated, and established ones may finish.
-func forgetFlows(spec []string) (uint, error) {
-	var dst, proto, dport string
-	for i := 0; i+1 < len(spec); i++ {
-		switch spec[i] {
-		case "-d":
-			dst = spec[i+1]
-		case "-p":
-			proto = spec[i+1]
-		case "--dport":
-			dport = spec[i+1]
-		}
-	}
-	protoNum := map[string]uint8{"udp": unix.IPPROTO_UDP, "sctp": unix.IPPROTO_SCTP}[proto]
-	if protoNum == 0 {
-		return 0, nil
-	}
-	lb, err := netip.ParsePrefix(dst)
-	if err != nil {
-		return 0, fmt.Errorf("destination %q: %w", dst, err)
-	}
-	port, err := strconv.ParseUint(dport, 10, 16)
-	if err != nil {
-		return 0, fmt.Errorf("port %q: %w", dport, err)
-	}
-	filter := &netlink.ConntrackFilter{}
-	if err := filter.AddIP(netlink.ConntrackOrigDstIP, lb.Addr().AsSlice()); err != nil {
-		return 0, err
-	}
-	if err := filter.AddProtocol(protoNum); err != nil {
-		return 0, err
-	}
-	if err := filter.AddPort(netlink.ConntrackOrigDstPort, uint16(port)); err != nil {
-		return 0, err
-	}
+// forgetFlows deletes the conntrack entries the flow policy calls stale.
+func forgetFlows(o ForgetFlowsOp) (uint, error) {
 	family := netlink.InetFamily(unix.AF_INET)
-	if familyOf(lb.Addr()) == IPv6 {
+	if o.Family == IPv6 {
 		family = netlink.InetFamily(unix.AF_INET6)
 	}
-	return netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, filter)
+	return netlink.ConntrackDeleteFilters(netlink.ConntrackTable, family, staleFilter{o.Flows})
 }
 
-// splitRule splits a rule as iptables -S prints it into arguments, honouring double quotes
-// (comments written by someone else).
-func splitRule(spec string) []string {
-	var out []string
-	var cur strings.Builder
-	inQuote, started := false, false
-	for i := 0; i < len(spec); i++ {
-		ch := spec[i]
-		switch {
-		case ch == '\\' && inQuote && i+1 < len(spec):
-			i++
-			cur.WriteByte(spec[i])
-		case ch == '"':
-			inQuote, started = !inQuote, true
-		case ch == ' ' && !inQuote:
-			if started {
-				out = append(out, cur.String())
-				cur.Reset()
-				started = false
-			}
-		default:
-			cur.WriteByte(ch)
-			started = true
-		}
-	}
-	if started {
-		out = append(out, cur.String())
-	}
-	return out
+// staleFilter matches the conntrack entries FlowPolicy.Stale calls stale.
+type staleFilter struct{ policy FlowPolicy }
+
+func (f staleFilter) MatchConntrackFlow(c *netlink.ConntrackFlow) bool {
+	proto := map[uint8]Protocol{unix.IPPROTO_UDP: UDP, unix.IPPROTO_SCTP: SCTP, unix.IPPROTO_TCP: TCP}[c.Forward.Protocol]
+	src, _ := netip.AddrFromSlice(c.Forward.SrcIP)
+	dst, _ := netip.AddrFromSlice(c.Forward.DstIP)
+	replySrc, _ := netip.AddrFromSlice(c.Reverse.SrcIP)
+	return f.policy.Stale(Flow{
+		Protocol: proto,
+		Src:      src.Unmap(),
+		Dst:      netip.AddrPortFrom(dst.Unmap(), c.Forward.DstPort),
+		ReplySrc: netip.AddrPortFrom(replySrc.Unmap(), c.Reverse.SrcPort),
+	})
 }
 
 func listRoutes(fam Family, table int) ([]netlink.Route, error) {

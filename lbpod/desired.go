@@ -44,7 +44,29 @@ const (
 // gateway (a device route), so the ClusterIP is reached on-link.
 type Observed struct {
 	UplinkGateways map[Family]Gateway
+	// NoSCTP is set once the kernel refused our SCTP rules (no SCTP match or conntrack): the
+	// SCTP ports are left out, the others still served.
+	NoSCTP bool
+	// NoIPv6 is set when the namespace has no IPv6 at all: then there is nothing to guard.
+	NoIPv6 bool
 }
+
+// Problem is something of the Service the state cannot serve, with a named reason. NotReady
+// problems make the lb pod not ready (a Service it would silently fail); the others are
+// reported in /readyz's text, the log and a metric while the rest is served.
+type Problem struct {
+	Reason   string
+	Message  string
+	NotReady bool
+}
+
+// Reasons of the problems Desired reports.
+const (
+	// ReasonFamilyMismatch: an LB address of a family the Service has no ClusterIP of.
+	ReasonFamilyMismatch = "FamilyMismatch"
+	// ReasonSCTPUnavailable: the kernel refused the SCTP rules; the SCTP ports are not served.
+	ReasonSCTPUnavailable = "SCTPUnavailable"
+)
 
 // Gateway is a next hop read from the main table.
 type Gateway struct {
@@ -94,6 +116,9 @@ type Tables struct {
 	Family Family
 	Chains []Chain
 	Jumps  []Jump
+	// Flows is how these rules translate UDP and SCTP: after a nat change, the conntrack
+	// entries they would not translate the same way are deleted.
+	Flows FlowPolicy
 }
 
 // State is the desired state of the lb pod's network namespace as plain data.
@@ -109,6 +134,17 @@ type State struct {
 	IPTables []Tables
 	// Forwarding lists the families whose forwarding sysctl must be on.
 	Forwarding []Family
+	// Problems lists what of the Service is not served, and why.
+	Problems []Problem
+	// Unserved lists the ports left out (SCTP without kernel support).
+	Unserved []Port
+}
+
+// Standby returns the state without the LB addresses: what a standby lb pod holds, net1 up
+// with every rule and route in place, so that becoming active only adds the addresses.
+func (st State) Standby() State {
+	st.Addresses = nil
+	return st
 }
 
 // Names are the interface names and table number; zero values mean the defaults.
@@ -153,9 +189,59 @@ func Desired(cfg Config, obs Observed, names Names) State {
 		}
 		st.Routes = append(st.Routes, Route{Family: fam, Dst: subnet, Dev: names.Interface})
 
-		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, addr.Addr(), clusterIP, hasClusterIP, cfg.Ports, cfg.SourceRanges))
+		ports := cfg.Ports
+		if obs.NoSCTP {
+			ports = slices.DeleteFunc(slices.Clone(ports), func(p Port) bool { return p.Protocol == SCTP })
+		}
+		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, addr.Addr(), clusterIP, hasClusterIP, ports, cfg.SourceRanges))
+		if !hasClusterIP {
+			st.Problems = append(st.Problems, Problem{Reason: ReasonFamilyMismatch, NotReady: true, Message: fmt.Sprintf(
+				"LB address %s is %s but the Service has no %s ClusterIP (spec.clusterIPs %s): nothing would be forwarded to it; give the Service that family (spec.ipFamilies, spec.ipFamilyPolicy) or use a Subnet of its family",
+				addr.Addr(), fam, fam, clusterIPList(cfg.ClusterIPs))})
+		}
+	}
+	// A family without an LB address still reaches the pod over net1 (IPv6 link-local, or an
+	// IPv4 address routed to it): drop all of it.
+	for _, fam := range []Family{IPv4, IPv6} {
+		if !slices.ContainsFunc(cfg.Addresses, func(p netip.Prefix) bool { return familyOf(p.Addr()) == fam }) && !(fam == IPv6 && obs.NoIPv6) {
+			st.IPTables = append(st.IPTables, guardTables(fam, names.Interface))
+		}
+	}
+	if obs.NoSCTP {
+		var sctp []string
+		for _, p := range uniquePorts(cfg.Ports) {
+			if p.Protocol == SCTP {
+				st.Unserved = append(st.Unserved, p)
+				sctp = append(sctp, strconv.Itoa(int(p.Port)))
+			}
+		}
+		if len(sctp) > 0 {
+			st.Problems = append(st.Problems, Problem{Reason: ReasonSCTPUnavailable, Message: fmt.Sprintf(
+				"SCTP ports %s not served: the kernel refused the SCTP rules (no SCTP match or conntrack: modules xt_sctp, nf_conntrack_proto_sctp); the other ports are served. Load the modules on the node and restart the pod",
+				strings.Join(sctp, ","))})
+		}
 	}
 	return st
+}
+
+// guardTables are the filter chains of a family the lb pod has no LB address of: nothing of it
+// arriving on net1 is accepted or forwarded.
+func guardTables(fam Family, iface string) Tables {
+	return Tables{Family: fam,
+		Jumps: []Jump{{Table: "filter", From: "INPUT", To: ChainInput}, {Table: "filter", From: "FORWARD", To: ChainForward}},
+		Chains: []Chain{
+			{Table: "filter", Name: ChainInput, Rules: [][]string{{"-i", iface, "-j", "DROP"}}},
+			{Table: "filter", Name: ChainForward, Rules: [][]string{{"-i", iface, "-j", "DROP"}}},
+		},
+	}
+}
+
+func clusterIPList(ips []netip.Addr) string {
+	var s []string
+	for _, a := range ips {
+		s = append(s, a.String())
+	}
+	return "[" + strings.Join(s, ",") + "]"
 }
 
 // desiredTables computes our chains for one family.
@@ -186,6 +272,7 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 	forward := Chain{Table: "filter", Name: ChainForward, Rules: [][]string{
 		{"-i", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"}}}
 
+	t.Flows = FlowPolicy{LB: lbIP, AllSources: len(sourceRanges) == 0, Targets: map[Port]netip.AddrPort{}}
 	if len(sourceRanges) == 0 {
 		pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
 	} else {
@@ -196,8 +283,10 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 				// Everyone: iptables -S prints "-s 0.0.0.0/0" back without the match, so a rule
 				// written with it would never compare equal and be re-added at every sync.
 				pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
+				t.Flows.AllSources = true
 			default:
 				pre.Rules = append(pre.Rules, []string{"-s", r.String(), "-d", lb, "-j", ChainServices})
+				t.Flows.Sources = append(t.Flows.Sources, r)
 			}
 		}
 		pre.Rules = slices.CompactFunc(pre.Rules, slices.Equal[[]string])
@@ -206,7 +295,11 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 		proto := strings.ToLower(string(p.Protocol))
 		match := []string{"-d", lb, "-p", proto, "-m", proto, "--dport", strconv.Itoa(int(p.Port))}
 		if hasClusterIP {
-			svc.Rules = append(svc.Rules, append(slices.Clone(match), "-j", "DNAT", "--to-destination", netip.AddrPortFrom(clusterIP, uint16(p.Port)).String()))
+			target := netip.AddrPortFrom(clusterIP, uint16(p.Port))
+			svc.Rules = append(svc.Rules, append(slices.Clone(match), "-j", "DNAT", "--to-destination", target.String()))
+			if p.Protocol != TCP {
+				t.Flows.Targets[p] = target
+			}
 		}
 	}
 	for _, proto := range []Protocol{TCP, UDP, SCTP} {

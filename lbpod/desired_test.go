@@ -2,6 +2,7 @@ package lbpod
 
 import (
 	"flag"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -18,19 +19,23 @@ var update = flag.Bool("update", false, "rewrite the golden files")
 func render(st State) string {
 	var b strings.Builder
 	for _, fam := range []Family{IPv4, IPv6} {
-		if RenderRules(st, fam) == "" {
-			continue
-		}
 		six := map[Family]string{IPv4: "", IPv6: " -6"}[fam]
 		tables := map[Family]string{IPv4: "iptables", IPv6: "ip6tables"}[fam]
-		b.WriteString("# ip" + six + " rule\n" + RenderRules(st, fam))
-		b.WriteString("# ip" + six + " route show table 100\n" + RenderRoutes(st, fam))
-		b.WriteString("# " + tables + " -t nat -S\n" + RenderIPTables(st, fam, "nat"))
-		b.WriteString("# " + tables + " -t filter -S\n" + RenderIPTables(st, fam, "filter"))
+		if RenderRules(st, fam) != "" {
+			b.WriteString("# ip" + six + " rule\n" + RenderRules(st, fam))
+			b.WriteString("# ip" + six + " route show table 100\n" + RenderRoutes(st, fam))
+			b.WriteString("# " + tables + " -t nat -S\n" + RenderIPTables(st, fam, "nat"))
+		}
+		if f := RenderIPTables(st, fam, "filter"); f != "" {
+			b.WriteString("# " + tables + " -t filter -S\n" + f)
+		}
 	}
 	b.WriteString("# addresses on " + st.Interface + "\n")
 	for _, a := range st.Addresses {
 		b.WriteString(a.String() + "\n")
+	}
+	for _, p := range st.Problems {
+		fmt.Fprintf(&b, "# problem %s (not ready: %t): %s\n", p.Reason, p.NotReady, p.Message)
 	}
 	return b.String()
 }
@@ -114,7 +119,16 @@ func TestDesiredGolden(t *testing.T) {
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
 		},
-		// A dual-stack LB for a single-stack Service: the IPv6 side has no ClusterIP to reach.
+		// SCTP refused by the kernel: the SCTP ports are left out and reported, the rest served.
+		"no-sctp": {
+			cfg: Config{
+				Network: mustNetwork(t, "fd00:172:18::18/64", "fd00:172:18::1", "fd00:172:18::/64"),
+				Service: Service{ClusterIPs: addrs("fd00:10:96::c1"), Ports: []Port{{TCP, 80}, {SCTP, 3868}, {SCTP, 3869}, {UDP, 53}}},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv6: v6gw}, NoSCTP: true},
+		},
+		// A dual-stack LB for a single-stack Service: the IPv6 side has no ClusterIP to reach,
+		// which is a named problem that keeps the pod not ready.
 		"dual-lb-single-stack-service": {
 			cfg: Config{
 				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
@@ -267,14 +281,6 @@ func TestChooseFlavour(t *testing.T) {
 		if got := ChooseFlavour(tc.nft, tc.legacy); got != tc.want {
 			t.Errorf("%s: ChooseFlavour(%+v, %+v) = %s, want %s", name, tc.nft, tc.legacy, got, tc.want)
 		}
-	}
-}
-
-func TestSplitRule(t *testing.T) {
-	got := splitRule(`-d 10.0.0.1/32 -m comment --comment "hello \"x\" y" -j MASQUERADE`)
-	want := []string{"-d", "10.0.0.1/32", "-m", "comment", "--comment", `hello "x" y`, "-j", "MASQUERADE"}
-	if strings.Join(got, "|") != strings.Join(want, "|") {
-		t.Fatalf("got %q, want %q", got, want)
 	}
 }
 

@@ -1,10 +1,14 @@
 package lbpod
 
 import (
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"strconv"
+	"time"
 )
 
 // EnvPodIP names the environment variable holding the pod's cluster address (the operator sets
@@ -37,4 +41,19 @@ func HealthAddr(flag, podIP string, uplinkAddrs []netip.Addr) (addr, why string,
 		}
 	}
 	return "", "", fmt.Errorf("no address for the health server: %s unset and the uplink has no global address", EnvPodIP)
+}
+
+// ServeHealth serves h on addr (from HealthAddr) until the returned server is shut down.
+func ServeHealth(addr string, h http.Handler, log *slog.Logger) (*http.Server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("health-addr %q: %w", addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("health server", "err", err)
+		}
+	}()
+	return srv, nil
 }

@@ -59,9 +59,9 @@ type RestorePlan struct {
 	Tables []string
 	// Changes describes each difference, for the log and the dry run.
 	Changes []Change
-	// RemovedDNAT holds the rules dropped from ChainServices: the caller forgets the
-	// conntrack entries of their UDP/SCTP flows.
-	RemovedDNAT [][]string
+	// NATChanged is set when a nat chain of ours changes: the caller then forgets the UDP and
+	// SCTP conntrack entries the new rules would not translate the same way.
+	NATChanged bool
 }
 
 // PlanRestore compares what iptables-save printed with the wanted chains and jumps of one family.
@@ -89,6 +89,9 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 		}
 		if exists && slices.Equal(have, wantSpecs) {
 			continue
+		}
+		if c.Table == "nat" {
+			p.NATChanged = true
 		}
 		b := body(c.Table)
 		patch := exists && patchable(have, wantSpecs)
@@ -118,9 +121,6 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 				continue
 			}
 			p.Changes = append(p.Changes, Change{Kind: "iptables", What: fmt.Sprintf("%s -t %s -A %s %s", cmd, c.Table, c.Name, spec)})
-			if c.Name == ChainServices {
-				p.RemovedDNAT = append(p.RemovedDNAT, splitRule(spec))
-			}
 		}
 		if len(p.Changes) == before {
 			// Same rules, another order: still a difference (order decides which rule matches).
@@ -136,6 +136,9 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 			}
 		}
 		line := fmt.Sprintf("-A %s -j %s", j.From, j.To)
+		if count != 1 && j.Table == "nat" {
+			p.NATChanged = true
+		}
 		switch {
 		case count == 0:
 			// First, so that nothing appended later by hand shadows it.

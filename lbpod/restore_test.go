@@ -46,16 +46,17 @@ func TestPlanRestore(t *testing.T) {
 		Jumps:  []Jump{{Table: "nat", From: "PREROUTING", To: ChainServices}},
 	}
 	tests := []struct {
-		name     string
-		saved    string
-		payloads map[string]string
-		changes  []string
-		removed  [][]string
+		name       string
+		saved      string
+		payloads   map[string]string
+		changes    []string
+		natChanged bool
 	}{{
 		name:  "from scratch",
 		saved: "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n",
 		payloads: map[string]string{"nat": "*nat\n:LBSVC-SERVICES - [0:0]\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") +
 			"\n-I PREROUTING 1 -j LBSVC-SERVICES\nCOMMIT\n"},
+		natChanged: true,
 		changes: []string{
 			"+chain iptables -t nat -N LBSVC-SERVICES",
 			"+iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat81, " "),
@@ -67,7 +68,7 @@ func TestPlanRestore(t *testing.T) {
 			"-A LBSVC-SERVICES " + strings.Join(dnat81, " ") + "\nCOMMIT\n",
 		payloads: map[string]string{},
 	}, {
-		name: "a UDP port replaced and a duplicate jump: patched in one transaction, flows of the old port named",
+		name: "a UDP port replaced and a duplicate jump: patched in one transaction, the old port's flows to be checked",
 		saved: "*nat\n:PREROUTING ACCEPT [0:0]\n:LBSVC-SERVICES - [0:0]\n-A PREROUTING -j LBSVC-SERVICES\n-A PREROUTING -j LBSVC-SERVICES\n" +
 			"-A LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n",
 		payloads: map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") +
@@ -77,14 +78,14 @@ func TestPlanRestore(t *testing.T) {
 			"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " "),
 			"-jump iptables -t nat -A PREROUTING -j LBSVC-SERVICES (duplicate)",
 		},
-		removed: [][]string{dnat80},
+		natChanged: true,
 	}, {
 		name: "a stale rule before the wanted one: deleted",
 		saved: "*nat\n:LBSVC-SERVICES - [0:0]\n-A PREROUTING -j LBSVC-SERVICES\n" +
 			"-A LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") + "\nCOMMIT\n",
-		payloads: map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n"},
-		changes:  []string{"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " ")},
-		removed:  [][]string{dnat80},
+		payloads:   map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n"},
+		changes:    []string{"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " ")},
+		natChanged: true,
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -103,8 +104,8 @@ func TestPlanRestore(t *testing.T) {
 			if !reflect.DeepEqual(changes, tc.changes) {
 				t.Errorf("changes:\n got %q\nwant %q", changes, tc.changes)
 			}
-			if !reflect.DeepEqual(p.RemovedDNAT, tc.removed) {
-				t.Errorf("removed DNAT:\n got %q\nwant %q", p.RemovedDNAT, tc.removed)
+			if p.NATChanged != tc.natChanged {
+				t.Errorf("NATChanged = %t, want %t", p.NATChanged, tc.natChanged)
 			}
 		})
 	}

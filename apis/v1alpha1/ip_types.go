@@ -57,6 +57,9 @@ type IPHolder struct {
 	// Node the pod runs on (empty while unscheduled).
 	// +optional
 	Node string `json:"node,omitempty"`
+	// Role is the pod's lbsvc.io/role label: active (holds the address) or standby.
+	// +optional
+	Role string `json:"role,omitempty"`
 }
 
 // IPStatus reports the phase and the lb pods behind the address.
@@ -68,7 +71,11 @@ type IPStatus struct {
 	// +optional
 	// +kubebuilder:validation:MaxItems=16
 	Holders []IPHolder `json:"holders,omitempty"`
-	// Node is the node of the first holder, for `kubectl get ips`.
+	// Active is the lb pod ("<namespace>/<name>") that holds the address on the wire, as its
+	// Service's lb pods last reported it; empty while unknown.
+	// +optional
+	Active string `json:"active,omitempty"`
+	// Node is the node of the active holder (else of the first holder), for `kubectl get ips`.
 	// +optional
 	Node string `json:"node,omitempty"`
 	// Message says what the address waits for, when it waits.
@@ -91,6 +98,7 @@ type IPStatus struct {
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service.name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
+// +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.active`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IP struct {
 	metav1.TypeMeta   `json:",inline"`

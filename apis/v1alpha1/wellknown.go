@@ -53,7 +53,35 @@ const (
 	// EnvPodIP is the pod's cluster address (downward API status.podIP): the only address the
 	// lb pod's health and metrics server listens on, so the underlay cannot reach it.
 	EnvPodIP = "LBPOD_POD_IP"
+	// EnvReplicas is the number of lb pods the Service runs: with more than one, the pods elect
+	// one active holder of the address among themselves and the others stand by.
+	EnvReplicas = "LBPOD_REPLICAS"
+	// EnvPodName and EnvNodeName name the lb pod and its node (downward API), for the election's
+	// sender identity and for what the pod reports.
+	EnvPodName  = "LBPOD_POD_NAME"
+	EnvNodeName = "LBPOD_NODE_NAME"
 )
+
+// ReplicasAnnotation on a Service sets how many lb pods serve it (1 to MaxReplicas); it
+// overrides --lb-replicas. 1 keeps a single lb pod with no standby.
+const ReplicasAnnotation = "lbsvc.io/replicas"
+
+// Names of the active/standby roles among a Service's lb pods.
+const (
+	// RoleLabel, on each lb pod, is RoleActive on the one that holds the address and RoleStandby
+	// on the others (`kubectl get pod -L lbsvc.io/role`). The operator sets it from the Lease.
+	RoleLabel   = "lbsvc.io/role"
+	RoleActive  = "active"
+	RoleStandby = "standby"
+	// ActivePodAnnotation and ActiveNodeAnnotation, on the Service, name the lb pod
+	// ("<namespace>/<name>") and the node that hold its address.
+	ActivePodAnnotation  = "lbsvc.io/active-pod"
+	ActiveNodeAnnotation = "lbsvc.io/active-node"
+)
+
+// MaxReplicas bounds ReplicasAnnotation: standbys beyond a handful add election traffic and
+// scheduling constraints without adding availability.
+const MaxReplicas = 5
 
 // ProviderAnnotation returns "<provider>.kubernetes.io/<suffix>".
 func ProviderAnnotation(provider, suffix string) string {

@@ -165,14 +165,19 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 	if err != nil {
 		return err
 	}
-	r := &reconciler{opts: o, network: network, applier: applier, log: log, stats: &stats{}}
-	res := r.reconcile(svc)
-	if res.err != nil {
-		return res.err
+	loop := lbpod.NewLoop(loopConfig(o, network, applier, log))
+	res := loop.Reconcile(svc)
+	if res.Err != nil {
+		return res.Err
 	}
-	if err := lbpod.Announce(o.iface, network.Addresses, &r.stats.announce); err != nil {
+	// Problems are the main container's to report (/readyz): failing here would leave the pod
+	// in Init with nobody to say why.
+	for _, p := range res.Problems {
+		log.Warn("problem", "reason", p.Reason, "message", p.Message, "notReady", p.NotReady)
+	}
+	if err := lbpod.Announce(o.iface, network.Addresses, loop.AnnounceStats()); err != nil {
 		log.Warn("announcement failed (not fatal)", "err", err)
 	}
-	log.Info("applied", "changes", res.changes, "took", time.Since(start).Round(time.Millisecond))
+	log.Info("applied", "changes", len(res.Changes), "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }

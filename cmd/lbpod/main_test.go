@@ -2,10 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
@@ -110,4 +114,33 @@ func TestFileSourceFollowsEdits(t *testing.T) {
 			t.Fatal("a file that is not a Service was not reported")
 		}
 	}
+}
+
+// serviceBox is a serviceSink for tests: it holds the latest Service (or why there is none) and
+// signals each change.
+type serviceBox struct {
+	mu      sync.Mutex
+	svc     *corev1.Service
+	err     error
+	changed chan struct{}
+}
+
+func newServiceBox() *serviceBox {
+	return &serviceBox{err: errors.New("waiting for the Service"), changed: make(chan struct{}, 1)}
+}
+
+func (b *serviceBox) SetService(svc *corev1.Service, err error) {
+	b.mu.Lock()
+	b.svc, b.err = svc, err
+	b.mu.Unlock()
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (b *serviceBox) get() (*corev1.Service, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.svc, b.err
 }

@@ -3,11 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -22,39 +20,15 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// serviceBox holds the latest Service (or why there is none) and signals each change; the main
-// loop only ever needs the newest one.
-type serviceBox struct {
-	mu      sync.Mutex
-	svc     *corev1.Service
-	err     error
-	changed chan struct{}
+// serviceSink receives the newest Service, or why there is none (lbpod.Loop is one).
+type serviceSink interface {
+	SetService(svc *corev1.Service, err error)
 }
 
-func newServiceBox() *serviceBox {
-	return &serviceBox{err: errors.New("waiting for the Service"), changed: make(chan struct{}, 1)}
-}
-
-func (b *serviceBox) set(svc *corev1.Service, err error) {
-	b.mu.Lock()
-	b.svc, b.err = svc, err
-	b.mu.Unlock()
-	select {
-	case b.changed <- struct{}{}:
-	default:
-	}
-}
-
-func (b *serviceBox) get() (*corev1.Service, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.svc, b.err
-}
-
-// serviceSource yields the Service once (init) or keeps a box up to date (main).
+// serviceSource yields the Service once (init) or keeps a sink up to date (main).
 type serviceSource interface {
 	Get(ctx context.Context) (*corev1.Service, error)
-	Run(ctx context.Context, box *serviceBox)
+	Run(ctx context.Context, sink serviceSink)
 }
 
 func newServiceSource(o options, log *slog.Logger) (serviceSource, error) {
@@ -108,7 +82,7 @@ func decodeService(path string, data []byte) (*corev1.Service, error) {
 
 // Run re-reads the file every poll interval and publishes it when its content changed. Reading
 // a small file is cheaper than trusting mtimes, whose granularity can hide quick edits.
-func (f *fileSource) Run(ctx context.Context, box *serviceBox) {
+func (f *fileSource) Run(ctx context.Context, sink serviceSink) {
 	var last []byte
 	first := true
 	t := time.NewTicker(f.poll)
@@ -118,12 +92,12 @@ func (f *fileSource) Run(ctx context.Context, box *serviceBox) {
 		switch {
 		case err != nil:
 			if first || last != nil {
-				box.set(nil, fmt.Errorf("service-file %q: %w", f.path, err))
+				sink.SetService(nil, fmt.Errorf("service-file %q: %w", f.path, err))
 			}
 			last = nil
 		case first || !bytes.Equal(data, last):
 			last = data
-			box.set(decodeService(f.path, data))
+			sink.SetService(decodeService(f.path, data))
 		}
 		first = false
 		select {
@@ -153,7 +127,7 @@ func (a *apiSource) Get(ctx context.Context) (*corev1.Service, error) {
 	return svc, nil
 }
 
-func (a *apiSource) Run(ctx context.Context, box *serviceBox) {
+func (a *apiSource) Run(ctx context.Context, sink serviceSink) {
 	selector := fields.OneTermEqualSelector("metadata.name", a.name).String()
 	services := a.client.CoreV1().Services(a.namespace)
 	lw := &cache.ListWatch{
@@ -168,7 +142,7 @@ func (a *apiSource) Run(ctx context.Context, box *serviceBox) {
 	}
 	publish := func(obj any) {
 		if svc, ok := obj.(*corev1.Service); ok {
-			box.set(svc.DeepCopy(), nil)
+			sink.SetService(svc.DeepCopy(), nil)
 		}
 	}
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
@@ -179,7 +153,7 @@ func (a *apiSource) Run(ctx context.Context, box *serviceBox) {
 			UpdateFunc: func(_, obj any) { publish(obj) },
 			DeleteFunc: func(any) {
 				// The Deployment goes with its Service; until then keep what is installed.
-				box.set(nil, fmt.Errorf("service %s/%s was deleted", a.namespace, a.name))
+				sink.SetService(nil, fmt.Errorf("service %s/%s was deleted", a.namespace, a.name))
 			},
 		},
 	})

@@ -231,6 +231,20 @@ func TestDriftIsRepaired(t *testing.T) {
 		Should(Equal("0:\tfrom all lookup local\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"))
 	g.Eventually(func() string { return tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "PREROUTING") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("-P PREROUTING ACCEPT\n-A PREROUTING -j LBSVC-PREROUTING\n"))
+
+	// Each repair counted by its cause: what the resync found (a DNAT rule, a jump, a rule) and
+	// what the kernel watch saw (net1's addresses flushed, net1 recreated).
+	_, metrics := tp.healthGet("/metrics")
+	for _, cause := range []string{"iptables", "jump", "rule", "addresses_changed", "link_recreated"} {
+		g.Expect(metrics).To(MatchRegexp(`\nlbpod_repairs_total\{cause="%s"\} [1-9]\d*\n`, cause))
+	}
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_syncs_total\{result="changed"\} [1-9]\d*\n`))
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_sync_duration_seconds_count [1-9]\d*\n`))
+	g.Expect(metrics).To(ContainSubstring("\nlbpod_active 1\n"))
+	g.Expect(metrics).To(ContainSubstring("\nlbpod_ready 1\n"))
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_announcements_sent_total [1-9]\d*\n`))
+	// A burst may have been under way while net1 was gone: such a failure is counted too.
+	g.Expect(metrics).To(MatchRegexp(`\nlbpod_announcements_failed_total \d+\n`))
 }
 
 // loadBalancerSourceRanges: a client inside a range is served, one outside is refused (TCP reset,
@@ -345,7 +359,7 @@ func TestForwardingSysctlReadOnly(t *testing.T) {
 	g.Expect(body).To(ContainSubstring("run the operator with --forwarding-sysctls=ipv6 (or all), and allow that unsafe sysctl on the kubelet (--allowed-unsafe-sysctls=net.ipv6.conf.all.forwarding)"))
 	// Several resyncs later, still one line.
 	g.Eventually(func() string { _, m := tp.healthGet("/metrics"); return m }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
-		Should(MatchRegexp(`\nlbpod_reconcile_errors_total ([5-9]|\d\d+)\n`))
+		Should(MatchRegexp(`\nlbpod_syncs_total\{result="error"\} ([5-9]|\d\d+)\n`))
 	took := p.stop(t)
 	g.Expect(took).To(BeNumerically("<", time.Second))
 	g.Expect(strings.Count(p.logs.String(), "cannot be set here")).To(Equal(1), "one clear line, not one per resync:\n%s", p.logs.String())
@@ -494,20 +508,7 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // of translating until they time out.
 func TestRemovedUDPPortForgetsFlows(t *testing.T) {
 	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
-	conn, err := dialIn(t, tp.client, "udp", lbAddr(lbIPv4, udpPort), time.Second)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer conn.Close()
-	exchange := func(payload string) (string, error) {
-		if err := conn.SetDeadline(time.Now().Add(200 * time.Millisecond)); err != nil {
-			return "", err
-		}
-		if _, err := conn.Write([]byte(payload)); err != nil {
-			return "", err
-		}
-		buf := make([]byte, 1500)
-		n, err := conn.Read(buf)
-		return string(buf[:n]), err
-	}
+	exchange := udpSession(t, tp.client, lbAddr(lbIPv4, udpPort))
 	g.Expect(exchange("one")).To(Equal(udpReply(clusterIPv4, udpPort, "one")))
 
 	var withoutUDP []servicePort
@@ -520,5 +521,5 @@ func TestRemovedUDPPortForgetsFlows(t *testing.T) {
 	g.Eventually(func() error { _, err := exchange("again"); return err }).
 		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
 	g.Eventually(tp.lbpod.logs.String).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
-		Should(ContainSubstring(`msg="deleted the conntrack entries of a removed port" rule="-d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.109.201.193:53" entries=1`))
+		Should(ContainSubstring(`msg="deleted stale conntrack entries" family=IPv4 keep="all sources, ports [sctp/3868->10.109.201.193:3868]" entries=1`))
 }

@@ -28,8 +28,9 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// lbpodBin is the binary under test, built once by TestMain.
-var lbpodBin string
+// lbpodBin is the binary under test, built once by TestMain; loopDriverBin runs lbpod.Loop with
+// SetActive driven from stdin (test/dataplane/loopdriver).
+var lbpodBin, loopDriverBin string
 
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
@@ -52,6 +53,14 @@ func TestMain(m *testing.M) {
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "go build lbpod: %v\n%s", err, out)
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	loopDriverBin = filepath.Join(dir, "loopdriver")
+	build = exec.Command("go", "build", "-o", loopDriverBin, "github.com/lbsvc/lbsvc-operator/test/dataplane/loopdriver")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build loopdriver: %v\n%s", err, out)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -272,6 +281,29 @@ func udpExchange(t testing.TB, ns, addr, payload string) (string, error) {
 		return "", err
 	}
 	return string(buf[:n]), nil
+}
+
+// udpSession opens one UDP socket from ns to addr (one source port, so one conntrack entry) and
+// returns a function that sends a payload and reads the reply within 300 ms; the socket closes
+// with the test.
+func udpSession(t testing.TB, ns, addr string) func(payload string) (string, error) {
+	t.Helper()
+	conn, err := dialIn(t, ns, "udp", addr, time.Second)
+	if err != nil {
+		t.Fatalf("udp socket to %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return func(payload string) (string, error) {
+		if err := conn.SetDeadline(time.Now().Add(300 * time.Millisecond)); err != nil {
+			return "", err
+		}
+		if _, err := conn.Write([]byte(payload)); err != nil {
+			return "", err
+		}
+		buf := make([]byte, 1500)
+		n, err := conn.Read(buf)
+		return string(buf[:n]), err
+	}
 }
 
 func isRefused(err error) bool { return errors.Is(err, syscall.ECONNREFUSED) }

@@ -99,6 +99,9 @@ func TestSeedFlow(t *testing.T) {
 			{Name: "LBPOD_ADDRESSES", Value: "172.18.0.18/16"},
 			{Name: "LBPOD_GATEWAYS", Value: "172.18.0.1"},
 			{Name: "LBPOD_SUBNETS", Value: "172.18.0.0/16"},
+			{Name: "LBPOD_REPLICAS", Value: "1"},
+			{Name: "LBPOD_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
+			{Name: "LBPOD_NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
 		}))
 		sc := ctr.SecurityContext
 		g.Expect(*sc.Privileged).To(BeFalse())

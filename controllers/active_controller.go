@@ -1,0 +1,146 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=pods,verbs=patch
+
+// actionShow is the Event action of the active-holder controller.
+const actionShow = "ShowHolder"
+
+// ActiveReconciler shows which lb pod holds each served Service's address (see DecideActive).
+// It only mirrors: it never starts, stops or moves anything.
+type ActiveReconciler struct {
+	Client   client.Client
+	Recorder events.EventRecorder
+	// LBPodNamespace is --lb-pod-namespace (empty: the Service's namespace).
+	LBPodNamespace     string
+	SkipNameValidation bool
+}
+
+// Reconcile gathers the Service, its Lease and its lb pods from the cache, decides, and writes
+// only what differs.
+func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, req.NamespacedName, svc); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	// Only a Service we serve: our AddressAllocated condition (which a tenant cannot write) is
+	// True. Anything else is the Service controller's business.
+	if c := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated); c == nil ||
+		c.Status != "True" || svc.DeletionTimestamp != nil {
+		return ctrl.Result{}, nil
+	}
+	name := ObjectNameIn(r.LBPodNamespace, svc.Namespace, svc.Name)
+	var lease *coordinationv1.Lease
+	l := &coordinationv1.Lease{}
+	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, l); {
+	case err == nil:
+		if l.Labels[lbv1.ServiceUIDLabel] == string(svc.UID) {
+			lease = l
+		}
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, err
+	}
+	podNS := r.LBPodNamespace
+	if podNS == "" {
+		podNS = svc.Namespace
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.InNamespace(podNS), client.MatchingLabels{
+		lbv1.ServiceLabel: svc.Name, lbv1.ServiceNamespaceLabel: svc.Namespace, lbv1.ServiceUIDLabel: string(svc.UID),
+	}); err != nil {
+		return ctrl.Result{}, err
+	}
+	plan := DecideActive(ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items, Addresses: svc.Annotations[lbv1.AllocatedIPsAnnotation]})
+	return ctrl.Result{}, r.apply(ctx, svc, pods.Items, plan)
+}
+
+func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, pods []corev1.Pod, plan ActivePlan) error {
+	for _, rp := range plan.Roles {
+		for i := range pods {
+			p := &pods[i]
+			if p.Name != rp.Name || p.Namespace != rp.Namespace {
+				continue
+			}
+			before := p.DeepCopy()
+			if p.Labels == nil {
+				p.Labels = map[string]string{}
+			}
+			p.Labels[lbv1.RoleLabel] = rp.Role
+			if err := r.Client.Patch(ctx, p, client.MergeFrom(before), client.FieldOwner(FieldOwner)); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("label lb pod %s/%s %s: %w", p.Namespace, p.Name, rp.Role, err)
+			}
+		}
+	}
+
+	// Nothing to say yet and nothing said before: no write (a Service whose lb pod has not
+	// started costs no extra write).
+	shownBefore := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressActive) != nil
+	if plan.ActivePod == "" && !shownBefore && svc.Annotations[lbv1.ActivePodAnnotation] == "" {
+		return nil
+	}
+	before := svc.DeepCopy()
+	ann := maps.Clone(svc.Annotations)
+	for k, v := range plan.Annotations {
+		if v == "" {
+			delete(ann, k)
+		} else {
+			ann[k] = v
+		}
+	}
+	if !maps.Equal(ann, svc.Annotations) {
+		svc.Annotations = ann
+		if err := r.Client.Patch(ctx, svc, client.MergeFrom(before), client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("patch service %s/%s annotations: %w", svc.Namespace, svc.Name, err)
+		}
+		if plan.Event != nil {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, plan.Event.Reason, actionShow, "%s", plan.Event.Message)
+		}
+	}
+	beforeStatus := svc.DeepCopy()
+	c := plan.Condition
+	c.ObservedGeneration = svc.Generation
+	if meta.SetStatusCondition(&svc.Status.Conditions, c) {
+		if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(beforeStatus, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+			return fmt.Errorf("patch service %s/%s status: %w", svc.Namespace, svc.Name, err)
+		}
+	}
+	return nil
+}
+
+// SetupWithManager watches served Services, their Leases and their lb pods.
+func (r *ActiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	byLabels := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		l := o.GetLabels()
+		if l[lbv1.ServiceNamespaceLabel] == "" || l[lbv1.ServiceLabel] == "" {
+			return nil
+		}
+		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[lbv1.ServiceNamespaceLabel], Name: l[lbv1.ServiceLabel]}}}
+	})
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("active").
+		For(&corev1.Service{}).
+		Watches(&coordinationv1.Lease{}, byLabels).
+		Watches(&corev1.Pod{}, byLabels).
+		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.SkipNameValidation})
+	return b.Complete(r)
+}

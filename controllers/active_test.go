@@ -1,0 +1,209 @@
+package controllers
+
+import (
+	"reflect"
+	"testing"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func lbPod(name, node string, ready bool, role string) corev1.Pod {
+	p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{}},
+		Spec: corev1.PodSpec{NodeName: node}}
+	if role != "" {
+		p.Labels["lbsvc.io/role"] = role
+	}
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}
+	return p
+}
+
+func holderLease(id string) *coordinationv1.Lease {
+	l := &coordinationv1.Lease{}
+	if id != "" {
+		l.Spec.HolderIdentity = ptr.To(id)
+	}
+	return l
+}
+
+func shown(pod, node string) *corev1.Service {
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s", Annotations: map[string]string{}}}
+	if pod != "" {
+		s.Annotations["lbsvc.io/active-pod"] = pod
+		s.Annotations["lbsvc.io/active-node"] = node
+	}
+	return s
+}
+
+func TestDecideActive(t *testing.T) {
+	deleting := lbPod("b", "n2", true, "active")
+	deleting.DeletionTimestamp = &metav1.Time{}
+	for _, tc := range []struct {
+		name      string
+		in        ActiveInputs
+		pod, node string
+		roles     []RolePatch
+		status    metav1.ConditionStatus
+		message   string
+		event     string
+	}{{
+		name: "first holder of two",
+		in: ActiveInputs{Service: shown("", ""), Lease: holderLease("a"), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("b", "n2", true, ""), lbPod("a", "n1", true, "")}},
+		pod: "default/a", node: "n1",
+		roles:   []RolePatch{{"default", "a", "active"}, {"default", "b", "standby"}},
+		status:  metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/a on node n1; standby: default/b on node n2",
+		event:   "172.18.0.18 now held by pod default/a on node n1",
+	}, {
+		name: "moved: labels swap, the event names both",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("b"), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", false, "active"), lbPod("b", "n2", true, "standby")}},
+		pod: "default/b", node: "n2",
+		roles:   []RolePatch{{"default", "a", "standby"}, {"default", "b", "active"}},
+		status:  metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/b on node n2; standby: default/a on node n1",
+		event:   "172.18.0.18 now held by pod default/b on node n2 (was pod default/a on node n1)",
+	}, {
+		name: "unchanged: nothing to write",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("a"), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", true, "active"), lbPod("b", "n2", true, "standby")}},
+		pod: "default/a", node: "n1", status: metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/a on node n1; standby: default/b on node n2",
+	}, {
+		name: "lease names a pod that is not ours: no holder shown",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("evil"), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", true, "active")}},
+		roles:   []RolePatch{{"default", "a", "standby"}},
+		status:  metav1.ConditionFalse,
+		message: "no lb pod has reported holding 172.18.0.18 yet; standby: default/a on node n1",
+	}, {
+		name: "empty lease, pods not scheduled",
+		in: ActiveInputs{Service: shown("", ""), Lease: holderLease(""), Addresses: "172.18.0.18,fd00::12",
+			Pods: []corev1.Pod{lbPod("a", "", false, "")}},
+		roles:   []RolePatch{{"default", "a", "standby"}},
+		status:  metav1.ConditionFalse,
+		message: "no lb pod has reported holding 172.18.0.18,fd00::12 yet; standby: default/a on node (unscheduled)",
+	}, {
+		name: "terminating old active still named: shown until the new one writes",
+		in: ActiveInputs{Service: shown("default/b", "n2"), Lease: holderLease("b"), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", true, "standby"), deleting}},
+		pod: "default/b", node: "n2", status: metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/b on node n2; standby: default/a on node n1",
+	}, {
+		name: "single lb pod without lease: the ready one",
+		in: ActiveInputs{Service: shown("", ""), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", true, "")}},
+		pod: "default/a", node: "n1",
+		roles:   []RolePatch{{"default", "a", "active"}},
+		status:  metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/a on node n1; no standby",
+		event:   "172.18.0.18 now held by pod default/a on node n1",
+	}, {
+		name: "single lb pod without lease, not ready: none",
+		in: ActiveInputs{Service: shown("", ""), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", false, "")}},
+		roles:   []RolePatch{{"default", "a", "standby"}},
+		status:  metav1.ConditionFalse,
+		message: "no lb pod has reported holding 172.18.0.18 yet; standby: default/a on node n1",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := DecideActive(tc.in)
+			if got.ActivePod != tc.pod || got.ActiveNode != tc.node {
+				t.Errorf("holder %q %q, want %q %q", got.ActivePod, got.ActiveNode, tc.pod, tc.node)
+			}
+			if !reflect.DeepEqual(got.Roles, tc.roles) {
+				t.Errorf("roles %+v, want %+v", got.Roles, tc.roles)
+			}
+			wantAnn := map[string]string{"lbsvc.io/active-pod": tc.pod, "lbsvc.io/active-node": tc.node}
+			if !reflect.DeepEqual(got.Annotations, wantAnn) {
+				t.Errorf("annotations %v, want %v", got.Annotations, wantAnn)
+			}
+			c := got.Condition
+			wantReason := "ActiveHolder"
+			if tc.status == metav1.ConditionFalse {
+				wantReason = "NoActiveHolder"
+			}
+			if c.Type != "lbsvc.io/AddressActive" || c.Status != tc.status || c.Reason != wantReason || c.Message != tc.message {
+				t.Errorf("condition %+v, want %s %s %q", c, tc.status, wantReason, tc.message)
+			}
+			gotEvent := ""
+			if got.Event != nil {
+				gotEvent = got.Event.Message
+				if got.Event.Reason != "ActiveHolder" {
+					t.Errorf("event reason %q", got.Event.Reason)
+				}
+			}
+			if gotEvent != tc.event {
+				t.Errorf("event %q, want %q", gotEvent, tc.event)
+			}
+		})
+	}
+}
+
+// FuzzDecideActive: whatever the Lease says and whatever the pods are, at most one pod is
+// labelled active, it is the one named, and it is one of the Service's pods.
+func FuzzDecideActive(f *testing.F) {
+	f.Add("a", "a,b", "n1,n2", uint8(3), "")
+	f.Add("", "a", "", uint8(0), "default/a")
+	f.Add("x", "a,b,c", "n1,,n3", uint8(5), "default/b")
+	f.Fuzz(func(t *testing.T, holder, names, nodes string, ready uint8, was string) {
+		var pods []corev1.Pod
+		nodeList := splitList(nodes)
+		for i, n := range splitList(names) {
+			node := ""
+			if i < len(nodeList) {
+				node = nodeList[i]
+			}
+			pods = append(pods, lbPod(n, node, ready&(1<<(i%8)) != 0, ""))
+		}
+		in := ActiveInputs{Service: shown(was, "n"), Pods: pods, Addresses: "172.18.0.18"}
+		if holder != "-" {
+			in.Lease = holderLease(holder)
+		}
+		got := DecideActive(in)
+		active := 0
+		for _, r := range got.Roles {
+			if r.Role == "active" {
+				active++
+				if got.ActivePod != r.Namespace+"/"+r.Name {
+					t.Fatalf("labelled %s/%s active, shown %q", r.Namespace, r.Name, got.ActivePod)
+				}
+			}
+		}
+		if active > 1 {
+			t.Fatalf("%d pods labelled active: %+v", active, got.Roles)
+		}
+		if got.ActivePod != "" && in.Lease != nil && got.ActivePod != "default/"+holder {
+			t.Fatalf("shown %q, lease names %q", got.ActivePod, holder)
+		}
+		if (got.ActivePod == "") != (got.Condition.Status == metav1.ConditionFalse) {
+			t.Fatalf("holder %q with condition %+v", got.ActivePod, got.Condition)
+		}
+		if len(got.Condition.Message) > MaxMessageBytes {
+			t.Fatalf("message of %d bytes", len(got.Condition.Message))
+		}
+	})
+}
+
+// splitList splits a comma-separated fuzz input.
+func splitList(s string) []string {
+	if s == "" {
+		return nil
+	}
+	var out []string
+	start := 0
+	for i := 0; i <= len(s); i++ {
+		if i == len(s) || s[i] == ',' {
+			out = append(out, s[start:i])
+			start = i + 1
+		}
+	}
+	return out
+}

@@ -1,0 +1,74 @@
+package lbpod
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// FlowPolicy is how the nat rules of one family translate UDP and SCTP traffic to the LB
+// address: which sources are allowed and where each port goes. It decides which conntrack
+// entries are stale after a change (Stale); TCP is left alone, as kube-proxy does: no new
+// connection is translated the old way, and established ones may finish.
+type FlowPolicy struct {
+	LB netip.Addr
+	// AllSources is set when every source is allowed; otherwise only Sources are.
+	AllSources bool
+	Sources    []netip.Prefix
+	// Targets maps each UDP and SCTP Service port to the ClusterIP:port it is DNATed to. Without
+	// a ClusterIP of the family it is empty: nothing is translated.
+	Targets map[Port]netip.AddrPort
+}
+
+// Flow is the part of a conntrack entry FlowPolicy looks at: the original direction's protocol,
+// source and destination, and the source of the reply direction (the DNAT target when the entry
+// was translated, the LB address itself when it was not).
+type Flow struct {
+	Protocol Protocol
+	Src      netip.Addr
+	Dst      netip.AddrPort
+	ReplySrc netip.AddrPort
+}
+
+// Stale reports whether an entry must be deleted: it is UDP or SCTP to the LB address, and the
+// rules in place now would not translate its next packet to the same ClusterIP:port (its port
+// is gone, its source is no longer allowed, its target changed, or it was made before the DNAT
+// rule existed and is not translated at all).
+func (f FlowPolicy) Stale(fl Flow) bool {
+	if fl.Protocol != UDP && fl.Protocol != SCTP {
+		return false
+	}
+	if fl.Dst.Addr().Unmap() != f.LB {
+		return false
+	}
+	if !f.AllSources && !slices.ContainsFunc(f.Sources, func(p netip.Prefix) bool { return p.Contains(fl.Src.Unmap()) }) {
+		return true
+	}
+	target, ok := f.Targets[Port{Protocol: fl.Protocol, Port: int32(fl.Dst.Port())}]
+	return !ok || target != netip.AddrPortFrom(fl.ReplySrc.Addr().Unmap(), fl.ReplySrc.Port())
+}
+
+// String lists the policy briefly, for the log.
+func (f FlowPolicy) String() string {
+	var ports []string
+	for p, t := range f.Targets {
+		ports = append(ports, fmt.Sprintf("%s/%d->%s", strings.ToLower(string(p.Protocol)), p.Port, t))
+	}
+	slices.Sort(ports)
+	src := "all sources"
+	if !f.AllSources {
+		var s []string
+		for _, p := range f.Sources {
+			s = append(s, p.String())
+		}
+		src = "sources " + strings.Join(s, ",")
+	}
+	return fmt.Sprintf("%s, ports [%s]", src, strings.Join(ports, " "))
+}
+
+// flowPolicyOf returns the flow policy of one family's tables; false when the family has no LB
+// address (nothing to forget).
+func flowPolicyOf(t Tables) (FlowPolicy, bool) {
+	return t.Flows, t.Flows.LB.IsValid()
+}

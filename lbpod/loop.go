@@ -1,0 +1,417 @@
+package lbpod
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	corev1 "k8s.io/api/core/v1"
+)
+
+// LoopConfig is what the main container's loop needs; cmd/lbpod fills it from flags.
+type LoopConfig struct {
+	Network Network
+	Names   Names
+	Applier *Applier
+	// ProcSys is where the sysctls are (/proc/sys).
+	ProcSys string
+	// ResyncPeriod is how often the whole state is compared with the kernel and repaired.
+	ResyncPeriod time.Duration
+	// AnnounceInterval is how often the held addresses are announced after the first burst.
+	AnnounceInterval time.Duration
+	Log              *slog.Logger
+	// OnHeld, when set, is called from the loop's goroutine each time the LB addresses start
+	// (true) or stop (false) being held: held means active, every address on net1 and the whole
+	// state verified. A failover controller waits for true before it reports itself the holder.
+	OnHeld func(held bool)
+	// Announce sends the announcements; nil means Announce (tests may count instead).
+	Announce func(ifname string, addrs []netip.Prefix) error
+}
+
+// Loop keeps the lb pod's network namespace in the desired state: it applies the state when the
+// Service changes, repairs what the kernel watch or the periodic resync finds changed, announces
+// the addresses, and reports readiness and metrics.
+//
+// Failover seam: a Loop starts active, holding the LB address (what a single lb pod does).
+// SetActive(false) makes it a standby: net1 stays up with every rule and route installed, but
+// without the LB address, and no announcement is sent; SetActive(true) adds the address at once,
+// then announces it (a burst of three a second apart, then every AnnounceInterval). OnHeld says
+// when the address is really on the link.
+type Loop struct {
+	cfg     LoopConfig
+	metrics *metrics
+	stats   AnnounceStats
+
+	mu      sync.Mutex
+	svc     *corev1.Service
+	svcErr  error
+	ready   bool
+	reason  string
+	changed chan struct{} // a new Service, or a new active flag
+
+	active atomic.Bool
+	held   bool // last value given to OnHeld
+	// noSCTP is set once the kernel refused our SCTP rules while taking the others; it stays
+	// set for the pod's life (the message says to restart it once the modules are loaded).
+	noSCTP atomic.Bool
+}
+
+// NewLoop returns an active loop waiting for its Service.
+func NewLoop(cfg LoopConfig) *Loop {
+	if cfg.ProcSys == "" {
+		cfg.ProcSys = "/proc/sys"
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	cfg.Names = cfg.Names.withDefaults()
+	l := &Loop{cfg: cfg, svcErr: errors.New("waiting for the Service"), reason: "starting", changed: make(chan struct{}, 1)}
+	l.metrics = newMetrics(&l.stats)
+	l.active.Store(true)
+	l.metrics.active.Set(1)
+	return l
+}
+
+// SetService gives the loop the newest Service, or why there is none (deleted, unreadable). It
+// never blocks: the loop only ever needs the newest one.
+func (l *Loop) SetService(svc *corev1.Service, err error) {
+	l.mu.Lock()
+	l.svc, l.svcErr = svc, err
+	l.mu.Unlock()
+	l.wake()
+}
+
+// SetActive switches between holding the LB address (true, the default) and standing by with
+// everything else installed (false). The change is applied at once by the running loop.
+func (l *Loop) SetActive(active bool) {
+	if l.active.Swap(active) != active {
+		if active {
+			l.metrics.active.Set(1)
+		} else {
+			l.metrics.active.Set(0)
+		}
+		l.wake()
+	}
+}
+
+// Active reports whether the loop is to hold the LB address.
+func (l *Loop) Active() bool { return l.active.Load() }
+
+// Ready reports what /readyz says: whether the state is applied and verified, and why not.
+func (l *Loop) Ready() (bool, string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ready, l.reason
+}
+
+func (l *Loop) wake() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// setReady records readiness and reports whether it changed.
+func (l *Loop) setReady(ready bool, reason string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	changed := l.ready != ready || l.reason != reason
+	l.ready, l.reason = ready, reason
+	if ready {
+		l.metrics.ready.Set(1)
+	} else {
+		l.metrics.ready.Set(0)
+	}
+	return changed
+}
+
+// Result is what one reconcile did.
+type Result struct {
+	Changes      []Change
+	AddressAdded bool
+	Took         time.Duration
+	Err          error
+	// Problems are what of the Service the applied state does not serve (Desired's).
+	Problems []Problem
+}
+
+// NotReady returns the first problem that makes the pod not ready, if any.
+func (r Result) NotReady() (Problem, bool) {
+	for _, p := range r.Problems {
+		if p.NotReady {
+			return p, true
+		}
+	}
+	return Problem{}, false
+}
+
+// Reconcile applies the state for svc (without the LB addresses when the loop is not active),
+// then verifies that nothing differs any more. lbpod init runs it once; Run runs it on every
+// trigger.
+func (l *Loop) Reconcile(svc *corev1.Service) Result {
+	start := time.Now()
+	res := l.reconcile(svc)
+	res.Took = time.Since(start)
+	l.metrics.syncDuration.Observe(res.Took.Seconds())
+	switch {
+	case res.Err != nil:
+		l.metrics.syncs.WithLabelValues(SyncError).Inc()
+	case len(res.Changes) > 0:
+		l.metrics.syncs.WithLabelValues(SyncChanged).Inc()
+	default:
+		l.metrics.syncs.WithLabelValues(SyncUnchanged).Inc()
+	}
+	return res
+}
+
+func (l *Loop) reconcile(svc *corev1.Service) Result {
+	var res Result
+	service, err := ServiceFromObject(svc)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	a := l.cfg.Applier
+	obs, err := a.Observe(l.cfg.Names)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	if _, err := os.Stat(filepath.Join(l.cfg.ProcSys, "net/ipv6")); err != nil {
+		obs.NoIPv6 = true
+	}
+	obs.NoSCTP = l.noSCTP.Load()
+	desired := func(obs Observed) State {
+		st := Desired(Config{Network: l.cfg.Network, Service: service}, obs, l.cfg.Names)
+		if !l.Active() {
+			st = st.Standby()
+		}
+		return st
+	}
+	st := desired(obs)
+	set, fwdErr := EnsureForwarding(l.cfg.ProcSys, st.Forwarding)
+	for _, s := range set {
+		l.cfg.Log.Info("forwarding turned on", "sysctl", s)
+	}
+	res.Changes, err = a.Sync(st, false)
+	var refused *RestoreError
+	if err != nil && errors.As(err, &refused) && !obs.NoSCTP && slices.ContainsFunc(service.Ports, func(p Port) bool { return p.Protocol == SCTP }) {
+		// The kernel refused a transaction of a state with SCTP ports: when the same state
+		// without them goes in, SCTP is what it lacks. Serve the other ports.
+		obs.NoSCTP = true
+		sctpless := desired(obs)
+		more, err2 := a.Sync(sctpless, false)
+		if err2 == nil {
+			l.noSCTP.Store(true)
+			l.cfg.Log.Warn("the kernel refused the SCTP rules; serving the other ports", "err", err)
+			st, err = sctpless, nil
+			res.Changes = append(res.Changes, more...)
+		}
+	}
+	res.Problems = st.Problems
+	l.metrics.unservedPorts.WithLabelValues(string(SCTP)).Set(float64(len(st.Unserved)))
+	for _, c := range res.Changes {
+		if c.Kind == "address" && c.Added {
+			res.AddressAdded = true
+		}
+		l.cfg.Log.Info("changed", "change", c.String())
+	}
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	drift, err := a.Sync(st, true)
+	if err != nil {
+		res.Err = fmt.Errorf("verify: %w", err)
+		return res
+	}
+	if len(drift) > 0 {
+		var what []string
+		for _, c := range drift {
+			what = append(what, c.String())
+		}
+		res.Err = fmt.Errorf("state not converged after applying, still differs: %s", strings.Join(what, "; "))
+		return res
+	}
+	res.Err = fwdErr
+	return res
+}
+
+// Handler serves /healthz (200 while the process runs), /readyz (200 only while the state is
+// applied and verified, 503 with the reason otherwise) and /metrics (Prometheus).
+func (l *Loop) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		ok, reason := l.Ready()
+		if !ok {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintln(w, "not ready:", reason)
+			return
+		}
+		if reason != "" {
+			fmt.Fprintln(w, "ok:", reason)
+			return
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(l.metrics.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// AnnounceStats returns the counters of the announcements sent so far.
+func (l *Loop) AnnounceStats() *AnnounceStats { return &l.stats }
+
+// Run applies the state, then follows the Service, the active flag, the kernel and the clock
+// until ctx ends. It leaves the state in place when it returns (the pod's namespace goes with
+// the pod).
+func (l *Loop) Run(ctx context.Context) error {
+	cfg := l.cfg
+	log := cfg.Log
+	ifaces := []string{cfg.Names.Interface, cfg.Names.Uplink}
+	kernel := watchKernel(ctx, log, ifaces...)
+	send := cfg.Announce
+	if send == nil {
+		send = func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
+	}
+	held := func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.held
+	}
+	ann := &announcer{iface: cfg.Names.Interface, addrs: cfg.Network.Addresses, interval: cfg.AnnounceInterval,
+		burst: make(chan struct{}, 1), holding: held, send: send, log: log}
+	go ann.run(ctx)
+
+	resync := time.NewTicker(cfg.ResyncPeriod)
+	defer resync.Stop()
+	var (
+		lastSeen []LinkSnapshot // the links after the last reconcile
+		debounce <-chan time.Time
+		// A failed reconcile (an xtables lock held too long, net1 not there yet) is retried
+		// sooner than the resync, backing off from 1 s up to the resync period.
+		retry     <-chan time.Time
+		backoff   = time.Second
+		announced = false // the start burst was sent
+		wasActive = l.Active()
+	)
+	reconcile := func(trigger string, causes []string) {
+		l.mu.Lock()
+		svc, svcErr := l.svc, l.svcErr
+		l.mu.Unlock()
+		if svcErr != nil {
+			if l.setReady(false, svcErr.Error()) {
+				log.Error("not ready", "reason", svcErr.Error())
+			}
+			l.setHeld(false)
+			return
+		}
+		active := l.Active()
+		res := l.Reconcile(svc)
+		if len(res.Changes) > 0 {
+			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond))
+			if trigger == "resync" {
+				for _, c := range res.Changes {
+					causes = append(causes, c.Kind)
+				}
+			}
+			for _, c := range slicesCompactSorted(causes) {
+				l.metrics.repairs.WithLabelValues(c).Inc()
+			}
+		}
+		if res.Err != nil {
+			if l.setReady(false, res.Err.Error()) {
+				log.Error("not ready", "reason", res.Err.Error())
+			}
+			retry = time.After(backoff)
+			backoff = min(2*backoff, cfg.ResyncPeriod)
+		} else if p, bad := res.NotReady(); bad {
+			// Retrying changes nothing: the Service (or the operator's choice of address) must.
+			retry, backoff = nil, time.Second
+			if l.setReady(false, p.Reason+": "+p.Message) {
+				log.Error("not ready", "reason", p.Reason, "message", p.Message)
+			}
+		} else {
+			retry, backoff = nil, time.Second
+			var notes []string
+			if !active {
+				notes = append(notes, "standby, not holding the LB address")
+			}
+			for _, p := range res.Problems {
+				notes = append(notes, p.Reason+": "+p.Message)
+			}
+			if l.setReady(true, strings.Join(notes, "; ")) {
+				log.Info("ready", "trigger", trigger, "active", active)
+				for _, p := range res.Problems {
+					log.Warn("serving with a problem", "reason", p.Reason, "message", p.Message)
+				}
+			}
+		}
+		l.setHeld(active && res.Err == nil)
+		// Announce after the first apply, on becoming active, after adding an address, and when
+		// net1's MAC changed (a recreated net1, or one whose MAC was changed by hand).
+		now := snapshotLinks(ifaces...)
+		macChanged := len(lastSeen) > 0 && lastSeen[0].MAC != "" && now[0].MAC != "" && lastSeen[0].MAC != now[0].MAC
+		if active && res.Err == nil && (!announced || !wasActive || res.AddressAdded || macChanged) {
+			ann.trigger()
+			announced = true
+		}
+		wasActive = active
+		lastSeen = now
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			log.Info("stopping", "signal", context.Cause(ctx))
+			return nil
+		case <-l.changed:
+			reconcile("service", nil)
+		case <-kernel:
+			// Our own changes echo back as events: wait for the burst to end, then look once.
+			if debounce == nil {
+				debounce = time.After(50 * time.Millisecond)
+			}
+		case <-debounce:
+			debounce = nil
+			// Most events echo our own changes: look again only when the links or their
+			// addresses differ from what the last reconcile left.
+			now := snapshotLinks(ifaces...)
+			if causes := SnapshotCauses(lastSeen, now); len(causes) > 0 {
+				reconcile("netlink", causes)
+			}
+		case <-resync.C:
+			reconcile("resync", nil)
+		case <-retry:
+			reconcile("retry", nil)
+		}
+	}
+}
+
+// setHeld records whether the addresses are held and tells OnHeld about a change.
+func (l *Loop) setHeld(held bool) {
+	l.mu.Lock()
+	changed := l.held != held
+	l.held = held
+	l.mu.Unlock()
+	if changed && l.cfg.OnHeld != nil {
+		l.cfg.OnHeld(held)
+	}
+}
+
+// slicesCompactSorted returns the distinct values of s, sorted.
+func slicesCompactSorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return slices.Compact(s)
+}

@@ -1,0 +1,305 @@
+package lbpod
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Kernel is what the Applier read from the lb pod's network namespace: the other input of Plan,
+// beside the wanted State. It holds plain data only, so that Plan is tested without root.
+type Kernel struct {
+	// Link is the underlay interface (net1).
+	Link Link
+	// Indexes maps each interface the routes use (net1, eth0) to its index; a missing interface
+	// is absent.
+	Indexes map[string]int
+	// Rules are the policy rules that point at our table, both families.
+	Rules []KernelRule
+	// Routes are the routes of our table, both families.
+	Routes []KernelRoute
+	// IPTables holds, per family the state uses, what `iptables-save` printed.
+	IPTables map[Family]Saved
+}
+
+// Link is the underlay interface as read.
+type Link struct {
+	Name   string
+	Exists bool
+	Up     bool
+	// Addresses are its global addresses with their prefix length (link-local ones belong to the
+	// kernel and are not listed).
+	Addresses []netip.Prefix
+}
+
+// KernelRule is a policy rule as read. Plain is false when it has a selector we never write
+// (a source, a destination, a mark, an oif, "not"): such a rule is never ours.
+type KernelRule struct {
+	Rule
+	Plain bool
+	// raw is the kernel's own object, deleted as read (nil in tests).
+	raw any
+}
+
+// KernelRoute is a route of our table as read. An invalid Gateway is a device route.
+type KernelRoute struct {
+	Family    Family
+	Dst       netip.Prefix
+	Gateway   netip.Addr
+	LinkIndex int
+	OnLink    bool
+	// MultiPath is set for a route with several next hops, which we never write.
+	MultiPath bool
+	// Text is how the route is named in logs.
+	Text string
+	raw  any
+}
+
+// Op is one kernel operation: the Applier executes the list Plan returns, in order, and decides
+// nothing itself. String renders it like the command that would do the same.
+type Op interface {
+	String() string
+}
+
+// RestoreOp feeds one table's payload to `iptables-restore --noflush` (one transaction).
+type RestoreOp struct {
+	Family  Family
+	Table   string
+	Payload string
+}
+
+// ForgetFlowsOp deletes the UDP and SCTP conntrack entries to the LB address that the new rules
+// would not translate the same way: a port that is gone, a source no longer allowed, a target
+// that changed, or an entry created before the DNAT rule existed (untranslated). A client that
+// keeps sending from one source port would otherwise stay on its old entry until it times out.
+type ForgetFlowsOp struct {
+	Family Family
+	Flows  FlowPolicy
+}
+
+// LinkUpOp sets the underlay interface up.
+type LinkUpOp struct{ Name string }
+
+// AddressOp adds (Add) or removes an address of the underlay interface.
+type AddressOp struct {
+	Add    bool
+	Name   string
+	Prefix netip.Prefix
+}
+
+// RuleOp adds the rule (Add) or deletes the one read (Old).
+type RuleOp struct {
+	Add  bool
+	Rule Rule
+	Old  KernelRule
+}
+
+// RouteOp adds (replaces) the route (Add, with the index of its device) or deletes the one read.
+type RouteOp struct {
+	Add       bool
+	Table     int
+	Route     Route
+	LinkIndex int
+	Old       KernelRoute
+}
+
+func (o RestoreOp) String() string {
+	return fmt.Sprintf("%s-restore --noflush <<%q", iptablesCmd(o.Family), o.Payload)
+}
+
+func (o ForgetFlowsOp) String() string {
+	return fmt.Sprintf("conntrack -D (%s) to %s: keep %s", o.Family, o.Flows.LB, o.Flows)
+}
+
+func (o LinkUpOp) String() string { return "ip link set " + o.Name + " up" }
+
+func (o AddressOp) String() string {
+	return fmt.Sprintf("ip addr %s %s dev %s", addOrDel(o.Add), o.Prefix, o.Name)
+}
+
+func (o RuleOp) String() string {
+	r := o.Rule
+	if !o.Add {
+		r = o.Old.Rule
+	}
+	return fmt.Sprintf("ip %srule %s pref %d iif %s lookup %d", familyFlag(r.Family), addOrDel(o.Add), r.Priority, r.IIF, r.Table)
+}
+
+func (o RouteOp) String() string {
+	if !o.Add {
+		return fmt.Sprintf("ip %sroute del table %d %s", familyFlag(o.Old.Family), o.Table, o.Old.Text)
+	}
+	return fmt.Sprintf("ip %sroute replace table %d %s", familyFlag(o.Route.Family), o.Table, routeText(o.Route))
+}
+
+func addOrDel(add bool) string {
+	if add {
+		return "add"
+	}
+	return "del"
+}
+
+func familyFlag(f Family) string {
+	if f == IPv6 {
+		return "-6 "
+	}
+	return ""
+}
+
+func iptablesCmd(f Family) string {
+	if f == IPv6 {
+		return "ip6tables"
+	}
+	return "iptables"
+}
+
+// routeText renders one route as `ip route` does.
+func routeText(r Route) string {
+	return strings.TrimSpace(RenderRoutes(State{Routes: []Route{r}}, r.Family))
+}
+
+// Plan is what it takes to bring the kernel to a state: the operations in the order they must
+// run, and the differences they fix (for the log, and for verifying: a plan without changes
+// means the kernel holds the state).
+type Plan struct {
+	Ops     []Op
+	Changes []Change
+}
+
+// PlanSync compares what was read with the wanted state and returns the operations that close
+// the gap. It is pure. The iptables rules come first, so that the LB address never sits on
+// net1 without its filtering and DNAT (a UDP packet in that gap would make a conntrack entry
+// without NAT that a steady sender keeps alive); then the link, its addresses, the rules and
+// the routes. Stale objects are removed, missing ones added, nothing else is touched.
+func PlanSync(k Kernel, st State) (Plan, error) {
+	var p Plan
+	for _, t := range st.IPTables {
+		saved, ok := k.IPTables[t.Family]
+		if !ok {
+			return p, fmt.Errorf("no %s rules were read", iptablesCmd(t.Family))
+		}
+		rp := PlanRestore(saved, t, iptablesCmd(t.Family))
+		p.Changes = append(p.Changes, rp.Changes...)
+		for _, table := range rp.Tables {
+			p.Ops = append(p.Ops, RestoreOp{Family: t.Family, Table: table, Payload: rp.Payloads[table]})
+		}
+		if rp.NATChanged {
+			if fp, ok := flowPolicyOf(t); ok {
+				p.Ops = append(p.Ops, ForgetFlowsOp{Family: t.Family, Flows: fp})
+			}
+		}
+	}
+	if !k.Link.Exists {
+		return p, fmt.Errorf("interface %q not found (is the NetworkAttachmentDefinition attached?)", st.Interface)
+	}
+	planLink(&p, k.Link, st)
+	planRules(&p, k.Rules, st)
+	if err := planRoutes(&p, k, st); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+func planLink(p *Plan, l Link, st State) {
+	if !l.Up {
+		p.Ops = append(p.Ops, LinkUpOp{Name: st.Interface})
+		p.Changes = append(p.Changes, Change{Kind: "link", Added: true, What: st.Interface + " up"})
+	}
+	for _, a := range l.Addresses {
+		if !slices.Contains(st.Addresses, a) {
+			p.Ops = append(p.Ops, AddressOp{Name: st.Interface, Prefix: a})
+			p.Changes = append(p.Changes, Change{Kind: "address", What: a.String() + " dev " + st.Interface})
+		}
+	}
+	for _, a := range st.Addresses {
+		if !slices.Contains(l.Addresses, a) {
+			p.Ops = append(p.Ops, AddressOp{Add: true, Name: st.Interface, Prefix: a})
+			p.Changes = append(p.Changes, Change{Kind: "address", Added: true, What: a.String() + " dev " + st.Interface})
+		}
+	}
+}
+
+func planRules(p *Plan, have []KernelRule, st State) {
+	for _, fam := range []Family{IPv4, IPv6} {
+		found := map[Rule]bool{}
+		for _, r := range have {
+			if r.Family != fam {
+				continue
+			}
+			if r.Plain && slices.Contains(st.Rules, r.Rule) && !found[r.Rule] {
+				found[r.Rule] = true
+				continue
+			}
+			p.Ops = append(p.Ops, RuleOp{Old: r})
+			p.Changes = append(p.Changes, Change{Kind: "rule", What: fmt.Sprintf("%s %d: iif %q lookup %d", fam, r.Priority, r.IIF, r.Table)})
+		}
+		for _, r := range st.Rules {
+			if r.Family != fam || found[r] {
+				continue
+			}
+			found[r] = true
+			p.Ops = append(p.Ops, RuleOp{Add: true, Rule: r})
+			p.Changes = append(p.Changes, Change{Kind: "rule", Added: true, What: fmt.Sprintf("%s %d: iif %s lookup %d", fam, r.Priority, r.IIF, r.Table)})
+		}
+	}
+}
+
+// routeKey is what makes two routes the same for us.
+type routeKey struct {
+	dst    netip.Prefix
+	gw     netip.Addr
+	link   int
+	onLink bool
+}
+
+func planRoutes(p *Plan, k Kernel, st State) error {
+	for _, dev := range []string{st.Interface, st.Uplink} {
+		if _, ok := k.Indexes[dev]; !ok {
+			return fmt.Errorf("interface %q not found", dev)
+		}
+	}
+	for _, fam := range []Family{IPv4, IPv6} {
+		want := map[routeKey]bool{}
+		for _, r := range st.Routes {
+			if r.Family == fam {
+				want[routeKey{dst: r.Dst, gw: r.Gateway, link: k.Indexes[r.Dev], onLink: r.OnLink}] = true
+			}
+		}
+		found := map[routeKey]bool{}
+		for _, r := range k.Routes {
+			if r.Family != fam {
+				continue
+			}
+			key := routeKey{dst: r.Dst, gw: r.Gateway, link: r.LinkIndex, onLink: r.OnLink}
+			if want[key] && !found[key] && !r.MultiPath {
+				found[key] = true
+				continue
+			}
+			p.Ops = append(p.Ops, RouteOp{Table: st.Table, Old: r})
+			p.Changes = append(p.Changes, Change{Kind: "route", What: fmt.Sprintf("table %d %s", st.Table, r.Text)})
+		}
+		// Device routes first: a standby's net1 has no address, and the kernel accepts a
+		// gateway only once a route of the table reaches it. Otherwise in the order Desired
+		// lists them, so that the log reads the same every time.
+		adds := slices.Clone(st.Routes)
+		slices.SortStableFunc(adds, func(a, b Route) int { return boolInt(a.Gateway.IsValid()) - boolInt(b.Gateway.IsValid()) })
+		for _, r := range adds {
+			key := routeKey{dst: r.Dst, gw: r.Gateway, link: k.Indexes[r.Dev], onLink: r.OnLink}
+			if r.Family != fam || found[key] {
+				continue
+			}
+			found[key] = true
+			p.Ops = append(p.Ops, RouteOp{Add: true, Table: st.Table, Route: r, LinkIndex: key.link})
+			p.Changes = append(p.Changes, Change{Kind: "route", Added: true, What: fmt.Sprintf("table %d %s", st.Table, routeText(r))})
+		}
+	}
+	return nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

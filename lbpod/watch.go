@@ -1,0 +1,147 @@
+package lbpod
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"slices"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+)
+
+// watchKernel signals the link and address changes that matter (net1 or eth0 recreated, up or
+// down, a new MAC; a global address added or removed) so that they are repaired at once rather
+// than at the next resync. Link-local addresses come and go with IPv6 DAD and are not ours.
+func watchKernel(ctx context.Context, log *slog.Logger, ifaces ...string) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	links := make(chan netlink.LinkUpdate, 64)
+	addrs := make(chan netlink.AddrUpdate, 64)
+	onErr := func(err error) {
+		if ctx.Err() == nil { // closing the socket on shutdown is not worth a warning
+			log.Warn("netlink subscription", "err", err)
+		}
+	}
+	if err := netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
+		log.Warn("no netlink link events; relying on the periodic resync", "err", err)
+		close(links)
+	}
+	if err := netlink.AddrSubscribeWithOptions(addrs, ctx.Done(), netlink.AddrSubscribeOptions{ErrorCallback: onErr}); err != nil {
+		log.Warn("no netlink address events; relying on the periodic resync", "err", err)
+		close(addrs)
+	}
+	notify := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		for links != nil || addrs != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case u, ok := <-links:
+				if !ok {
+					links = nil
+					continue
+				}
+				if slices.Contains(ifaces, u.Attrs().Name) {
+					notify()
+				}
+			case u, ok := <-addrs:
+				if !ok {
+					addrs = nil
+					continue
+				}
+				if !u.LinkAddress.IP.IsLinkLocalUnicast() {
+					notify()
+				}
+			}
+		}
+		if ctx.Err() == nil {
+			log.Warn("netlink subscriptions closed; relying on the periodic resync")
+		}
+	}()
+	return out
+}
+
+// LinkSnapshot is what the kernel watch compares: an interface's index, MAC, up flag and global
+// addresses. Most netlink events echo the lb pod's own changes; only a snapshot that differs
+// from the one taken after the last reconcile is worth a repair.
+type LinkSnapshot struct {
+	Name   string
+	Exists bool
+	Index  int
+	MAC    string
+	Up     bool
+	// Addresses are the global addresses, sorted, comma-separated.
+	Addresses string
+}
+
+// snapshotLinks reads the snapshot of each interface.
+func snapshotLinks(names ...string) []LinkSnapshot {
+	out := make([]LinkSnapshot, 0, len(names))
+	for _, name := range names {
+		s := LinkSnapshot{Name: name}
+		link, err := netlink.LinkByName(name)
+		if err != nil {
+			out = append(out, s)
+			continue
+		}
+		a := link.Attrs()
+		s.Exists, s.Index, s.MAC, s.Up = true, a.Index, a.HardwareAddr.String(), a.Flags&net.FlagUp != 0
+		addrs, _ := netlink.AddrList(link, netlink.FAMILY_ALL)
+		var global []string
+		for _, ad := range addrs {
+			if !ad.IP.IsLinkLocalUnicast() {
+				global = append(global, ad.IPNet.String())
+			}
+		}
+		slices.Sort(global)
+		s.Addresses = strings.Join(global, ",")
+		out = append(out, s)
+	}
+	return out
+}
+
+// Causes of a repair the kernel watch can name (the "cause" label of lbpod_repairs_total).
+const (
+	CauseLinkMissing   = "link_missing"
+	CauseLinkRecreated = "link_recreated"
+	CauseMACChanged    = "mac_changed"
+	CauseLinkDown      = "link_down"
+	CauseAddresses     = "addresses_changed"
+	CauseLinkChanged   = "link_changed"
+)
+
+// SnapshotCauses names what changed between two snapshots of the same interfaces, one cause per
+// interface at most (the strongest: missing, recreated, new MAC, down, addresses). It is pure.
+func SnapshotCauses(before, after []LinkSnapshot) []string {
+	var out []string
+	for i, a := range after {
+		if i >= len(before) || before[i] == a {
+			continue
+		}
+		b := before[i]
+		var cause string
+		switch {
+		case !a.Exists:
+			cause = CauseLinkMissing
+		case !b.Exists || a.Index != b.Index:
+			cause = CauseLinkRecreated
+		case a.MAC != b.MAC:
+			cause = CauseMACChanged
+		case !a.Up && b.Up:
+			cause = CauseLinkDown
+		case a.Addresses != b.Addresses:
+			cause = CauseAddresses
+		default:
+			cause = CauseLinkChanged
+		}
+		if !slices.Contains(out, cause) {
+			out = append(out, cause)
+		}
+	}
+	return out
+}

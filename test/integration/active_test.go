@@ -1,0 +1,133 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"testing"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers"
+)
+
+// readyLBPod stands in for a running lb pod of svc on node (envtest has no kubelet): the
+// Service's labels, bound to node, Ready as the test says.
+func readyLBPod(t *testing.T, svc *corev1.Service, name, addr, node string, ready bool) *corev1.Pod {
+	t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svc.Namespace, Labels: map[string]string{
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.ServiceLabel: svc.Name, lbv1.ServiceNamespaceLabel: svc.Namespace,
+			lbv1.ServiceUIDLabel: string(svc.UID), lbv1.IPv4Label: addr}},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
+	}
+	create(t, p)
+	setReady(t, p, ready)
+	return p
+}
+
+func setReady(t *testing.T, p *corev1.Pod, ready bool) {
+	t.Helper()
+	st := corev1.ConditionFalse
+	if ready {
+		st = corev1.ConditionTrue
+	}
+	NewWithT(t).Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(p), p)).To(Succeed())
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: st, LastTransitionTime: metav1.Now()}}
+		g.Expect(k8s.Status().Update(context.Background(), p)).To(Succeed())
+	}, timeout, interval).Should(Succeed())
+}
+
+// shownHolder waits until the Service, its condition and the pods' role labels show holder
+// (pod name, "" for none) on node, and returns the Service.
+func shownHolder(t *testing.T, svc *corev1.Service, holder, node, message string, roles map[string]string) {
+	t.Helper()
+	g := NewWithT(t)
+	g.Eventually(func(g Gomega) {
+		s := getService(g, svc.Namespace, svc.Name)
+		wantPod := ""
+		if holder != "" {
+			wantPod = svc.Namespace + "/" + holder
+		}
+		g.Expect(s.Annotations[lbv1.ActivePodAnnotation]).To(Equal(wantPod))
+		g.Expect(s.Annotations[lbv1.ActiveNodeAnnotation]).To(Equal(node))
+		c := findCondition(s.Status.Conditions, controllers.ConditionAddressActive)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Message).To(Equal(message))
+		for name, role := range roles {
+			p := &corev1.Pod{}
+			g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: svc.Namespace, Name: name}, p)).To(Succeed())
+			g.Expect(p.Labels[lbv1.RoleLabel]).To(Equal(role), "pod %s", name)
+		}
+	}, timeout, interval).Should(Succeed())
+}
+
+func eventMessages(t *testing.T, ns, name, reason string) []string {
+	var out []string
+	for _, e := range events(t, ns, name) {
+		if e.Reason == reason {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// The operator shows which lb pod holds the address: from the only Ready pod when there is one
+// lb pod, from the Lease the lb pods write when there are standbys; a Lease naming a pod that
+// is not one of the Service's lb pods shows no holder rather than a wrong one.
+func TestActiveHolderShown(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	create(t, lbService(f.ns, "web", f.provider, f.ip("70")))
+	svc := waitAddress(t, f.ns, "web", f.ip("70"))
+	addr := f.ip("70")
+
+	readyLBPod(t, svc, "lb-a", addr, "n1", true)
+	shownHolder(t, svc, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; no standby",
+		map[string]string{"lb-a": lbv1.RoleActive})
+	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", controllers.ReasonActiveHolder) }, timeout, interval).
+		Should(Equal([]string{addr + " now held by pod " + f.ns + "/lb-a on node n1"}))
+
+	// Standbys: the operator creates the Lease (empty) and the lb pod that takes the address over
+	// writes itself in; the operator follows it.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-web", Labels: map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.ServiceLabel: "web", lbv1.ServiceNamespaceLabel: f.ns,
+		lbv1.ServiceUIDLabel: string(svc.UID)}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("lb-a"), LeaseTransitions: ptr.To[int32](0)}}
+	create(t, lease)
+	readyLBPod(t, svc, "lb-b", addr, "n2", true)
+	shownHolder(t, svc, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; standby: "+f.ns+"/lb-b on node n2",
+		map[string]string{"lb-a": lbv1.RoleActive, "lb-b": lbv1.RoleStandby})
+	update(t, lease, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](1)
+	})
+	shownHolder(t, svc, "lb-b", "n2", addr+" held by pod "+f.ns+"/lb-b on node n2; standby: "+f.ns+"/lb-a on node n1",
+		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleActive})
+	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", controllers.ReasonActiveHolder) }, timeout, interval).
+		Should(ConsistOf(addr+" now held by pod "+f.ns+"/lb-a on node n1",
+			addr+" now held by pod "+f.ns+"/lb-b on node n2 (was pod "+f.ns+"/lb-a on node n1)"))
+
+	g.Eventually(func(g Gomega) {
+		ip := getIP(g, addr)
+		g.Expect(ip.Status.Active).To(Equal(f.ns + "/lb-b"))
+		g.Expect(ip.Status.Node).To(Equal("n2"))
+		g.Expect(ip.Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: f.ns + "/lb-b", Node: "n2", Role: "active"}, {Pod: f.ns + "/lb-a", Node: "n1", Role: "standby"}}))
+	}, timeout, interval).Should(Succeed())
+
+	// A forged holder (not one of this Service's lb pods) shows none, and labels none active.
+	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("not-a-pod") })
+	shownHolder(t, svc, "", "", "no lb pod has reported holding "+addr+" yet; standby: "+f.ns+"/lb-a on node n1, "+f.ns+"/lb-b on node n2",
+		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleStandby})
+	c := findCondition(getService(g, f.ns, "web").Status.Conditions, controllers.ConditionAddressActive)
+	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
+	g.Expect(c.Reason).To(Equal(controllers.ReasonNoActiveHolder))
+	// The address itself is untouched by any of this.
+	g.Expect(ingressIPs(getService(g, f.ns, "web"))).To(Equal([]string{addr}))
+
+}
