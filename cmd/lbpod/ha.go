@@ -62,6 +62,13 @@ func (o haOptions) validate() error {
 // it holds the addresses. On ctx's end the election resigns first (the loop still running, so
 // that releasing the addresses takes effect), then the loop stops.
 func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbpod.Loop, holder *loopHolder, log *slog.Logger) error {
+	recorder, err := newRecorder(o, log)
+	if err != nil {
+		return err
+	}
+	if recorder != nil {
+		go recorder.run(ctx)
+	}
 	metrics := ha.NewMetrics()
 	for _, c := range metrics.Collectors() {
 		if err := loop.Registerer().Register(c); err != nil {
@@ -74,10 +81,36 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 	go func() { loopDone <- loop.Run(loopCtx) }()
 	haErr := ha.Run(ctx, ha.Options{
 		Interface: o.iface, Config: o.haConfig(network), Log: log, Metrics: metrics,
-		OnChange: func(role ha.Role, reason string) { log.Info("role", "role", role.String(), "reason", reason) },
+		OnChange: func(role ha.Role, reason string) {
+			log.Info("role", "role", role.String(), "reason", reason)
+			if recorder != nil {
+				recorder.onRole(role == ha.Active)
+			}
+		},
 	}, holder)
 	stopLoop()
 	return errors.Join(haErr, <-loopDone)
+}
+
+// newRecorder returns the Lease recorder, or nil when there is no API to write to (--service-file)
+// or no pod name to record (outside a cluster).
+func newRecorder(o options, log *slog.Logger) (*leaseRecorder, error) {
+	if o.serviceFile != "" || o.podName == "" {
+		log.Info("takeovers are not recorded in a Lease", "why", "no API (--service-file) or no --pod-name")
+		return nil, nil
+	}
+	name := o.leaseName
+	if name == "" {
+		var err error
+		if name, err = leaseName(o.podName); err != nil {
+			return nil, err
+		}
+	}
+	client, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	return newLeaseRecorder(client, o.namespace, name, o.podName, log), nil
 }
 
 // loopHolder is the election's Holder: it switches the loop between active and standby and waits
