@@ -26,17 +26,8 @@ import (
 // takeover by the same pod writes nothing, and the pod can touch no other Lease.
 func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 	g := NewWithT(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
-	t.Cleanup(func() { _ = env.Stop() })
-	admin := kubernetes.NewForConfigOrDie(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-
 	const ns = "lbpod-lease"
-	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	env, admin, ctx := startAPIServer(t, ns)
 	params := controllers.LBPodParams{ServiceName: "web", ServiceNamespace: ns, ServiceUID: "uid-web", Replicas: 2}
 	role, err := controllers.BuildRole(params)
 	g.Expect(err).NotTo(HaveOccurred())
@@ -92,4 +83,21 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 	other := newLeaseRecorder(podClient, ns, "lb-svc-other", "lb-svc-web-7d9f8b6c5d-aaaaa", log)
 	err = other.write(ctx)
 	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "write another Lease: %v", err)
+}
+
+// startAPIServer starts a kube-apiserver and etcd (envtest), creates namespace ns, and returns the
+// environment (to add users), an admin client and a context that ends with the test.
+func startAPIServer(t *testing.T, ns string) (*envtest.Environment, kubernetes.Interface, context.Context) {
+	t.Helper()
+	g := NewWithT(t)
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
+	t.Cleanup(func() { _ = env.Stop() })
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	return env, admin, ctx
 }
