@@ -17,12 +17,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod"
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 )
 
 // options are lbpod's flags; each input defaults to its environment variable.
@@ -35,6 +37,8 @@ type options struct {
 	resyncPeriod, announceInterval              time.Duration
 	iptables                                    string
 	procSys                                     string
+	ha                                          haOptions
+	podName, leaseName                          string
 }
 
 func parseFlags(name string, args []string) (options, error) {
@@ -55,7 +59,21 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.DurationVar(&o.announceInterval, "announce-interval", 30*time.Second, "how often the addresses are announced (gratuitous ARP / unsolicited NA)")
 	fs.StringVar(&o.iptables, "iptables", "auto", `iptables back end: "auto" (the one the host uses), "nft", "legacy" or "plain" (iptables/ip6tables)`)
 	fs.StringVar(&o.procSys, "proc-sys", "/proc/sys", "where the sysctls are")
+	replicas := envOr(v1alpha1.EnvReplicas, "1")
+	fs.StringVar(&replicas, "replicas", replicas, "how many lb pods serve the Service; with more than one they elect the holder of the addresses over net1 (env "+v1alpha1.EnvReplicas+")")
+	fs.DurationVar(&o.ha.interval, "ha-interval", ha.DefaultInterval, "election: advert interval (the dead interval is 3 of them)")
+	fs.UintVar(&o.ha.priority, "ha-priority", ha.DefaultPriority, "election: priority, 0 to 255 (ties with an older active are not preempted)")
+	fs.StringVar(&o.podName, "pod-name", os.Getenv(v1alpha1.EnvPodName), "this pod's name, recorded in the Service's Lease when it takes the addresses over (env "+v1alpha1.EnvPodName+")")
+	fs.StringVar(&o.leaseName, "lease-name", "", "the Service's Lease (in the Service's namespace); default: the Deployment's name, from --pod-name")
+	fs.DurationVar(&o.ha.lease, "ha-lease", time.Second, "election: kernel lifetime of the held addresses, renewed with every advert, so that they lapse when this process stops (0: permanent)")
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	var err error
+	if o.ha.replicas, err = strconv.Atoi(replicas); err != nil {
+		return o, fmt.Errorf("replicas %q: not a number", replicas)
+	}
+	if err := o.ha.validate(); err != nil {
 		return o, err
 	}
 	if fs.NArg() > 0 {
@@ -69,6 +87,14 @@ func parseFlags(name string, args []string) (options, error) {
 		return o, fmt.Errorf("resync-period %s, announce-interval %s: both must be positive", o.resyncPeriod, o.announceInterval)
 	}
 	return o, nil
+}
+
+// envOr is the environment variable's value, or def when it is unset or empty.
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
 }
 
 // ensureSbinInPath appends the sbin directories to PATH: iptables lives there, and an image
@@ -166,6 +192,8 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 		return err
 	}
 	loop := lbpod.NewLoop(loopConfig(o, network, applier, log))
+	// A replica starts as a standby: only the election may add the addresses.
+	loop.SetActive(!o.haEnabled())
 	res := loop.Reconcile(svc)
 	if res.Err != nil {
 		return res.Err
@@ -175,8 +203,10 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 	for _, p := range res.Problems {
 		log.Warn("problem", "reason", p.Reason, "message", p.Message, "notReady", p.NotReady)
 	}
-	if err := lbpod.Announce(o.iface, network.Addresses, loop.AnnounceStats()); err != nil {
-		log.Warn("announcement failed (not fatal)", "err", err)
+	if !o.haEnabled() {
+		if err := lbpod.Announce(o.iface, network.Addresses, loop.AnnounceStats()); err != nil {
+			log.Warn("announcement failed (not fatal)", "err", err)
+		}
 	}
 	log.Info("applied", "changes", len(res.Changes), "took", time.Since(start).Round(time.Millisecond))
 	return nil

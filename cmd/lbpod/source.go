@@ -35,6 +35,15 @@ func newServiceSource(o options, log *slog.Logger) (serviceSource, error) {
 	if o.serviceFile != "" {
 		return &fileSource{path: o.serviceFile, poll: 150 * time.Millisecond, log: log}, nil
 	}
+	cs, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	return &apiSource{client: cs, namespace: o.namespace, name: o.service, log: log}, nil
+}
+
+// newClient is the API client of the lb pod (in-cluster, or --kubeconfig).
+func newClient(o options) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if o.kubeconfig != "" {
@@ -50,7 +59,7 @@ func newServiceSource(o options, log *slog.Logger) (serviceSource, error) {
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
-	return &apiSource{client: cs, namespace: o.namespace, name: o.service, log: log}, nil
+	return cs, nil
 }
 
 // fileSource reads a Service object (YAML or JSON) from a file and polls it for changes, for

@@ -3,7 +3,6 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"os"
 	"testing"
@@ -23,17 +22,9 @@ import (
 // name; the Service's changes and deletion reach the box.
 func TestAPISourceWithSingleServiceRBAC(t *testing.T) {
 	g := NewWithT(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
-	t.Cleanup(func() { _ = env.Stop() })
-	admin := kubernetes.NewForConfigOrDie(cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-
 	const ns, name = "lbpod-source", "web"
-	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	env, admin, ctx := startAPIServer(t, ns)
+	var err error
 	for _, svcName := range []string{name, "other"} {
 		_, err = admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: svcName, Namespace: ns},

@@ -31,7 +31,13 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	loop := lbpod.NewLoop(loopConfig(o, network, applier, log))
+	cfg := loopConfig(o, network, applier, log)
+	var holder *loopHolder
+	if o.haEnabled() {
+		holder = newLoopHolder(o, network, log)
+		cfg.OnHeld, cfg.Announce = holder.onHeld, holder.announce
+	}
+	loop := lbpod.NewLoop(cfg)
 
 	healthAddr, why, err := lbpod.HealthAddr(o.healthAddr, os.Getenv(lbpod.EnvPodIP), uplinkAddrs(o.uplink))
 	if err != nil {
@@ -49,7 +55,12 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	}()
 
 	go src.Run(ctx, loop)
-	return loop.Run(ctx)
+	if holder == nil {
+		return loop.Run(ctx)
+	}
+	holder.loop = loop
+	loop.SetActive(false) // a standby until elected
+	return runElected(ctx, o, network, loop, holder, log)
 }
 
 // uplinkAddrs lists the addresses of the uplink (eth0), for the health server's fallback

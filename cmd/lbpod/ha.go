@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/lbsvc/lbsvc-operator/lbpod"
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+)
+
+// The election among a Service's replicas (package lbpod/ha), on when the operator runs more than
+// one (--replicas, env LBPOD_REPLICAS): every replica starts as a standby with the whole state but
+// the LB addresses, and the elected one adds them. With one replica nothing changes: the pod holds
+// the addresses from the start, as before.
+
+// haOptions are the election's flags.
+type haOptions struct {
+	replicas int
+	interval time.Duration
+	priority uint
+	lease    time.Duration
+}
+
+func (o options) haEnabled() bool { return o.ha.replicas > 1 }
+
+func (o options) haConfig(network lbpod.Network) ha.Config {
+	addrs := make([]netip.Addr, 0, len(network.Addresses))
+	for _, p := range network.Addresses {
+		addrs = append(addrs, p.Addr())
+	}
+	return ha.Config{Group: ha.GroupOf(addrs), Priority: uint8(o.ha.priority), Interval: o.ha.interval}
+}
+
+func (o haOptions) validate() error {
+	if o.replicas < 1 {
+		return fmt.Errorf("replicas %d: want 1 or more", o.replicas)
+	}
+	if o.priority > 255 {
+		return fmt.Errorf("ha-priority %d: want 0 to 255", o.priority)
+	}
+	if o.interval <= 0 || o.interval > ha.MaxInterval {
+		return fmt.Errorf("ha-interval %s: want more than 0 and at most %s", o.interval, ha.MaxInterval)
+	}
+	// The lease must outlive the dead interval, or a live active would lose the addresses
+	// between two renewals; it is whole seconds in the kernel.
+	if o.lease != 0 && (o.lease < time.Second || o.lease <= ha.DefaultDeadAdverts*o.interval) {
+		return fmt.Errorf("ha-lease %s: want 0 (none) or at least 1s and longer than %d intervals", o.lease, ha.DefaultDeadAdverts)
+	}
+	return nil
+}
+
+// runElected runs the loop under the election: the loop as a standby, the election deciding when
+// it holds the addresses. On ctx's end the election resigns first (the loop still running, so
+// that releasing the addresses takes effect), then the loop stops.
+func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbpod.Loop, holder *loopHolder, log *slog.Logger) error {
+	recorder, err := newRecorder(o, log)
+	if err != nil {
+		return err
+	}
+	if recorder != nil {
+		go recorder.run(ctx)
+	}
+	metrics := ha.NewMetrics()
+	for _, c := range metrics.Collectors() {
+		if err := loop.Registerer().Register(c); err != nil {
+			return err
+		}
+	}
+	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopLoop()
+	loopDone := make(chan error, 1)
+	go func() { loopDone <- loop.Run(loopCtx) }()
+	haErr := ha.Run(ctx, ha.Options{
+		Interface: o.iface, Config: o.haConfig(network), Log: log, Metrics: metrics,
+		OnChange: func(role ha.Role, reason string) {
+			log.Info("role", "role", role.String(), "reason", reason)
+			if recorder != nil {
+				recorder.onRole(role == ha.Active)
+			}
+		},
+	}, holder)
+	stopLoop()
+	return errors.Join(haErr, <-loopDone)
+}
+
+// newRecorder returns the Lease recorder, or nil when there is no API to write to (--service-file)
+// or no pod name to record (outside a cluster).
+func newRecorder(o options, log *slog.Logger) (*leaseRecorder, error) {
+	if o.serviceFile != "" || o.podName == "" {
+		log.Info("takeovers are not recorded in a Lease", "why", "no API (--service-file) or no --pod-name")
+		return nil, nil
+	}
+	name := o.leaseName
+	if name == "" {
+		var err error
+		if name, err = leaseName(o.podName); err != nil {
+			return nil, err
+		}
+	}
+	client, err := newClient(o)
+	if err != nil {
+		return nil, err
+	}
+	return newLeaseRecorder(client, o.namespace, name, o.podName, log), nil
+}
+
+// loopHolder is the election's Holder: it switches the loop between active and standby and waits
+// (at most waitHeld) until the loop reports the addresses held or let go, so that the advert the
+// election sends next tells the truth. With a lease it keeps the addresses on a kernel lifetime
+// that every advert renews (ha.Leaser).
+type loopHolder struct {
+	loop     *lbpod.Loop
+	iface    string
+	addrs    []netip.Prefix
+	lease    time.Duration
+	waitHeld time.Duration
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	held    bool
+	changed chan struct{}
+	// active is the election's last word; confirmed is when it last said so (SetActive(true) or
+	// an advert sent as active, which calls Renew).
+	active    bool
+	confirmed time.Time
+	// dead is the election's dead interval: an active older than this may have been frozen.
+	dead time.Duration
+	now  func() time.Time // time.Now; tests step it
+}
+
+func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHolder {
+	// Less than the dead interval, so that a slow apply never looks like a frozen process.
+	return &loopHolder{iface: o.iface, addrs: network.Addresses, lease: o.ha.lease, waitHeld: 2 * o.ha.interval,
+		log: log, changed: make(chan struct{}, 1), dead: ha.DefaultDeadAdverts * o.ha.interval, now: time.Now}
+}
+
+// announce is the loop's Announce: it sends only while the election confirmed this replica active
+// within the dead interval. After SIGSTOP/SIGCONT the loop's announcement timers can fire before
+// the election has noticed the freeze and stepped down; announcing then would pull the clients
+// back from the replica that took over meanwhile.
+func (h *loopHolder) announce(ifname string, addrs []netip.Prefix) error {
+	h.mu.Lock()
+	fresh := h.active && h.now().Sub(h.confirmed) < h.dead
+	h.mu.Unlock()
+	if !fresh {
+		h.log.Info("announcement withheld: the election has not confirmed this replica active lately")
+		return nil
+	}
+	return lbpod.Announce(ifname, addrs, h.loop.AnnounceStats())
+}
+
+func (h *loopHolder) confirm(active bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.active = active
+	if active {
+		h.confirmed = h.now()
+	}
+}
+
+// onHeld is the loop's OnHeld.
+func (h *loopHolder) onHeld(held bool) {
+	h.mu.Lock()
+	h.held = held
+	h.mu.Unlock()
+	select {
+	case h.changed <- struct{}{}:
+	default:
+	}
+}
+
+// SetActive implements ha.Holder.
+func (h *loopHolder) SetActive(active bool) {
+	h.confirm(active)
+	h.loop.SetActive(active)
+	timeout := time.NewTimer(h.waitHeld)
+	defer timeout.Stop()
+	for {
+		h.mu.Lock()
+		held := h.held
+		h.mu.Unlock()
+		if held == active {
+			return
+		}
+		select {
+		case <-h.changed:
+		case <-timeout.C:
+			h.log.Warn("the loop has not applied the role yet; going on", "active", active, "waited", h.waitHeld)
+			return
+		}
+	}
+}
+
+// Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
+// for announce, and replacing the addresses with a lifetime renews it.
+func (h *loopHolder) Renew() {
+	h.confirm(true)
+	if h.lease <= 0 {
+		return
+	}
+	link, err := netlink.LinkByName(h.iface)
+	if err != nil {
+		h.log.Warn("lease", "err", err)
+		return
+	}
+	secs := int(h.lease / time.Second)
+	for _, p := range h.addrs {
+		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
+			ValidLft: secs, PreferedLft: secs}
+		if p.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD // as the loop adds it: usable at once
+		}
+		if err := netlink.AddrReplace(link, a); err != nil {
+			h.log.Warn("lease", "addr", p, "err", err)
+		}
+	}
+}

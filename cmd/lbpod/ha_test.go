@@ -1,0 +1,111 @@
+package main
+
+import (
+	"log/slog"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/lbpod"
+)
+
+func TestParseFlagsElection(t *testing.T) {
+	base := []string{"--service-file", "/svc.yaml"}
+	o, err := parseFlags("lbpod", base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.haEnabled() || o.ha.replicas != 1 || o.ha.interval != 100*time.Millisecond || o.ha.priority != 100 || o.ha.lease != time.Second {
+		t.Fatalf("defaults: %+v", o.ha)
+	}
+	t.Setenv(v1alpha1.EnvReplicas, "2")
+	if o, err = parseFlags("lbpod", base); err != nil || !o.haEnabled() {
+		t.Fatalf("LBPOD_REPLICAS=2: %+v, %v", o.ha, err)
+	}
+	if o, err = parseFlags("lbpod", append(base, "--replicas", "1")); err != nil || o.haEnabled() {
+		t.Fatalf("--replicas 1 over the environment: %+v, %v", o.ha, err)
+	}
+	for args, want := range map[string]string{
+		"--replicas x":                   `replicas "x": not a number`,
+		"--replicas 0":                   "replicas 0: want 1 or more",
+		"--ha-priority 256":              "ha-priority 256: want 0 to 255",
+		"--ha-interval 0s":               "ha-interval 0s: want more than 0 and at most 1m5.535s",
+		"--ha-lease 500ms":               "ha-lease 500ms: want 0 (none) or at least 1s and longer than 3 intervals",
+		"--ha-interval 1s --ha-lease 2s": "ha-lease 2s: want 0 (none) or at least 1s and longer than 3 intervals",
+	} {
+		if _, err := parseFlags("lbpod", append(base, strings.Fields(args)...)); err == nil || err.Error() != want {
+			t.Errorf("%s: err %v, want %q", args, err, want)
+		}
+	}
+	if o, err = parseFlags("lbpod", append(base, "--ha-lease", "0s")); err != nil || o.ha.lease != 0 {
+		t.Fatalf("--ha-lease 0s: %+v, %v", o.ha, err)
+	}
+}
+
+// The holder waits for the loop to report the role applied, and announces only while the election
+// has confirmed it active within the dead interval.
+func TestLoopHolder(t *testing.T) {
+	o, err := parseFlags("lbpod", []string{"--service-file", "/svc.yaml", "--interface", "lbsvc-test-none", "--ha-lease", "0s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16")}}
+	h := newLoopHolder(o, network, slog.New(slog.DiscardHandler))
+	h.loop = lbpod.NewLoop(lbpod.LoopConfig{Network: network, Log: slog.New(slog.DiscardHandler)})
+	clock := time.Unix(1000, 0)
+	h.now = func() time.Time { return clock }
+
+	// The loop reports the address held while SetActive waits: it returns then, not at its limit.
+	h.waitHeld = time.Minute
+	go h.onHeld(true)
+	h.SetActive(true)
+	if !h.loop.Active() {
+		t.Fatal("the loop was not made active")
+	}
+	// Sent (the interface does not exist, so sending fails: that is how the test sees it tried).
+	if err := h.announce("lbsvc-test-none", network.Addresses); err == nil {
+		t.Fatal("an active just confirmed did not announce")
+	}
+	clock = clock.Add(299 * time.Millisecond)
+	if err := h.announce("lbsvc-test-none", network.Addresses); err == nil {
+		t.Fatal("an active confirmed 299 ms ago (dead interval 300 ms) did not announce")
+	}
+	clock = clock.Add(time.Millisecond)
+	if err := h.announce("lbsvc-test-none", network.Addresses); err != nil {
+		t.Fatalf("an active not confirmed for the dead interval (frozen?) announced: %v", err)
+	}
+	h.Renew() // the next advert confirms it again
+	if err := h.announce("lbsvc-test-none", network.Addresses); err == nil {
+		t.Fatal("an active confirmed by Renew did not announce")
+	}
+
+	// Standby: the loop has not reported the address gone; SetActive gives up after waitHeld.
+	h.waitHeld = time.Millisecond
+	h.SetActive(false)
+	if h.loop.Active() {
+		t.Fatal("the loop is still active")
+	}
+	if err := h.announce("lbsvc-test-none", network.Addresses); err != nil {
+		t.Fatalf("a standby announced: %v", err)
+	}
+}
+
+func TestLeaseName(t *testing.T) {
+	for pod, want := range map[string]string{
+		"lb-svc-web-7d9f8b6c5d-x2k4q":                 "lb-svc-web",
+		"lb-svc-team-a-web-0123abcd-7d9f8b6c5d-x2k4q": "lb-svc-team-a-web-0123abcd",
+		"web-":  `pod name "web-" is not a Deployment's pod name (<deployment>-<hash>-<suffix>); set --lease-name`,
+		"a-b-c": "a", // any three parts pass: a wrong name shows as a failed write
+		"x":     `pod name "x" is not a Deployment's pod name (<deployment>-<hash>-<suffix>); set --lease-name`,
+	} {
+		got, err := leaseName(pod)
+		if err != nil {
+			got = err.Error()
+		}
+		if got != want {
+			t.Errorf("leaseName(%q) = %q, want %q", pod, got, want)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+)
+
+// leaseRecorder writes, at each takeover, this pod's name into the Service's Lease (holderIdentity,
+// leaseTransitions, acquireTime), which the operator mirrors into the role labels, the Service's
+// annotations and condition, an Event, and the IP object. It is a record, not a lock: the election
+// on the underlay decides, the Lease is never renewed (an idle Service costs no API write), and the
+// recorder runs beside the election, so an unreachable API server delays only what people see.
+type leaseRecorder struct {
+	client                    kubernetes.Interface
+	namespace, name, identity string
+	log                       *slog.Logger
+	active                    atomic.Bool
+	kick                      chan struct{}
+	// retryMax bounds the backoff between failed writes.
+	retryMax time.Duration
+}
+
+func newLeaseRecorder(client kubernetes.Interface, namespace, name, identity string, log *slog.Logger) *leaseRecorder {
+	return &leaseRecorder{client: client, namespace: namespace, name: name, identity: identity,
+		log: log.With("lease", namespace+"/"+name), kick: make(chan struct{}, 1), retryMax: 10 * time.Second}
+}
+
+// leaseName is the Service's Lease, named like its Deployment (the operator creates both): a
+// Deployment's pod is "<deployment>-<pod template hash>-<suffix>", so the name is the pod's name
+// without its last two parts.
+func leaseName(podName string) (string, error) {
+	parts := strings.Split(podName, "-")
+	if len(parts) < 3 || parts[len(parts)-1] == "" || parts[len(parts)-2] == "" {
+		return "", fmt.Errorf("pod name %q is not a Deployment's pod name (<deployment>-<hash>-<suffix>); set --lease-name", podName)
+	}
+	return strings.Join(parts[:len(parts)-2], "-"), nil
+}
+
+// onRole is the election's OnChange: becoming active asks for a write.
+func (r *leaseRecorder) onRole(active bool) {
+	r.active.Store(active)
+	if active {
+		select {
+		case r.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run writes the record after each takeover, retrying with backoff while this pod stays active.
+func (r *leaseRecorder) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		}
+		backoff := 200 * time.Millisecond
+		for r.active.Load() {
+			err := r.write(ctx)
+			if err == nil {
+				break
+			}
+			r.log.Warn("recording the takeover in the Lease failed; retrying", "err", err, "in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, r.retryMax)
+		}
+	}
+}
+
+// write names this pod the holder, unless the Lease already does. leaseTransitions counts changes
+// from one holder to another, as Kubernetes' leader election counts them.
+func (r *leaseRecorder) write(ctx context.Context) error {
+	leases := r.client.CoordinationV1().Leases(r.namespace)
+	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	prev := ptr.Deref(l.Spec.HolderIdentity, "")
+	if prev == r.identity {
+		return nil
+	}
+	transitions := ptr.Deref(l.Spec.LeaseTransitions, 0)
+	if prev != "" {
+		transitions++
+	}
+	l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To(transitions)
+	l.Spec.AcquireTime = &metav1.MicroTime{Time: time.Now()}
+	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	r.log.Info("recorded the takeover", "holder", r.identity, "previous", prev, "transitions", transitions)
+	return nil
+}

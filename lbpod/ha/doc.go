@@ -1,0 +1,79 @@
+// Package ha elects which replica of a Service's lb pods holds the LB addresses: one active, the
+// others standby, and a failover in well under a second without the API server.
+//
+// # Protocol
+//
+// VRRP-like, over the underlay itself. The active multicasts an Advert every Interval (100 ms) on
+// net1, as a raw Ethernet frame of the local experimental EtherType 0x88B5 to the group MAC
+// 03:6c:62:73:76:63, through an AF_PACKET socket. Why raw Ethernet and not IP:
+//   - it crosses exactly the L2 that ARP/NDP for the addresses crosses: a standby that hears the
+//     active knows that the clients' ARP requests reach the active too, and silence means the
+//     active is gone from the L2 the clients use, whatever the cluster network says;
+//   - a standby has no address on net1 (that is what standby means), so it could not send IP
+//     from there; IPv6 link-local would work but needs DAD and a per-pod link-local address, and
+//     would behave differently for IPv4-only underlays with IPv6 filtered;
+//   - it needs only CAP_NET_RAW, which the lb pod has; the kernel filters other Services' adverts
+//     with a BPF program on the group, so 100 Services on one L2 do not wake each other.
+//
+// An advert carries the group (a digest of the LB addresses: the Services' replicas elect among
+// themselves only), a term, the priority, the sender ID (its net1 MAC), the sender's interval and
+// a "resigning" flag. Standbys are silent.
+//
+//   - Start: release whatever an earlier incarnation left on net1, listen as standby.
+//   - A standby that hears no advert for the dead interval (3 of the active's intervals) plus a
+//     skew (priority, then a slot from the ID; at most half an interval) takes over with
+//     term = highest term seen + 1: it adds the addresses, announces them, and advertises at once.
+//   - Two actives that hear each other settle at the first advert: the newer term wins, then the
+//     higher priority, then the higher ID. The winner answers a losing advert at once, so the
+//     loser lets go within one delivery. No preemption by default (Config.Preempt).
+//   - SIGTERM on the active (pod deleted, node drained, image rolled): it sends "resigning"
+//     adverts and keeps the addresses; a standby takes over after its skew only (tens of
+//     milliseconds, not the dead interval); the resigning replica releases when it hears the
+//     successor's advert, or after one interval if nobody takes over. Make before break.
+//   - Frozen (SIGSTOP, a paused VM, a starved CPU): the machine never sleeps longer than one
+//     interval, so a gap longer than the dead interval between two of its inputs means it was
+//     stopped. An active then releases at once, before it sends anything; the others had time to
+//     take over with a newer term, and it must not fight them. A frozen standby listens again.
+//   - Link down on net1: an active releases at once (it cannot serve), and comes back as a
+//     standby that listens a whole dead interval before it may claim.
+//
+// Machine is the pure decision (events in, what to do out; table and model tests); Run is the thin
+// effect around it: the socket, the clock, net1's link state and the Holder (the data path).
+//
+// # Safety
+//
+// On a healthy L2 every replica hears every advert within a delivery time d (microseconds to a
+// millisecond, far below the interval). Two replicas can hold at once only when both claimed
+// before hearing each other: two standbys within d of each other (the skew makes that rare), or
+// both sides of a partition that just healed. Both cases end at the first advert either sends
+// after they hear each other, so the overlap is bounded by one interval plus 2d: the model test
+// checks exactly this bound under kill -9, SIGSTOP/SIGCONT, SIGTERM, link loss and invisible
+// partitions, and that after any history exactly one replica holds once the faults are repaired.
+// A replica that is alive, hears the others and is not frozen never keeps the addresses against
+// an active with a newer term.
+//
+// What the protocol alone cannot do: fence a kernel whose process is gone. The addresses stay on
+// net1 of a pod whose lbpod was killed or stopped until the process comes back (it releases first
+// thing at start and on resume) or the pod's network namespace goes; meanwhile that kernel still
+// answers ARP requests sent to it. Two things bound this. The successor's announcement burst moves
+// every client's neighbour entry, and Linux clients then probe the new MAC by unicast, so nobody
+// asks the old one. And a Holder that implements Leaser keeps the addresses on a kernel lifetime
+// of a second, renewed with every advert: the kernel removes them by itself about a second after
+// the process stopped renewing (measured: 0.6 to 0.8 s after the failover). A node failure
+// removes the old kernel altogether.
+//
+// # The API server
+//
+// Not in the detection path: in steady state the replicas write nothing (adverts are L2 frames);
+// the API is used for visibility only (the role label, the Service's annotation, the IP object's
+// status, Events), written on transitions, and a failure to write never delays a takeover.
+//
+//   - API server unreachable: elections go on unchanged, failovers take the same time; only the
+//     visible role lags until the API is back.
+//   - Underlay partition: each side that has a replica elects its own active (a replica cannot
+//     tell a dead active from an unreachable one). Clients on each side reach the replica on their
+//     side, which is the best available; when the partition heals, the two actives hear each other
+//     and the newer term keeps the addresses within one interval (the other releases without
+//     announcing), and the winner's next announcement corrects any client that learnt the loser.
+//   - net1's own link lost: that replica releases at once; it cannot be one of two holders.
+package ha

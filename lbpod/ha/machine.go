@@ -1,0 +1,435 @@
+package ha
+
+import (
+	"cmp"
+	"fmt"
+	"hash/fnv"
+	"time"
+)
+
+// Role is what a replica does with the LB addresses.
+type Role uint8
+
+const (
+	// Standby: net1 up with every route and rule, no LB address; listens for adverts.
+	Standby Role = iota
+	// Active: holds the addresses, answers ARP/NDP, multicasts an advert every interval.
+	Active
+	// Resigning: shutting down while still active; has told the standbys and keeps the addresses
+	// until a new active advertises or one interval has passed, so a planned move loses nothing.
+	Resigning
+	// Stopped: done; holds nothing.
+	Stopped
+)
+
+func (r Role) String() string {
+	switch r {
+	case Standby:
+		return "standby"
+	case Active:
+		return "active"
+	case Resigning:
+		return "resigning"
+	case Stopped:
+		return "stopped"
+	}
+	return fmt.Sprintf("role(%d)", uint8(r))
+}
+
+// holds says whether the role keeps the addresses on net1.
+func (r Role) holds() bool { return r == Active || r == Resigning }
+
+// Config is one replica's election settings.
+type Config struct {
+	ID       ID
+	Group    Group
+	Priority uint8
+	// Interval between adverts; DefaultInterval when zero.
+	Interval time.Duration
+	// DeadAdverts: adverts missed before a standby takes over; DefaultDeadAdverts when zero.
+	DeadAdverts int
+	// Preempt: a standby with a higher priority than the active takes over. Off by default, as in
+	// VRRP practice: a move costs announcements and a possible lost packet, for nothing gained.
+	Preempt bool
+}
+
+// Defaults: 100 ms adverts and 3 missed ones make a 300 ms dead interval (plus skew), the VRRP
+// figures that move an address in well under a second.
+const (
+	DefaultInterval    = 100 * time.Millisecond
+	DefaultDeadAdverts = 3
+	DefaultPriority    = 100
+)
+
+func (c Config) withDefaults() Config {
+	if c.Interval <= 0 {
+		c.Interval = DefaultInterval
+	}
+	c.Interval = min(c.Interval, MaxInterval)
+	if c.DeadAdverts <= 0 {
+		c.DeadAdverts = DefaultDeadAdverts
+	}
+	return c
+}
+
+// EventKind says what happened.
+type EventKind uint8
+
+const (
+	// Start: the process began. Whatever an earlier incarnation left on net1 is released, and the
+	// replica listens for one dead interval before it may claim: a restart never preempts.
+	Start EventKind = iota + 1
+	// Tick: the wake time the last Output asked for has come (or any time earlier).
+	Tick
+	// Received: an advert of our group from another replica.
+	Received
+	// Shutdown: SIGTERM. An active resigns; a standby stops at once.
+	Shutdown
+	// LinkDown and LinkUp: net1 lost or regained its carrier. An active that cannot reach the
+	// underlay gives the addresses up at once, so that it comes back as a standby, not as a rival.
+	LinkDown
+	LinkUp
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Start:
+		return "start"
+	case Tick:
+		return "tick"
+	case Received:
+		return "received"
+	case Shutdown:
+		return "shutdown"
+	case LinkDown:
+		return "link-down"
+	case LinkUp:
+		return "link-up"
+	}
+	return fmt.Sprintf("event(%d)", uint8(k))
+}
+
+// Event is one input. Now is a monotonic clock reading (any fixed origin): the machine never reads
+// a clock itself, so tests are exact.
+type Event struct {
+	Kind   EventKind
+	Now    time.Duration
+	Advert Advert // Received only
+}
+
+// Hold is the change the caller applies to net1.
+type Hold uint8
+
+const (
+	// Keep: no change.
+	Keep Hold = iota
+	// Take: add the addresses and send the announcement burst.
+	Take
+	// Release: remove the addresses.
+	Release
+)
+
+func (h Hold) String() string {
+	switch h {
+	case Keep:
+		return "keep"
+	case Take:
+		return "take"
+	case Release:
+		return "release"
+	}
+	return fmt.Sprintf("hold(%d)", uint8(h))
+}
+
+// Output is what the caller does after an event, in this order: Hold, then Send.
+type Output struct {
+	Hold Hold
+	// Send, when not nil, is multicast on net1.
+	Send *Advert
+	// Role after the event.
+	Role Role
+	// Wake is when the machine wants the next Tick (same clock as Event.Now). It is never more than
+	// one interval away, so that a gap between inputs longer than the dead interval means the
+	// process was frozen (SIGSTOP, a paused VM, CPU starvation), not idle.
+	Wake time.Duration
+	// Reason says why Hold or Role changed, for the log and the Event; empty when nothing did.
+	Reason string
+	// Failover is set on a takeover that followed an active's silence or resignation: from the
+	// last advert heard from it to now.
+	Failover time.Duration
+	// Done: stopped; the caller may exit.
+	Done bool
+}
+
+// Machine is one replica's election state. It is a pure function of the events fed to it.
+type Machine struct {
+	cfg     Config
+	role    Role
+	started bool
+	lastNow time.Duration
+	// term is ours while we hold; maxTerm the highest seen in the group.
+	term, maxTerm uint64
+	linkDown      bool
+	// deadline: a standby takes over at this time unless it hears an active first.
+	deadline time.Duration
+	// peerInterval: the active's advertised interval, which sets our dead interval.
+	peerInterval time.Duration
+	// lastHeard: the last advert (or resignation) from an active, for the failover figure.
+	lastHeard   time.Duration
+	heardActive bool
+	// resigned: the last advert heard was a resignation (for the reason of the takeover).
+	resigned bool
+	// nextAdvert: an active's (or a resigning one's) next send; resignUntil: when a resigning
+	// replica lets go even without having heard its successor.
+	nextAdvert, resignUntil time.Duration
+}
+
+// NewMachine returns a machine for cfg; feed it Start first.
+func NewMachine(cfg Config) *Machine {
+	return &Machine{cfg: cfg.withDefaults()}
+}
+
+// Role is the current role.
+func (m *Machine) Role() Role { return m.role }
+
+// Term is the current term while holding, else the highest term seen.
+func (m *Machine) Term() uint64 {
+	if m.role.holds() {
+		return m.term
+	}
+	return m.maxTerm
+}
+
+// deadInterval is how long without an advert before an active is considered gone.
+func (m *Machine) deadInterval() time.Duration {
+	iv := m.cfg.Interval
+	if m.peerInterval > iv {
+		iv = m.peerInterval
+	}
+	return time.Duration(m.cfg.DeadAdverts) * iv
+}
+
+// skew staggers the standbys so that two of them rarely claim at the same moment: higher priority
+// first (a quarter interval across the priority range), then one of 8 slots from the ID (2.5 %
+// of an interval apart), in whole milliseconds. A tie that still happens is settled by the
+// adverts within one interval.
+func (m *Machine) skew() time.Duration {
+	h := fnv.New32a()
+	h.Write(m.cfg.ID[:])
+	slot := time.Duration(h.Sum32() % 8)
+	iv := m.cfg.Interval
+	return (iv*time.Duration(255-int(m.cfg.Priority))/1020 + iv*slot/40).Truncate(time.Millisecond)
+}
+
+// beats says whether advert a wins over us as active: newer term first, then priority, then ID.
+func (m *Machine) beats(a Advert) bool {
+	if c := cmp.Compare(a.Term, m.term); c != 0 {
+		return c > 0
+	}
+	if c := cmp.Compare(a.Priority, m.cfg.Priority); c != 0 {
+		return c > 0
+	}
+	for i := range a.Sender {
+		if c := cmp.Compare(a.Sender[i], m.cfg.ID[i]); c != 0 {
+			return c > 0
+		}
+	}
+	return false
+}
+
+func (m *Machine) advert(resigning bool) *Advert {
+	return &Advert{Group: m.cfg.Group, Term: m.term, Priority: m.cfg.Priority, Sender: m.cfg.ID,
+		Resigning: resigning, Interval: m.cfg.Interval}
+}
+
+// Handle applies one event and says what to do.
+func (m *Machine) Handle(ev Event) Output {
+	var out Output
+	if m.role == Stopped {
+		return Output{Role: Stopped, Done: true, Wake: ev.Now}
+	}
+	now := ev.Now
+	if m.started && now < m.lastNow {
+		now = m.lastNow // a clock that went back is treated as standing still
+	}
+	if !m.started {
+		m.started, m.lastNow = true, now
+		m.role = Standby
+		m.deadline = now + m.deadInterval() + m.skew()
+		// Whatever an earlier incarnation of this replica left on net1 goes (kill -9 leaves the
+		// addresses in the pod's network namespace).
+		out.Hold, out.Reason = Release, "started: standby until no active is heard for the dead interval"
+	} else if now-m.lastNow > m.deadInterval() {
+		m.frozen(now, &out)
+	}
+	m.lastNow = now
+
+	switch ev.Kind {
+	case Start:
+		// handled above
+	case Tick:
+		m.tick(now, &out)
+	case Received:
+		m.received(now, ev.Advert, &out)
+	case Shutdown:
+		m.shutdown(now, &out)
+	case LinkDown:
+		m.linkDown = true
+		switch m.role {
+		case Active:
+			m.stepDown(now, &out, "net1 lost its link")
+		case Resigning:
+			m.stop(&out, "net1 lost its link while resigning")
+		}
+	case LinkUp:
+		m.linkDown = false
+		if m.role == Standby {
+			// Listen a whole dead interval before claiming: the other side of the link may have an
+			// active we have not heard yet.
+			m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
+		}
+	}
+	out.Role = m.role
+	out.Done = m.role == Stopped
+	out.Wake = m.wake(now)
+	return out
+}
+
+// frozen: nothing reached us for longer than the dead interval although we never sleep more than
+// one interval. Others have had time to take over with a newer term: an active steps down without
+// waiting to hear them (it must not fight), and a standby listens again before it may claim.
+func (m *Machine) frozen(now time.Duration, out *Output) {
+	gap := (now - m.lastNow).Round(time.Millisecond)
+	switch m.role {
+	case Active:
+		m.stepDown(now, out, fmt.Sprintf("frozen for %s, longer than the dead interval: stepping down", gap))
+	case Resigning:
+		m.stop(out, fmt.Sprintf("frozen for %s while resigning", gap))
+	case Standby:
+		m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
+	}
+}
+
+func (m *Machine) tick(now time.Duration, out *Output) {
+	switch m.role {
+	case Standby:
+		if !m.linkDown && now >= m.deadline {
+			why := "no advert for the dead interval"
+			if m.resigned {
+				why = "the active resigned"
+			}
+			m.takeOver(now, out, why)
+		}
+	case Active:
+		if now >= m.nextAdvert {
+			out.Send = m.advert(false)
+			m.nextAdvert = now + m.cfg.Interval
+		}
+	case Resigning:
+		if now >= m.resignUntil {
+			m.stop(out, "resigned: one interval passed without a successor's advert")
+		} else if now >= m.nextAdvert {
+			out.Send = m.advert(true)
+			m.nextAdvert = now + m.cfg.Interval/4
+		}
+	}
+}
+
+func (m *Machine) received(now time.Duration, a Advert, out *Output) {
+	if a.Sender == m.cfg.ID || a.Group != m.cfg.Group {
+		return // our own, looped back, or another Service's
+	}
+	m.maxTerm = max(m.maxTerm, a.Term)
+	switch m.role {
+	case Standby:
+		m.lastHeard, m.heardActive = now, true
+		if a.Interval > 0 {
+			m.peerInterval = a.Interval
+		}
+		m.resigned = a.Resigning
+		if a.Resigning {
+			// A planned move: claim after the skew only, not the dead interval.
+			m.deadline = now + m.skew()
+			return
+		}
+		if m.cfg.Preempt && m.cfg.Priority > a.Priority && !m.linkDown {
+			m.takeOver(now, out, fmt.Sprintf("preempting %s (priority %d < %d)", a.Sender, a.Priority, m.cfg.Priority))
+			return
+		}
+		m.deadline = now + m.deadInterval() + m.skew()
+	case Active:
+		if a.Resigning {
+			return // it is leaving: nothing to settle
+		}
+		if m.beats(a) {
+			m.lastHeard, m.heardActive = now, true
+			m.stepDown(now, out, fmt.Sprintf("%s is active with term %d (ours %d): stepping down", a.Sender, a.Term, m.term))
+			return
+		}
+		// We win: say so at once rather than at the next interval, so the other steps down now.
+		out.Send = m.advert(false)
+		m.nextAdvert = now + m.cfg.Interval
+	case Resigning:
+		if !a.Resigning {
+			m.stop(out, fmt.Sprintf("handed over to %s (term %d)", a.Sender, a.Term))
+		}
+	}
+}
+
+func (m *Machine) shutdown(now time.Duration, out *Output) {
+	switch m.role {
+	case Active:
+		m.role = Resigning
+		m.resignUntil = now + m.cfg.Interval
+		m.nextAdvert = now + m.cfg.Interval/4
+		out.Send = m.advert(true)
+		out.Reason = "shutting down: resigning, keeping the addresses until a successor advertises"
+	case Standby:
+		m.stop(out, "shutting down as standby")
+	}
+}
+
+func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
+	m.maxTerm++
+	m.term = m.maxTerm
+	m.role = Active
+	m.resigned = false
+	m.nextAdvert = now + m.cfg.Interval
+	out.Hold, out.Send = Take, m.advert(false)
+	out.Reason = fmt.Sprintf("%s: active with term %d", why, m.term)
+	if m.heardActive {
+		out.Failover = now - m.lastHeard
+	}
+}
+
+func (m *Machine) stepDown(now time.Duration, out *Output, why string) {
+	m.role = Standby
+	m.deadline = now + m.deadInterval() + m.skew()
+	out.Hold, out.Reason = Release, why
+}
+
+func (m *Machine) stop(out *Output, why string) {
+	if m.role.holds() {
+		out.Hold = Release
+	}
+	m.role = Stopped
+	out.Reason = why
+}
+
+// wake is the next time the machine needs a Tick: never more than one interval away (see Output.Wake).
+func (m *Machine) wake(now time.Duration) time.Duration {
+	w := now + m.cfg.Interval
+	switch m.role {
+	case Standby:
+		if !m.linkDown {
+			w = min(w, m.deadline)
+		}
+	case Active:
+		w = min(w, m.nextAdvert)
+	case Resigning:
+		w = min(w, m.nextAdvert, m.resignUntil)
+	case Stopped:
+		w = now
+	}
+	return max(w, now)
+}

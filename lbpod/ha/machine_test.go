@@ -1,0 +1,212 @@
+package ha
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Test replicas: with priority 100 and a 100 ms interval their skews are 15, 20 and 25 ms.
+var (
+	idA   = ID{2, 0, 0, 0, 0, 5}
+	idB   = ID{2, 0, 0, 0, 0, 3}
+	idC   = ID{2, 0, 0, 0, 0, 1}
+	group = GroupOf(nil)
+)
+
+func ms(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+
+func TestSkew(t *testing.T) {
+	for _, tc := range []struct {
+		id       ID
+		priority uint8
+		want     time.Duration
+	}{
+		{idA, 100, ms(15)}, {idB, 100, ms(20)}, {idC, 100, ms(25)},
+		{idA, 255, 0}, {idA, 0, ms(25)}, {idC, 255, ms(10)},
+	} {
+		if got := NewMachine(Config{ID: tc.id, Priority: tc.priority}).skew(); got != tc.want {
+			t.Errorf("skew(%s, priority %d) = %s, want %s", tc.id, tc.priority, got, tc.want)
+		}
+	}
+}
+
+func from(id ID, term uint64) Advert {
+	return Advert{Group: group, Term: term, Priority: DefaultPriority, Sender: id, Interval: DefaultInterval}
+}
+
+func resigning(a Advert) Advert { a.Resigning = true; return a }
+
+func recv(at int, a Advert) Event    { return Event{Kind: Received, Now: ms(at), Advert: a} }
+func at(kind EventKind, n int) Event { return Event{Kind: kind, Now: ms(n)} }
+
+// step is one event and the exact output expected. send is "" for none, else "term N" with
+// " resigning" for a resignation; reason is a substring of Output.Reason ("" means empty).
+type step struct {
+	ev       Event
+	hold     Hold
+	send     string
+	role     Role
+	wake     int
+	failover int
+	reason   string
+}
+
+func describeSend(a *Advert) string {
+	if a == nil {
+		return ""
+	}
+	s := fmt.Sprintf("term %d", a.Term)
+	if a.Resigning {
+		s += " resigning"
+	}
+	return s
+}
+
+// activeAt315 brings A from start to active (term 1) at 315 ms, hearing nobody.
+var activeAt315 = []step{
+	{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+	{ev: at(Tick, 100), role: Standby, wake: 200},
+	{ev: at(Tick, 200), role: Standby, wake: 300},
+	{ev: at(Tick, 300), role: Standby, wake: 315},
+	{ev: at(Tick, 315), hold: Take, send: "term 1", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 1"},
+}
+
+func TestMachine(t *testing.T) {
+	tests := map[string]struct {
+		cfg   Config
+		steps []step
+	}{
+		"silence: a standby takes over after the dead interval and its skew": {steps: activeAt315},
+		"an active advertises every interval": {steps: append(activeAt315[:5:5],
+			step{ev: at(Tick, 400), role: Active, wake: 415},
+			step{ev: at(Tick, 415), send: "term 1", role: Active, wake: 515},
+		)},
+		"an advert keeps a standby waiting; its silence makes it take over with the next term": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: recv(50, from(idB, 4)), role: Standby, wake: 150},
+			{ev: at(Tick, 350), role: Standby, wake: 365},
+			{ev: at(Tick, 365), hold: Take, send: "term 5", role: Active, wake: 465, failover: 315, reason: "active with term 5"},
+		}},
+		"a resignation makes the standby take over after its skew only": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: recv(50, from(idB, 2)), role: Standby, wake: 150},
+			{ev: recv(120, resigning(from(idB, 2))), role: Standby, wake: 135},
+			{ev: at(Tick, 135), hold: Take, send: "term 3", role: Active, wake: 235, failover: 15, reason: "the active resigned: active with term 3"},
+		}},
+		"an active answers an older active at once and keeps the addresses": {steps: append(activeAt315[:5:5],
+			step{ev: recv(330, from(idB, 0)), send: "term 1", role: Active, wake: 430},
+		)},
+		"an active steps down for a newer term": {steps: append(activeAt315[:5:5],
+			step{ev: recv(330, from(idB, 2)), hold: Release, role: Standby, wake: 430, reason: "02:00:00:00:00:03 is active with term 2 (ours 1): stepping down"},
+			step{ev: at(Tick, 430), role: Standby, wake: 530},
+			step{ev: at(Tick, 530), role: Standby, wake: 630},
+			step{ev: at(Tick, 630), role: Standby, wake: 645},
+			step{ev: at(Tick, 645), hold: Take, send: "term 3", role: Active, wake: 745, failover: 315, reason: "no advert for the dead interval: active with term 3"},
+		)},
+		"same term: the higher priority wins": {cfg: Config{Priority: 99}, steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: at(Tick, 200), role: Standby, wake: 300},
+			{ev: at(Tick, 315), hold: Take, send: "term 1", role: Active, wake: 415, reason: "active with term 1"},
+			{ev: recv(320, from(idB, 1)), hold: Release, role: Standby, wake: 420, reason: "stepping down"},
+		}},
+		"same term and priority: the higher ID wins": {steps: append(activeAt315[:5:5],
+			step{ev: recv(320, from(idB, 1)), send: "term 1", role: Active, wake: 420},
+			step{ev: recv(330, from(ID{2, 0, 0, 0, 0, 6}, 1)), hold: Release, role: Standby, wake: 430, reason: "stepping down"},
+		)},
+		"frozen active: steps down at the first tick after the gap, sends nothing": {steps: append(activeAt315[:5:5],
+			step{ev: at(Tick, 1000), hold: Release, role: Standby, wake: 1100, reason: "frozen for 685ms, longer than the dead interval: stepping down"},
+		)},
+		"frozen active: steps down even when the first thing it hears is an older term": {steps: append(activeAt315[:5:5],
+			step{ev: recv(700, from(idB, 0)), hold: Release, role: Standby, wake: 800, reason: "frozen for 385ms"},
+		)},
+		"frozen standby: listens a whole dead interval again before claiming": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: at(Tick, 900), role: Standby, wake: 1000},
+			{ev: at(Tick, 1200), role: Standby, wake: 1215},
+			{ev: at(Tick, 1215), hold: Take, send: "term 1", role: Active, wake: 1315, reason: "active with term 1"},
+		}},
+		"SIGTERM on the active: resigns, keeps the addresses, lets go on the successor's advert": {steps: append(activeAt315[:5:5],
+			step{ev: at(Shutdown, 350), send: "term 1 resigning", role: Resigning, wake: 375, reason: "resigning"},
+			step{ev: at(Tick, 375), send: "term 1 resigning", role: Resigning, wake: 400},
+			step{ev: recv(380, from(idB, 2)), hold: Release, role: Stopped, wake: 380, reason: "handed over to 02:00:00:00:00:03 (term 2)"},
+			step{ev: at(Tick, 400), role: Stopped, wake: 400},
+		)},
+		"SIGTERM on the active with no successor: lets go after one interval": {steps: append(activeAt315[:5:5],
+			step{ev: at(Shutdown, 350), send: "term 1 resigning", role: Resigning, wake: 375, reason: "resigning"},
+			step{ev: recv(360, resigning(from(idB, 0))), role: Resigning, wake: 375},
+			step{ev: at(Tick, 375), send: "term 1 resigning", role: Resigning, wake: 400},
+			step{ev: at(Tick, 400), send: "term 1 resigning", role: Resigning, wake: 425},
+			step{ev: at(Tick, 425), send: "term 1 resigning", role: Resigning, wake: 450},
+			step{ev: at(Tick, 450), hold: Release, role: Stopped, wake: 450, reason: "resigned: one interval passed"},
+		)},
+		"SIGTERM on a standby: stops, holds nothing": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: at(Shutdown, 10), role: Stopped, wake: 10, reason: "shutting down as standby"},
+		}},
+		"link down: the active lets go; no claim while down; after link up a whole dead interval": {steps: append(activeAt315[:5:5],
+			step{ev: at(LinkDown, 350), hold: Release, role: Standby, wake: 450, reason: "net1 lost its link"},
+			step{ev: at(Tick, 700), role: Standby, wake: 800},
+			step{ev: at(LinkUp, 750), role: Standby, wake: 850},
+			step{ev: at(Tick, 850), role: Standby, wake: 950},
+			step{ev: at(Tick, 950), role: Standby, wake: 1050},
+			step{ev: at(Tick, 1064), role: Standby, wake: 1065},
+			step{ev: at(Tick, 1065), hold: Take, send: "term 2", role: Active, wake: 1165, reason: "active with term 2"},
+		)},
+		"preempt: a higher priority standby takes over from a lower active": {cfg: Config{Priority: 200, Preempt: true}, steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: recv(50, from(idB, 7)), hold: Take, send: "term 8", role: Active, wake: 150, failover: 0, reason: "preempting 02:00:00:00:00:03 (priority 100 < 200)"},
+		}},
+		"no preemption by default": {cfg: Config{Priority: 200}, steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: recv(50, from(idB, 7)), role: Standby, wake: 150},
+		}},
+		"own adverts and other groups are ignored": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: recv(50, from(idA, 9)), role: Standby, wake: 150},
+			{ev: recv(60, Advert{Group: Group{1}, Term: 9, Sender: idB}), role: Standby, wake: 160},
+			{ev: at(Tick, 315), hold: Take, send: "term 1", role: Active, wake: 415, reason: "active with term 1"},
+		}},
+		"a clock that goes back stands still": {steps: append(activeAt315[:5:5],
+			step{ev: at(Tick, 200), role: Active, wake: 415},
+		)},
+		"a slower active's advertised interval sets the dead interval": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: recv(50, Advert{Group: group, Term: 1, Priority: 100, Sender: idB, Interval: ms(200)}), role: Standby, wake: 150},
+			{ev: at(Tick, 150), role: Standby, wake: 250},
+			{ev: at(Tick, 250), role: Standby, wake: 350},
+			{ev: at(Tick, 350), role: Standby, wake: 450},
+			{ev: at(Tick, 450), role: Standby, wake: 550},
+			{ev: at(Tick, 550), role: Standby, wake: 650},
+			{ev: at(Tick, 650), role: Standby, wake: 665},
+			{ev: at(Tick, 665), hold: Take, send: "term 2", role: Active, wake: 765, failover: 615, reason: "active with term 2"},
+		}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.ID, cfg.Group = idA, group
+			if cfg.Priority == 0 {
+				cfg.Priority = DefaultPriority
+			}
+			m := NewMachine(cfg)
+			for i, s := range tc.steps {
+				out := m.Handle(s.ev)
+				got := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t",
+					out.Hold, describeSend(out.Send), out.Role, out.Wake, out.Failover, out.Done)
+				want := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t",
+					s.hold, s.send, s.role, ms(s.wake), ms(s.failover), s.role == Stopped)
+				if got != want {
+					t.Fatalf("step %d (%s at %s):\n got %s\nwant %s (reason %q)", i, s.ev.Kind, s.ev.Now, got, want, out.Reason)
+				}
+				if (s.reason == "") != (out.Reason == "") || !strings.Contains(out.Reason, s.reason) {
+					t.Fatalf("step %d (%s at %s): reason %q, want one containing %q", i, s.ev.Kind, s.ev.Now, out.Reason, s.reason)
+				}
+				if out.Send != nil && (out.Send.Sender != idA || out.Send.Group != group || out.Send.Priority != cfg.Priority || out.Send.Interval != DefaultInterval) {
+					t.Fatalf("step %d: advert %+v does not carry our ID, group, priority and interval", i, *out.Send)
+				}
+			}
+		})
+	}
+}

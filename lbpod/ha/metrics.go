@@ -1,0 +1,40 @@
+package ha
+
+import "github.com/prometheus/client_golang/prometheus"
+
+// Metrics are the election's counters and gauges. NewMetrics does not register them: the caller
+// registers Collectors() with its registry (one Run per process, so one set).
+type Metrics struct {
+	Active          prometheus.Gauge
+	Term            prometheus.Gauge
+	Transitions     *prometheus.CounterVec
+	AdvertsSent     prometheus.Counter
+	AdvertsReceived prometheus.Counter
+	SendErrors      prometheus.Counter
+	LastFailover    prometheus.Gauge
+}
+
+// NewMetrics builds the metrics, all at zero.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_active",
+			Help: "1 while this replica holds the LB addresses (active or resigning), else 0."}),
+		Term: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_term",
+			Help: "The election term this replica holds, or the highest it has seen."}),
+		Transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lbpod_ha_transitions_total",
+			Help: "Changes of role, by the role entered."}, []string{"to"}),
+		AdvertsSent: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_adverts_sent_total",
+			Help: "Adverts multicast on the underlay (resignations included)."}),
+		AdvertsReceived: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_adverts_received_total",
+			Help: "Adverts of this Service's group received from other replicas."}),
+		SendErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_advert_send_errors_total",
+			Help: "Adverts that could not be sent (net1 down or missing)."}),
+		LastFailover: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_last_failover_seconds",
+			Help: "At the last takeover: seconds from the previous active's last advert (or resignation) to this replica becoming active."}),
+	}
+}
+
+// Collectors lists the metrics for registration.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover}
+}

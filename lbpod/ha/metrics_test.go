@@ -1,0 +1,32 @@
+package ha
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+func TestMetricsRegister(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := NewMetrics()
+	for _, c := range m.Collectors() {
+		if err := reg.Register(c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Transitions.WithLabelValues("active").Inc()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+	}
+	want := []string{"lbpod_ha_active", "lbpod_ha_advert_send_errors_total", "lbpod_ha_adverts_received_total",
+		"lbpod_ha_adverts_sent_total", "lbpod_ha_last_failover_seconds", "lbpod_ha_term", "lbpod_ha_transitions_total"}
+	if !slices.Equal(names, want) {
+		t.Fatalf("metrics %v, want %v", names, want)
+	}
+}

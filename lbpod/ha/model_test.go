@@ -1,0 +1,231 @@
+package ha
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The model runs 2 or 3 replicas' machines against a simulated underlay at 1 ms resolution, with
+// faults chosen by the fuzzer: kill -9, restart, SIGSTOP/SIGCONT, SIGTERM, link down/up, and a
+// partition that the replica cannot see (its link stays up). Adverts take 0 to maxDelay to
+// arrive; a frozen replica's adverts wait in its socket buffer, as in the kernel.
+//
+// Safety: two replicas that hear each other never both hold the addresses for longer than one
+// advert interval plus two deliveries. Liveness: once every fault is repaired, exactly one holds.
+
+const (
+	maxDelay  = 10 * time.Millisecond
+	overlapOK = DefaultInterval + 2*maxDelay + 2*time.Millisecond
+)
+
+type delivery struct {
+	at time.Duration
+	a  Advert
+}
+
+type simReplica struct {
+	id                    ID
+	m                     *Machine
+	alive, frozen, linkUp bool
+	isolated, reported    bool // reported: the link state the machine was last told
+	wake                  time.Duration
+	inbox                 []delivery
+}
+
+func (r *simReplica) hears() bool { return r.alive && !r.frozen && r.linkUp && !r.isolated }
+
+type sim struct {
+	t        *testing.T
+	now      time.Duration
+	replicas []*simReplica
+	rng      uint32
+	since    map[[2]int]time.Duration // when a pair started to both hold while hearing each other
+	log      []string
+}
+
+func (s *sim) rand(n uint32) uint32 {
+	s.rng = s.rng*1664525 + 1013904223
+	return (s.rng >> 8) % n
+}
+
+func (s *sim) logf(format string, args ...any) {
+	s.log = append(s.log, fmt.Sprintf("%7s ", s.now)+fmt.Sprintf(format, args...))
+}
+
+func (s *sim) handle(i int, ev Event) {
+	r := s.replicas[i]
+	out := r.m.Handle(ev)
+	if out.Reason != "" || out.Hold != Keep {
+		s.logf("r%d %s: %s %s (%s)", i, ev.Kind, out.Hold, out.Role, out.Reason)
+	}
+	r.wake = out.Wake
+	if out.Send != nil && r.linkUp && !r.isolated {
+		for j, o := range s.replicas {
+			if j != i && o.alive && o.linkUp && !o.isolated {
+				o.inbox = append(o.inbox, delivery{at: s.now + time.Duration(s.rand(uint32(maxDelay/time.Millisecond)+1))*time.Millisecond, a: *out.Send})
+			}
+		}
+	}
+	if out.Done {
+		r.alive = false // the process exits
+		s.logf("r%d exited", i)
+	}
+}
+
+func (s *sim) start(i int) {
+	r := s.replicas[i]
+	r.m = NewMachine(Config{ID: r.id, Group: group, Priority: DefaultPriority})
+	r.alive, r.frozen, r.inbox, r.reported = true, false, nil, true
+	s.handle(i, Event{Kind: Start, Now: s.now})
+}
+
+// step advances every replica that runs to s.now, then checks safety.
+func (s *sim) step() {
+	for i, r := range s.replicas {
+		if !r.alive || r.frozen {
+			continue
+		}
+		if r.linkUp != r.reported {
+			r.reported = r.linkUp
+			kind := LinkDown
+			if r.linkUp {
+				kind = LinkUp
+			}
+			s.handle(i, Event{Kind: kind, Now: s.now})
+		}
+		var keep []delivery
+		for _, d := range r.inbox {
+			switch {
+			case d.at > s.now:
+				keep = append(keep, d)
+			case r.linkUp && !r.isolated && r.alive:
+				s.handle(i, Event{Kind: Received, Now: s.now, Advert: d.a})
+			}
+		}
+		r.inbox = keep
+		if r.alive && s.now >= r.wake {
+			s.handle(i, Event{Kind: Tick, Now: s.now})
+		}
+	}
+	for i := range s.replicas {
+		for j := i + 1; j < len(s.replicas); j++ {
+			a, b := s.replicas[i], s.replicas[j]
+			key := [2]int{i, j}
+			if !(a.hears() && b.hears() && a.m.Role().holds() && b.m.Role().holds()) {
+				delete(s.since, key)
+				continue
+			}
+			from, ok := s.since[key]
+			if !ok {
+				s.since[key] = s.now
+				continue
+			}
+			if s.now-from > overlapOK {
+				s.t.Fatalf("r%d and r%d hear each other and both hold the addresses since %s (now %s):\n%s",
+					i, j, from, s.now, strings.Join(s.log, "\n"))
+			}
+		}
+	}
+}
+
+func (s *sim) run(d time.Duration) {
+	for end := s.now + d; s.now < end; s.now += time.Millisecond {
+		s.step()
+	}
+}
+
+func runModel(t *testing.T, data []byte) {
+	n := 2 + int(len(data)%2)
+	s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: uint32(len(data))}
+	for i := range n {
+		s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
+		s.start(i)
+	}
+	for k := 0; k+2 < len(data) && k < 3*64; k += 3 {
+		s.run(time.Duration(data[k]) * 4 * time.Millisecond)
+		i := int(data[k+2]) % n
+		r := s.replicas[i]
+		switch data[k+1] % 8 {
+		case 0:
+			if r.alive {
+				s.logf("r%d kill -9", i)
+				r.alive = false
+			}
+		case 1:
+			if !r.alive {
+				s.logf("r%d restart", i)
+				s.start(i)
+			}
+		case 2:
+			if r.alive {
+				s.logf("r%d SIGSTOP", i)
+				r.frozen = true
+			}
+		case 3:
+			if r.frozen {
+				s.logf("r%d SIGCONT", i)
+				r.frozen = false
+			}
+		case 4:
+			if r.alive && !r.frozen {
+				s.logf("r%d SIGTERM", i)
+				s.handle(i, Event{Kind: Shutdown, Now: s.now})
+			}
+		case 5:
+			s.logf("r%d link down", i)
+			r.linkUp = false
+		case 6:
+			s.logf("r%d link up", i)
+			r.linkUp = true
+		case 7:
+			r.isolated = !r.isolated
+			s.logf("r%d isolated=%t", i, r.isolated)
+		}
+	}
+	// Repair everything; within two seconds exactly one replica holds.
+	s.logf("repair")
+	for i, r := range s.replicas {
+		r.linkUp, r.isolated, r.frozen = true, false, false
+		if !r.alive {
+			s.start(i)
+		}
+	}
+	s.run(2 * time.Second)
+	var holders []string
+	for i, r := range s.replicas {
+		if r.m.Role().holds() {
+			holders = append(holders, fmt.Sprintf("r%d(term %d)", i, r.m.Term()))
+		}
+	}
+	if len(holders) != 1 {
+		t.Fatalf("2 s after the repair, holders %v, want exactly one:\n%s", holders, strings.Join(s.log, "\n"))
+	}
+}
+
+// Op bytes: (wait in 4 ms units, op, replica).
+func FuzzModel(f *testing.F) {
+	f.Add([]byte{})
+	f.Add([]byte{100, 0, 0, 100, 1, 0})          // kill the first active, restart it
+	f.Add([]byte{100, 2, 0, 200, 3, 0})          // freeze and resume it
+	f.Add([]byte{100, 4, 0, 50, 4, 1, 50, 1, 0}) // SIGTERM twice, restart
+	f.Add([]byte{100, 5, 0, 100, 6, 0, 9})       // link down and up, three replicas
+	f.Add([]byte{100, 7, 0, 200, 7, 0})          // a partition the replica cannot see, healed
+	f.Add([]byte{100, 2, 0, 60, 3, 0, 1, 2, 1, 60, 3, 1})
+	f.Fuzz(func(t *testing.T, data []byte) { runModel(t, data) })
+}
+
+// TestModelScenarios names the cases the brief asks for; FuzzModel explores around them.
+func TestModelScenarios(t *testing.T) {
+	for name, ops := range map[string][]byte{
+		"kill -9 the active":           {100, 0, 0},
+		"SIGTERM the active":           {100, 4, 0},
+		"SIGSTOP then SIGCONT":         {100, 2, 0, 150, 3, 0},
+		"cut the active's link":        {100, 5, 0, 150, 6, 0},
+		"invisible partition, healed":  {100, 7, 0, 150, 7, 0},
+		"three replicas, resignations": {100, 4, 0, 30, 4, 1, 30, 1, 0, 30, 4, 2, 0},
+	} {
+		t.Run(name, func(t *testing.T) { runModel(t, ops) })
+	}
+}

@@ -1,0 +1,261 @@
+package ha
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+)
+
+// Holder is the data path the election drives: SetActive(true) adds the LB addresses to net1 and
+// sends the announcement burst; SetActive(false) removes them. Everything else (net1 up, routes,
+// rules, NAT) stays installed in both roles, so a takeover is one address add and an announcement.
+// SetActive must have taken effect in the kernel when it returns: Run sends the advert that lets
+// the previous holder go right after it.
+type Holder interface {
+	SetActive(active bool)
+}
+
+// Leaser is an optional extension of Holder. Renew is called with every advert the active sends
+// (each interval), so the holder can keep the addresses on a short kernel lifetime (valid_lft of a
+// second or two) renewed by Renew: when this process stops renewing (kill -9 with the pod's
+// network namespace left behind, SIGSTOP, a hung process), the kernel itself removes the
+// addresses, and the dead replica's kernel stops answering ARP for them. The lifetime must be
+// longer than the dead interval, so a live active never loses them between two renewals.
+type Leaser interface {
+	Renew()
+}
+
+// Options configure Run.
+type Options struct {
+	// Interface is net1, the underlay interface the addresses live on.
+	Interface string
+	// Config is the election. A zero ID is filled with the interface's MAC.
+	Config Config
+	Log    *slog.Logger
+	// Metrics, when not nil, are updated (register them yourself).
+	Metrics *Metrics
+	// OnChange, when not nil, is called after every change of role, with the reason (to label the
+	// pod, record an Event). It runs on the election's goroutine: it must not block.
+	OnChange func(role Role, reason string)
+}
+
+// Run elects among the replicas on Interface until ctx is done, then resigns: if active, it tells
+// the standbys and keeps the addresses until a successor advertises or one interval has passed,
+// and returns after releasing them (about one interval after ctx is done, at most two).
+func Run(ctx context.Context, o Options, holder Holder) error {
+	log := o.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ifi, err := net.InterfaceByName(o.Interface)
+	if err != nil {
+		return fmt.Errorf("ha: interface %q: %w", o.Interface, err)
+	}
+	cfg := o.Config.withDefaults()
+	if cfg.ID == (ID{}) {
+		if len(ifi.HardwareAddr) != len(cfg.ID) {
+			return fmt.Errorf("ha: interface %q has no MAC to use as the replica ID", o.Interface)
+		}
+		copy(cfg.ID[:], ifi.HardwareAddr)
+	}
+	r := &runner{opts: o, cfg: cfg, log: log.With("id", cfg.ID.String(), "group", cfg.Group.String()),
+		holder: holder, adverts: make(chan Advert, 64), m: NewMachine(cfg), origin: time.Now()}
+	return r.run(ctx)
+}
+
+type runner struct {
+	opts    Options
+	cfg     Config
+	log     *slog.Logger
+	holder  Holder
+	m       *Machine
+	origin  time.Time
+	conn    *conn
+	adverts chan Advert
+	// stopRecv ends the current receive goroutine; linkUp is the last link state fed to the machine.
+	stopRecv context.CancelFunc
+	linkUp   bool
+}
+
+func (r *runner) now() time.Duration { return time.Since(r.origin) }
+
+func (r *runner) run(ctx context.Context) error {
+	defer r.closeConn()
+	out := r.handle(Event{Kind: Start, Now: r.now()})
+	r.linkUp = true
+	out = r.pollLink(out)
+	timer := time.NewTimer(time.Until(r.origin.Add(out.Wake)))
+	defer timer.Stop()
+	done := ctx.Done()
+	var hardStop <-chan time.Time
+	for !out.Done {
+		select {
+		case <-done:
+			done = nil
+			out = r.handle(Event{Kind: Shutdown, Now: r.now()})
+			// The machine lets go after one interval at the latest; this bounds a stuck send.
+			hardStop = time.After(2 * r.cfg.Interval)
+		case a := <-r.adverts:
+			if r.opts.Metrics != nil {
+				r.opts.Metrics.AdvertsReceived.Inc()
+			}
+			out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
+		case <-timer.C:
+			out = r.pollLink(out)
+			if !out.Done {
+				out = r.handle(Event{Kind: Tick, Now: r.now()})
+			}
+		case <-hardStop:
+			if r.m.Role().holds() {
+				r.holder.SetActive(false)
+			}
+			return errors.New("ha: resignation did not finish within two intervals; addresses released")
+		}
+		timer.Reset(time.Until(r.origin.Add(out.Wake)))
+	}
+	return nil
+}
+
+// pollLink feeds LinkDown/LinkUp when net1's carrier changed, and (re)opens the socket when net1
+// is (back) up or was recreated with another index. It runs at every wake, at most one interval
+// apart, so a cut link is noticed within one interval.
+func (r *runner) pollLink(out Output) Output {
+	ifi, err := net.InterfaceByName(r.opts.Interface)
+	up := err == nil && ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0
+	if up && r.conn != nil && r.conn.ifindex != ifi.Index {
+		r.closeConn() // net1 was recreated: the socket is bound to the old one
+	}
+	if up && r.conn == nil {
+		if err := r.openConn(); err != nil {
+			r.log.Warn("advert socket", "err", err)
+			up = false
+		}
+	}
+	switch {
+	case up && !r.linkUp:
+		r.linkUp = true
+		return r.handle(Event{Kind: LinkUp, Now: r.now()})
+	case !up && r.linkUp:
+		r.linkUp = false
+		r.closeConn()
+		return r.handle(Event{Kind: LinkDown, Now: r.now()})
+	}
+	return out
+}
+
+func (r *runner) openConn() error {
+	c, err := listen(r.opts.Interface, r.cfg.Group)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.conn, r.stopRecv = c, cancel
+	go r.receive(ctx, c)
+	return nil
+}
+
+func (r *runner) closeConn() {
+	if r.conn == nil {
+		return
+	}
+	r.stopRecv()
+	r.conn.close()
+	r.conn = nil
+}
+
+// receive forwards the adverts of c until ctx is done or c is closed.
+func (r *runner) receive(ctx context.Context, c *conn) {
+	buf := make([]byte, 1500)
+	for ctx.Err() == nil {
+		a, err := c.recv(buf, time.Now().Add(time.Second))
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			continue
+		}
+		if errors.Is(err, errNotAdvert) {
+			continue // the filter keeps these out; a kernel without it lets them through
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Warn("advert receive", "err", err)
+			}
+			return
+		}
+		select {
+		case r.adverts <- a:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// handle feeds one event to the machine and carries out its output: the holder first, then the
+// advert (so a successor's advert is only sent once it holds the addresses).
+func (r *runner) handle(ev Event) Output {
+	before := r.m.Role()
+	out := r.m.Handle(ev)
+	switch out.Hold {
+	case Take:
+		r.holder.SetActive(true)
+	case Release:
+		r.holder.SetActive(false)
+	}
+	if out.Send != nil {
+		if l, ok := r.holder.(Leaser); ok && out.Role == Active {
+			l.Renew()
+		}
+		r.sendAdvert(*out.Send)
+	}
+	mt := r.opts.Metrics
+	if mt != nil {
+		mt.Term.Set(float64(r.m.Term()))
+		if out.Role.holds() {
+			mt.Active.Set(1)
+		} else {
+			mt.Active.Set(0)
+		}
+		if out.Failover > 0 {
+			mt.LastFailover.Set(out.Failover.Seconds())
+		}
+	}
+	if out.Role != before || out.Reason != "" {
+		attrs := []any{"event", ev.Kind.String(), "role", out.Role.String(), "term", r.m.Term(), "reason", out.Reason}
+		if out.Failover > 0 {
+			attrs = append(attrs, "failover", out.Failover.Round(time.Millisecond))
+		}
+		r.log.Info("ha", attrs...)
+	}
+	if out.Role != before && mt != nil {
+		mt.Transitions.WithLabelValues(out.Role.String()).Inc()
+	}
+	// The first role (standby, at Start) is reported too, so the caller can label the pod.
+	if out.Role != before || ev.Kind == Start {
+		if r.opts.OnChange != nil {
+			r.opts.OnChange(out.Role, out.Reason)
+		}
+	}
+	return out
+}
+
+func (r *runner) sendAdvert(a Advert) {
+	var err error
+	if r.conn == nil {
+		err = errors.New("no socket (net1 down)")
+	} else {
+		err = r.conn.send(a)
+	}
+	mt := r.opts.Metrics
+	if err != nil {
+		if mt != nil {
+			mt.SendErrors.Inc()
+		}
+		r.log.Debug("advert not sent", "err", err)
+		return
+	}
+	if mt != nil {
+		mt.AdvertsSent.Inc()
+	}
+}

@@ -1,0 +1,111 @@
+package ha
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// conn is an AF_PACKET socket on net1 for the adverts. AF_PACKET needs only CAP_NET_RAW, and works
+// on a standby's net1, which has no IP address to send from.
+type conn struct {
+	f       *os.File
+	ifindex int
+}
+
+func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// advertFilter is a classic BPF program that lets through only adverts of our group, so the
+// kernel drops every other Service's adverts before they wake us. Offsets are from the start of
+// the payload (SOCK_DGRAM strips the Ethernet header).
+func advertFilter(g Group) []unix.SockFilter {
+	const (
+		ldW   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		ldB   = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
+		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		ret   = unix.BPF_RET | unix.BPF_K
+		total = 10
+	)
+	prog := []unix.SockFilter{
+		{Code: ldW, K: 0}, {Code: jeq, K: binary.BigEndian.Uint32(advertMagic[:])},
+		{Code: ldB, K: 4}, {Code: jeq, K: advertVersion},
+		{Code: ldW, K: 8}, {Code: jeq, K: binary.BigEndian.Uint32(g[0:4])},
+		{Code: ldW, K: 12}, {Code: jeq, K: binary.BigEndian.Uint32(g[4:8])},
+		{Code: ret, K: 1 << 16},
+		{Code: ret, K: 0},
+	}
+	// Each jeq falls through on a match and jumps to the final "ret 0" otherwise.
+	for i := range prog {
+		if prog[i].Code == jeq {
+			prog[i].Jf = uint8(total - 1 - (i + 1))
+		}
+	}
+	return prog
+}
+
+// listen opens the socket on ifname, joined to MulticastMAC and filtered to group g.
+func listen(ifname string, g Group) (*conn, error) {
+	ifi, err := net.InterfaceByName(ifname)
+	if err != nil {
+		return nil, err
+	}
+	// Protocol 0: nothing is queued until bind, which comes after the filter.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("AF_PACKET socket (needs NET_RAW): %w", err)
+	}
+	fail := func(what string, err error) (*conn, error) {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s on %q: %w", what, ifname, err)
+	}
+	filter := advertFilter(g)
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
+		return fail("attach filter", err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(EtherType), Ifindex: ifi.Index}); err != nil {
+		return fail("bind", err)
+	}
+	mreq := &unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_MULTICAST, Alen: uint16(len(MulticastMAC))}
+	copy(mreq.Address[:], MulticastMAC)
+	if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, mreq); err != nil {
+		return fail("join "+MulticastMAC.String(), err)
+	}
+	// Non-blocking, so the runtime poller serves reads and Close unblocks them.
+	return &conn{f: os.NewFile(uintptr(fd), "ha-"+ifname), ifindex: ifi.Index}, nil
+}
+
+// send multicasts one advert.
+func (c *conn) send(a Advert) error {
+	to := &unix.SockaddrLinklayer{Protocol: htons(EtherType), Ifindex: c.ifindex, Halen: uint8(len(MulticastMAC))}
+	copy(to.Addr[:], MulticastMAC)
+	raw, err := c.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var sendErr error
+	if err := raw.Write(func(fd uintptr) bool {
+		sendErr = unix.Sendto(int(fd), a.Marshal(), 0, to)
+		return sendErr != unix.EAGAIN
+	}); err != nil {
+		return err
+	}
+	return sendErr
+}
+
+// recv reads the next advert; a frame that does not parse is returned as an error.
+func (c *conn) recv(buf []byte, deadline time.Time) (Advert, error) {
+	if err := c.f.SetReadDeadline(deadline); err != nil {
+		return Advert{}, err
+	}
+	n, err := c.f.Read(buf)
+	if err != nil {
+		return Advert{}, err
+	}
+	return ParseAdvert(buf[:n])
+}
+
+func (c *conn) close() error { return c.f.Close() }
