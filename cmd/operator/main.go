@@ -32,6 +32,7 @@ func run() error {
 		probeAddr         string
 		leaderElectionNS  string
 		maxConcurrentRecs int
+		pprofAddr         string
 	)
 	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
 	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
@@ -45,6 +46,7 @@ func run() error {
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.IntVar(&maxConcurrentRecs, "max-concurrent-reconciles", 4, "Services reconciled in parallel.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of the Go pprof endpoints under /debug/pprof (empty or 0: off). For profiling, never on an untrusted network.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -79,6 +81,7 @@ func run() error {
 		Cache:                   controllers.CacheOptions(),
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "lbsvc-operator.lbsvc.io",
 		LeaderElectionNamespace: leaderElectionNS,
