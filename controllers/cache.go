@@ -4,6 +4,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -26,12 +27,13 @@ func CacheOptions() cache.Options {
 	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{lbv1.ComponentLabel: lbv1.ComponentLBPod})}
 	return cache.Options{
 		ByObject: map[client.Object]cache.ByObject{
-			&appsv1.Deployment{}:     ours,
-			&corev1.ServiceAccount{}: ours,
-			&rbacv1.Role{}:           ours,
-			&rbacv1.RoleBinding{}:    ours,
-			&corev1.Pod{}:            ours,
-			&coordinationv1.Lease{}:  ours,
+			&appsv1.Deployment{}:            ours,
+			&corev1.ServiceAccount{}:        ours,
+			&rbacv1.Role{}:                  ours,
+			&rbacv1.RoleBinding{}:           ours,
+			&corev1.Pod{}:                   ours,
+			&coordinationv1.Lease{}:         ours,
+			&policyv1.PodDisruptionBudget{}: ours,
 		},
 		DefaultTransform: TrimForCache,
 	}

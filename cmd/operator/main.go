@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
@@ -49,9 +50,12 @@ func run() error {
 		pprofAddr         string
 		apiQPS            float64
 		apiBurst          int
+		lbReplicas        int
 	)
 	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
 	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
+	flag.IntVar(&lbReplicas, "lb-replicas", 1,
+		"lb pods per Service (1 to 5), unless its lbsvc.io/replicas annotation says otherwise. With more than one, one holds the address and the others stand by on other nodes, taking it over in well under a second.")
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
 		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
@@ -85,6 +89,10 @@ func run() error {
 			return fmt.Errorf("--default-attachment-provider: %w", err)
 		}
 	}
+	if lbReplicas < 1 || lbReplicas > lbv1.MaxReplicas {
+		return fmt.Errorf("--lb-replicas %d: want 1 to %d", lbReplicas, lbv1.MaxReplicas)
+	}
+	opts.LBReplicas = int32(lbReplicas)
 	opts.ForwardingSysctls = sysctls
 	opts.MaxConcurrentReconciles = maxConcurrentRecs
 	opts.EnableLBSvc = enableLBSvc
