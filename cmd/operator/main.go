@@ -10,7 +10,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/lbsvc/lbsvc-operator/controllers"
 )
@@ -42,7 +41,7 @@ func run() error {
 		"Forwarding sysctls set on the lb pod: none, ipv6 (net.ipv6.conf.all.forwarding=1 for IPv6/Dual Services) or all (also net.ipv4.ip_forward=1). The kubelet must allow them with --allowed-unsafe-sysctls.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one replica hands out addresses.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint, HTTPS with authentication and authorization (0 disables it).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.IntVar(&maxConcurrentRecs, "max-concurrent-reconciles", 4, "Services reconciled in parallel.")
 	zapOpts := zap.Options{}
@@ -77,7 +76,7 @@ func run() error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOptions(metricsAddr),
 		HealthProbeBindAddress:  probeAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "lbsvc-operator.lbsvc.io",
