@@ -199,6 +199,41 @@ func TestDualStack(t *testing.T) {
 	g.Expect(externalIPColumn(t, ds.Namespace, ds.Name)).To(Equal(d4.String() + "," + d6.String()))
 	g.Expect(externalIPColumn(t, v6.Namespace, v6.Name)).To(Equal(a6.String()))
 
+	// What an admin sees: the Subnet's usage per family and why it is (not) Ready, and each
+	// address's owner (kubectl get subnet / ips, printer columns of apis/v1alpha1).
+	g.Eventually(func() []string {
+		// NAME PROVIDER CIDR GATEWAY V4USED V4AVAILABLE V6USED V6AVAILABLE READY REASON AGE
+		f := strings.Fields(kube(t, "get", "subnet", subnet.Name, "--no-headers"))
+		if len(f) != 11 {
+			return f
+		}
+		return append(f[1:3], f[4], f[6], f[8], f[9])
+	}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(Equal(
+		[]string{provider(subnet.Name), dualSubnetCIDR, "1", "2", "True", "Valid"}), "kubectl get subnet %s", subnet.Name)
+	for _, c := range []struct {
+		svc  *corev1.Service
+		addr netip.Addr
+	}{{v6, a6}, {ds, d4}, {ds, d6}} {
+		// NAME ADDRESS SUBNET NAMESPACE SERVICE PHASE NODE AGE
+		g.Eventually(func() []string {
+			var ips lbv1.IPList
+			if err := k8s.List(ctx, &ips); err != nil {
+				return []string{err.Error()}
+			}
+			for _, ip := range ips.Items {
+				if ip.Spec.Address == c.addr.String() {
+					f := strings.Fields(kube(t, "get", "ip", ip.Name, "--no-headers"))
+					if len(f) == 8 {
+						f = f[1:6]
+					}
+					return f
+				}
+			}
+			return nil
+		}).WithTimeout(30*time.Second).WithPolling(200*time.Millisecond).Should(Equal(
+			[]string{c.addr.String(), subnet.Name, c.svc.Namespace, c.svc.Name, "Bound"}), "kubectl get ip for %s", c.addr)
+	}
+
 	url6 := func(a netip.Addr) string { return "http://[" + a.String() + "]:80/" }
 	g.Eventually(func() (string, error) {
 		out, err := curlFromClient6(url6(a6))
