@@ -83,6 +83,9 @@ Curl the LB address from the underlay's client namespace ($CLIENT_NS holds ${CLI
   nsenter --net=/run/netns/$CLIENT_NS curl -s http://$ip:80/
   (or: ip netns exec $CLIENT_NS curl -s http://$ip:80/)
 
+Dual stack: the client also holds 172.19.0.1 and fd00:172:19::1 (an IPv6 underlay); README "Dual stack
+walk-through" adds a Dual Subnet and IPv6 / RequireDualStack Services.
+
 Fail a node like a power-off, bring it back, drain it (each prints the moment, RFC 3339 with ms):
   hack/cluster/node.sh fail 2;  hack/cluster/node.sh recover 2;  hack/cluster/node.sh drain 2
 
