@@ -10,7 +10,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers"
@@ -63,7 +62,7 @@ func run() error {
 		"Forwarding sysctls set on the lb pod: none, ipv6 (net.ipv6.conf.all.forwarding=1 for IPv6/Dual Services) or all (also net.ipv4.ip_forward=1). The kubelet must allow them with --allowed-unsafe-sysctls.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one replica hands out addresses.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint, HTTPS with authentication and authorization (0 disables it).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
 	flag.IntVar(&maxConcurrentRecs, "max-concurrent-reconciles", defaultMaxConcurrentReconciles, "Services reconciled in parallel.")
 	flag.Float64Var(&apiQPS, "kube-api-qps", defaultKubeAPIQPS, "Requests per second the operator's API client may sustain (client-side limit; negative: none, leaving it all to the API server's priority and fairness).")
@@ -109,7 +108,7 @@ func run() error {
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOptions(metricsAddr),
 		HealthProbeBindAddress:  probeAddr,
 		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
