@@ -170,6 +170,12 @@ func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	return res, nil
 }
 
+// NFT reports whether the iptables binaries are the nftables back end, whose changes the
+// kernel announces (legacy and plain iptables: not known, so false).
+func (a *Applier) NFT() bool {
+	return strings.HasSuffix(a.Paths.IPv4, "-nft") && strings.HasSuffix(a.Paths.IPv6, "-nft")
+}
+
 // forget drops the cached tables: the next Apply reads them.
 func (a *Applier) forget() { a.saved = nil }
 

@@ -279,6 +279,15 @@ func (l *Loop) Run(ctx context.Context) error {
 	log := cfg.Log
 	ifaces := []string{cfg.Names.Interface, cfg.Names.Uplink}
 	kernel := watchKernel(ctx, log, ifaces...)
+	// With iptables-nft the kernel announces every ruleset change: a resync reads the iptables
+	// tables only after one (idle, it reads nothing but the links, rules and routes). Otherwise
+	// every resync reads them.
+	var tables <-chan struct{}
+	tablesKnown := false
+	if cfg.Applier.NFT() {
+		tables, tablesKnown = watchNFTables(ctx, log)
+	}
+	tablesDirty := true
 	send := cfg.Announce
 	if send == nil {
 		send = func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
@@ -316,7 +325,11 @@ func (l *Loop) Run(ctx context.Context) error {
 			return
 		}
 		active := l.Active()
-		res := l.reconcileTimed(svc, trigger == "resync" || trigger == "retry")
+		fresh := trigger == "retry" || (trigger == "resync" && (tablesDirty || !tablesKnown))
+		if fresh {
+			tablesDirty = false // events from now on mark the tables read now
+		}
+		res := l.reconcileTimed(svc, fresh)
 		if len(res.Changes) > 0 {
 			a := res.Applied
 			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond),
@@ -389,6 +402,11 @@ func (l *Loop) Run(ctx context.Context) error {
 			now := snapshotLinks(ifaces...)
 			if causes := SnapshotCauses(lastSeen, now); len(causes) > 0 {
 				reconcile("netlink", causes)
+			}
+		case _, ok := <-tables:
+			tablesDirty = true
+			if !ok {
+				tables, tablesKnown = nil, false
 			}
 		case <-resync.C:
 			reconcile("resync", nil)
