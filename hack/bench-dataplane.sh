@@ -45,5 +45,5 @@ for backend in nft legacy; do
 		"[$backend] change one port among 1000 (ms, target < 10)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-ms)" \
 		"[$backend]   of which until the rules are in the kernel (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-in-kernel-ms)"
 done
-echo "(apply times are lbpod's own, from its log: read and plan, execute, and the verifying read-back;"
+echo "(apply times: medians of 5 runs of lbpod's own, from its log: read and plan, execute, and the verifying read-back;"
 echo " the floors are the back end's binaries alone on the same 1000 rules, timed in the same run)"
