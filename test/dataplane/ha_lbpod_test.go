@@ -46,6 +46,13 @@ func TestHALBPodDualStack(t *testing.T) {
 	})
 	b := start("b")
 	waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
+	// The election's metrics are on /metrics (the pods' health servers are on their own loopbacks).
+	waitFor(t, 5*time.Second, "the metrics show a active, b standby, adverts flowing", func() bool {
+		ma, mb := tp.metrics("a"), tp.metrics("b")
+		return strings.Contains(ma, "\nlbpod_ha_active 1\n") && strings.Contains(mb, "\nlbpod_ha_active 0\n") &&
+			!strings.Contains(ma, "\nlbpod_ha_adverts_sent_total 0\n") && !strings.Contains(mb, "\nlbpod_ha_adverts_received_total 0\n") &&
+			strings.Contains(ma, `lbpod_ha_transitions_total{to="active"} 1`)
+	})
 	probe := startUDPProbeTo(t, tp.client, lbIPv6)
 	waitFor(t, 5*time.Second, "the client is served by a over IPv6", func() bool { from, n := probe.lastFrom(); return from == "a" && n >= 10 })
 	begin := time.Now()
@@ -64,6 +71,15 @@ func TestHALBPodDualStack(t *testing.T) {
 		}
 	}
 	t.Logf("figure: ha_lbpod_outage_sigterm_ipv6_ms=%d", outage.Milliseconds())
+}
+
+// metrics fetches replica r's /metrics ("" when it does not answer).
+func (tp *haTopology) metrics(r string) string {
+	body, err := httpGetPath(tp.t, tp.pod[r], "127.0.0.1:8081", "/metrics")
+	if err != nil {
+		return ""
+	}
+	return body
 }
 
 // addClusterSide gives each replica's pod an eth0 to its node (both families), as the harness's
