@@ -46,7 +46,9 @@ type haTopology struct {
 	node, pod        map[string]string // by replica name
 }
 
-func newHATopology(t *testing.T) *haTopology {
+func newHATopology(t *testing.T) *haTopology { return newHATopologyTB(t) }
+
+func newHATopologyTB(t testing.TB) *haTopology {
 	t.Helper()
 	s := randomSuffix(t)
 	tp := &haTopology{t: t, underlay: "lbh-u-" + s, client: "lbh-c-" + s,
