@@ -132,6 +132,7 @@ type loopHolder struct {
 	// an advert sent as active, which calls Renew).
 	active    bool
 	confirmed time.Time
+	renewed   time.Time // the last lease renewal
 	// dead is the election's dead interval: an active older than this may have been frozen.
 	dead time.Duration
 	now  func() time.Time // time.Now; tests step it
@@ -164,6 +165,8 @@ func (h *loopHolder) confirm(active bool) {
 	h.active = active
 	if active {
 		h.confirmed = h.now()
+	} else {
+		h.renewed = time.Time{} // the next takeover puts the lease on at its first advert
 	}
 }
 
@@ -201,10 +204,17 @@ func (h *loopHolder) SetActive(active bool) {
 }
 
 // Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
-// for announce, and replacing the addresses with a lifetime renews it.
+// for announce, and, every quarter of the lease, replaces the addresses with a fresh lifetime.
+// (Not at every advert: each replace is a netlink event the loop's kernel watch looks at.)
 func (h *loopHolder) Renew() {
 	h.confirm(true)
-	if h.lease <= 0 {
+	h.mu.Lock()
+	due := h.lease > 0 && h.now().Sub(h.renewed) >= h.lease/4
+	if due {
+		h.renewed = h.now()
+	}
+	h.mu.Unlock()
+	if !due {
 		return
 	}
 	link, err := netlink.LinkByName(h.iface)

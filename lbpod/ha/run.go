@@ -124,9 +124,8 @@ func (r *runner) run(ctx context.Context) error {
 // is (back) up or was recreated with another index. It runs at every wake, at most one interval
 // apart, so a cut link is noticed within one interval.
 func (r *runner) pollLink(out Output) Output {
-	ifi, err := net.InterfaceByName(r.opts.Interface)
-	up := err == nil && ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0
-	if up && r.conn != nil && r.conn.ifindex != ifi.Index {
+	index, up := linkState(r.opts.Interface)
+	if up && r.conn != nil && r.conn.ifindex != index {
 		r.closeConn() // net1 was recreated: the socket is bound to the old one
 	}
 	if up && r.conn == nil {

@@ -109,3 +109,27 @@ func (c *conn) recv(buf []byte, deadline time.Time) (Advert, error) {
 }
 
 func (c *conn) close() error { return c.f.Close() }
+
+// linkState reads ifname's index and whether it is up with a carrier (IFF_UP and IFF_RUNNING),
+// with two ioctls: it runs at every wake, ten times a second, and a netlink dump of every link
+// would cost the standby more than all its other work.
+func linkState(ifname string) (index int, up bool) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, false
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(ifname)
+	if err != nil {
+		return 0, false
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+		return 0, false
+	}
+	index = int(ifr.Uint32())
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return 0, false
+	}
+	flags := ifr.Uint16()
+	return index, flags&unix.IFF_UP != 0 && flags&unix.IFF_RUNNING != 0
+}

@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestHALBPod runs the failover cases with the real lbpod binary, two replicas elected over net1
@@ -23,9 +26,96 @@ func TestHALBPod(t *testing.T) {
 	})
 }
 
-// addClusterSide gives each replica's pod an eth0 to its node, as the harness's topology does,
-// the ClusterIP on the node, a UDP backend that answers "<replica>: <payload>", and the subnet
-// gateway on the underlay bridge.
+// TestHALBPodDualStack: two lbpod replicas for a dual-stack Service; SIGTERM on the active moves
+// both addresses, and the client's IPv6 requests go on being answered, by the standby.
+func TestHALBPodDualStack(t *testing.T) {
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	tp := newHATopology(t)
+	tp.addClusterSide()
+	mustRun(t, "ip", "-n", tp.underlay, "addr", "add", gatewayV6+"/64", "dev", "br0", "nodad")
+	mustRun(t, "ip", "-n", tp.client, "addr", "add", clientV6+"/64", "dev", "c0", "nodad")
+	start := func(r string) *haReplica {
+		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB+"/16,"+lbIPv6+"/64", "--gateways", gatewayV4+","+gatewayV6, "--subnets", subnetV4+","+subnetV6,
+			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String())
+	}
+	a := start("a")
+	waitFor(t, 10*time.Second, "a holds both addresses", func() bool {
+		return a.role() == "active" && tp.holdsAddr("a", haLB) && tp.holdsAddr("a", lbIPv6)
+	})
+	b := start("b")
+	waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
+	// The election's metrics are on /metrics (the pods' health servers are on their own loopbacks).
+	waitFor(t, 5*time.Second, "the metrics show a active, b standby, adverts flowing", func() bool {
+		ma, mb := tp.metrics("a"), tp.metrics("b")
+		return strings.Contains(ma, "\nlbpod_ha_active 1\n") && strings.Contains(mb, "\nlbpod_ha_active 0\n") &&
+			!strings.Contains(ma, "\nlbpod_ha_adverts_sent_total 0\n") && !strings.Contains(mb, "\nlbpod_ha_adverts_received_total 0\n") &&
+			strings.Contains(ma, `lbpod_ha_transitions_total{to="active"} 1`)
+	})
+	probe := startUDPProbeTo(t, tp.client, lbIPv6)
+	waitFor(t, 5*time.Second, "the client is served by a over IPv6", func() bool { from, n := probe.lastFrom(); return from == "a" && n >= 10 })
+	begin := time.Now()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "b serves the client over IPv6", func() bool { from, _ := probe.lastFrom(); return from == "b" })
+	_, n := probe.lastFrom()
+	waitFor(t, 5*time.Second, "50 more replies", func() bool { _, m := probe.lastFrom(); return m >= n+50 })
+	probe.close()
+	outage, order := probe.outage(begin)
+	if got := strings.Join(order, ","); got != "a,b" && got != "b" {
+		t.Errorf("after SIGTERM replies came from %v, want a then b only", order)
+	}
+	for _, lb := range []string{haLB, lbIPv6} {
+		if tp.holdsAddr("a", lb) || !tp.holdsAddr("b", lb) {
+			t.Errorf("%s: a holds=%t, b holds=%t; want b alone", lb, tp.holdsAddr("a", lb), tp.holdsAddr("b", lb))
+		}
+	}
+	t.Logf("figure: ha_lbpod_outage_sigterm_ipv6_ms=%d", outage.Milliseconds())
+}
+
+// BenchmarkHAIdleCPU: CPU time of an active and a standby lbpod replica (one UDP port, default
+// election settings: adverts every 100 ms, a lease renewed with each) over 20 s with nothing
+// changing, scaled to 60 s to compare with BenchmarkIdleCPU. Ticks are 10 ms (USER_HZ 100).
+func BenchmarkHAIdleCPU(b *testing.B) {
+	for range b.N {
+		tp := newHATopologyTB(b)
+		tp.addClusterSide()
+		svc := filepath.Join(b.TempDir(), "svc.yaml")
+		writeService(b, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+		start := func(r string) *haReplica {
+			return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+				"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4, "--replicas", "2")
+		}
+		a := start("a")
+		waitFor(b, 10*time.Second, "a active", func() bool { return a.role() == "active" })
+		s := start("b")
+		waitFor(b, 10*time.Second, "b standby", func() bool { return s.role() == "standby" })
+		ticks := func(r *haReplica) int64 {
+			n, err := cpuTicks(r.cmd.Process.Pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+		a0, s0 := ticks(a), ticks(s)
+		time.Sleep(20 * time.Second) // the measurement window itself, not a wait for a condition
+		b.ReportMetric(float64(ticks(a)-a0)*10*3, "active-cpu-ms-per-60s")
+		b.ReportMetric(float64(ticks(s)-s0)*10*3, "standby-cpu-ms-per-60s")
+	}
+}
+
+// metrics fetches replica r's /metrics ("" when it does not answer).
+func (tp *haTopology) metrics(r string) string {
+	body, err := httpGetPath(tp.t, tp.pod[r], "127.0.0.1:8081", "/metrics")
+	if err != nil {
+		return ""
+	}
+	return body
+}
+
+// addClusterSide gives each replica's pod an eth0 to its node (both families), as the harness's
+// topology does, the ClusterIPs on the node, a UDP backend on each that answers
+// "<replica>: <payload>", and the IPv4 subnet gateway on the underlay bridge.
 func (tp *haTopology) addClusterSide() {
 	t := tp.t
 	mustRun(t, "ip", "-n", tp.underlay, "addr", "add", gatewayV4+"/16", "dev", "br0")
@@ -38,24 +128,33 @@ func (tp *haTopology) addClusterSide() {
 		ip(pod, "link", "set", "eth0", "up")
 		ip(pod, "addr", "add", podV4+"/16", "dev", "eth0")
 		ip(pod, "route", "add", "default", "via", nodeV4, "dev", "eth0")
-		ip(node, "addr", "add", clusterIPv4+"/32", "dev", "lo")
-		var pc net.PacketConn
-		if err := inNS(t, node, func() (err error) {
-			pc, err = net.ListenPacket("udp", net.JoinHostPort(clusterIPv4, fmt.Sprint(haEchoPort)))
-			return err
-		}); err != nil {
-			t.Fatalf("backend in %s: %v", node, err)
-		}
-		t.Cleanup(func() { pc.Close() })
-		go func() {
-			buf := make([]byte, 1500)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				_, _ = pc.WriteTo([]byte(r+": "+string(buf[:n])), from)
+		ip(node, "addr", "add", nodeV6+"/64", "dev", "nodeveth", "nodad")
+		ip(pod, "addr", "add", podV6+"/64", "dev", "eth0", "nodad")
+		ip(pod, "-6", "route", "add", "default", "via", nodeV6, "dev", "eth0")
+		for _, clusterIP := range []string{clusterIPv4, clusterIPv6} {
+			if strings.Contains(clusterIP, ":") {
+				ip(node, "addr", "add", clusterIP+"/128", "dev", "lo", "nodad") // usable at once
+			} else {
+				ip(node, "addr", "add", clusterIP+"/32", "dev", "lo")
 			}
-		}()
+			var pc net.PacketConn
+			if err := inNS(t, node, func() (err error) {
+				pc, err = net.ListenPacket("udp", net.JoinHostPort(clusterIP, fmt.Sprint(haEchoPort)))
+				return err
+			}); err != nil {
+				t.Fatalf("backend in %s: %v", node, err)
+			}
+			t.Cleanup(func() { pc.Close() })
+			go func() {
+				buf := make([]byte, 1500)
+				for {
+					n, from, err := pc.ReadFrom(buf)
+					if err != nil {
+						return
+					}
+					_, _ = pc.WriteTo([]byte(r+": "+string(buf[:n])), from)
+				}
+			}()
+		}
 	}
 }

@@ -46,7 +46,9 @@ type haTopology struct {
 	node, pod        map[string]string // by replica name
 }
 
-func newHATopology(t *testing.T) *haTopology {
+func newHATopology(t *testing.T) *haTopology { return newHATopologyTB(t) }
+
+func newHATopologyTB(t testing.TB) *haTopology {
 	t.Helper()
 	s := randomSuffix(t)
 	tp := &haTopology{t: t, underlay: "lbh-u-" + s, client: "lbh-c-" + s,
@@ -92,7 +94,13 @@ func (tp *haTopology) mac(r string) string {
 // holds says whether replica r's net1 has the LB address.
 func (tp *haTopology) holds(r string) bool {
 	tp.t.Helper()
-	return strings.Contains(mustRun(tp.t, "ip", "-n", tp.pod[r], "-o", "-4", "addr", "show", "dev", "net1"), " "+haLB+"/")
+	return tp.holdsAddr(r, haLB)
+}
+
+// holdsAddr says whether replica r's net1 has address lb.
+func (tp *haTopology) holdsAddr(r, lb string) bool {
+	tp.t.Helper()
+	return strings.Contains(mustRun(tp.t, "ip", "-n", tp.pod[r], "-o", "addr", "show", "dev", "net1"), " "+lb+"/")
 }
 
 // haReplica is a running hatest (or lbpod) process and the roles it printed.
@@ -198,9 +206,11 @@ type probeReply struct {
 	sentAt time.Time // when the request it answers was sent
 }
 
-func startUDPProbe(t *testing.T, ns string) *udpProbe {
+func startUDPProbe(t *testing.T, ns string) *udpProbe { return startUDPProbeTo(t, ns, haLB) }
+
+func startUDPProbeTo(t *testing.T, ns, lb string) *udpProbe {
 	t.Helper()
-	conn, err := dialIn(t, ns, "udp", net.JoinHostPort(haLB, fmt.Sprint(haEchoPort)), time.Second)
+	conn, err := dialIn(t, ns, "udp", net.JoinHostPort(lb, fmt.Sprint(haEchoPort)), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
