@@ -123,7 +123,6 @@ func (l *Loop) Ready() (bool, string) {
 	return l.ready, l.reason
 }
 
-
 // setReady records readiness and reports whether it changed.
 func (l *Loop) setReady(ready bool, reason string) bool {
 	l.mu.Lock()
