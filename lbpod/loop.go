@@ -35,8 +35,6 @@ type LoopConfig struct {
 	// (true) or stop (false) being held: held means active, every address on net1 and the whole
 	// state verified. A failover controller waits for true before it reports itself the holder.
 	OnHeld func(held bool)
-	// Announce sends the announcements; nil means Announce (tests may count instead).
-	Announce func(ifname string, addrs []netip.Prefix) error
 }
 
 // Loop keeps the lb pod's network namespace in the desired state: it applies the state when the
@@ -115,6 +113,13 @@ func (l *Loop) SetActive(active bool) {
 
 // Active reports whether the loop is to hold the LB address.
 func (l *Loop) Active() bool { return l.active.Load() }
+
+// Held reports whether the LB addresses are held now (what OnHeld last reported).
+func (l *Loop) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
 
 // Ready reports what /readyz says: whether the state is applied and verified, and why not.
 func (l *Loop) Ready() (bool, string) {
@@ -289,17 +294,9 @@ func (l *Loop) Run(ctx context.Context) error {
 		tables, tablesKnown = watchNFTables(ctx, log)
 	}
 	tablesDirty := true
-	send := cfg.Announce
-	if send == nil {
-		send = func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
-	}
-	held := func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.held
-	}
+	send := func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
 	ann := &announcer{iface: cfg.Names.Interface, addrs: cfg.Network.Addresses, interval: cfg.AnnounceInterval,
-		burst: make(chan struct{}, 1), holding: held, send: send, log: log}
+		burst: make(chan struct{}, 1), holding: l.Held, send: send, log: log}
 	go ann.run(ctx)
 
 	resync := time.NewTicker(cfg.ResyncPeriod)
