@@ -35,6 +35,9 @@ type LoopConfig struct {
 	// (true) or stop (false) being held: held means active, every address on net1 and the whole
 	// state verified. A failover controller waits for true before it reports itself the holder.
 	OnHeld func(held bool)
+	// Announce sends the announcements; nil means Announce (tests may count instead, and the
+	// election withholds a burst it has not confirmed lately).
+	Announce func(ifname string, addrs []netip.Prefix) error
 }
 
 // Loop keeps the lb pod's network namespace in the desired state: it applies the state when the
@@ -294,7 +297,10 @@ func (l *Loop) Run(ctx context.Context) error {
 		tables, tablesKnown = watchNFTables(ctx, log)
 	}
 	tablesDirty := true
-	send := func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
+	send := cfg.Announce
+	if send == nil {
+		send = func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
+	}
 	ann := &announcer{iface: cfg.Names.Interface, addrs: cfg.Network.Addresses, interval: cfg.AnnounceInterval,
 		burst: make(chan struct{}, 1), holding: l.Held, send: send, log: log}
 	go ann.run(ctx)
