@@ -259,16 +259,21 @@ func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) 
 		return nil, err
 	}
 	var ready []*corev1.Pod
+	live := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		live++
+		if p.Status.Phase == corev1.PodRunning && podReady(p) {
 			ready = append(ready, p)
 		}
 	}
-	if len(ready) == 1 {
+	if live == 1 && len(ready) == 1 {
 		return ready[0], nil
 	}
-	// Standbys: the pod that holds the address is the one labelled active.
+	// Standbys (or a rollout): the pod that holds the address is the one labelled active.
 	var active []*corev1.Pod
 	for _, p := range ready {
 		if p.Labels[lbv1.RoleLabel] == lbv1.RoleActive {

@@ -147,6 +147,8 @@ func TestNodeFailureSingleLBPod(t *testing.T) {
 	// The lb pod on the target node: every other node cordoned while it is scheduled.
 	uncordon := cordonAllBut(t, nodes, target)
 	svc := newLBService("e2e-fail-"+id, "", 80)
+	// One lb pod, no standby: the baseline the standbys are measured against.
+	svc.Annotations[lbv1.ReplicasAnnotation] = "1"
 	svc.Spec.Selector = map[string]string{"app": backend.Name}
 	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
 	deleteServiceOnCleanup(t, svc)
