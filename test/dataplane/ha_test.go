@@ -97,6 +97,21 @@ func (tp *haTopology) holds(r string) bool {
 	return tp.holdsAddr(r, haLB)
 }
 
+// dumpState logs what a failed test needs to be understood: the client's neighbours, each pod's
+// net1 addresses and MAC, and the ARP packets captured.
+func (tp *haTopology) dumpState(capture *arpCapture) {
+	t := tp.t
+	out, _ := exec.Command("ip", "-n", tp.client, "neigh").CombinedOutput()
+	t.Logf("client neighbours:\n%s", out)
+	for _, r := range []string{"a", "b"} {
+		out, _ := exec.Command("ip", "-n", tp.pod[r], "addr", "show", "dev", "net1").CombinedOutput()
+		t.Logf("pod %s net1:\n%s", r, out)
+	}
+	for _, p := range capture.packets() {
+		t.Logf("ARP %s op %d from %s", p.at.Format("15:04:05.000"), p.op, p.mac)
+	}
+}
+
 // holdsAddr says whether replica r's net1 has address lb.
 func (tp *haTopology) holdsAddr(r, lb string) bool {
 	tp.t.Helper()
@@ -522,6 +537,11 @@ func runHAFailover(t *testing.T, prefix string, setup func(tp *haTopology), star
 			tp := newHATopology(t)
 			setup(tp)
 			capture := startARPCapture(t, tp.client, "c0")
+			t.Cleanup(func() {
+				if t.Failed() {
+					tp.dumpState(capture)
+				}
+			})
 			a := start(tp, "a")
 			waitFor(t, 10*time.Second, "a becomes active", func() bool { return a.role() == "active" && tp.holds("a") })
 			b := start(tp, "b")
