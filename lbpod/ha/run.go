@@ -112,7 +112,9 @@ func (r *runner) run(ctx context.Context) error {
 			if r.opts.Metrics != nil {
 				r.opts.Metrics.AdvertsReceived.Inc()
 			}
-			out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
+			if out = r.pollReady(out); !out.Done {
+				out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
+			}
 		case <-timer.C:
 			out = r.pollLink(out)
 			if !out.Done {
@@ -130,8 +132,7 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 // pollLink feeds LinkDown/LinkUp when net1's carrier changed, and (re)opens the socket when net1
-// is (back) up or was recreated with another index; then NotReady/Ready when the holder's
-// readiness changed. It runs at every wake, at most one interval
+// is (back) up or was recreated with another index; then it polls the holder's readiness. It runs at every wake, at most one interval
 // apart, so a cut link is noticed within one interval.
 func (r *runner) pollLink(out Output) Output {
 	index, up := linkState(r.opts.Interface)
@@ -153,6 +154,13 @@ func (r *runner) pollLink(out Output) Output {
 		r.closeConn()
 		out = r.handle(Event{Kind: LinkDown, Now: r.now()})
 	}
+	return r.pollReady(out)
+}
+
+// pollReady feeds NotReady/Ready when the holder's readiness changed. It runs at every wake and
+// before every advert is handled, so that a standby that became ready just before a resignation
+// takes over after its skew, not at its next wake.
+func (r *runner) pollReady(out Output) Output {
 	if rd, ok := r.holder.(Readier); ok && !out.Done {
 		switch ready := rd.Ready(); {
 		case ready && !r.ready:
