@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -71,6 +72,37 @@ func TestHALBPodDualStack(t *testing.T) {
 		}
 	}
 	t.Logf("figure: ha_lbpod_outage_sigterm_ipv6_ms=%d", outage.Milliseconds())
+}
+
+// TestHALBPodGroupsApart: two Services' lbpods on one underlay (one replica each of a 2-replica
+// election, different addresses) both become active, and neither process ever receives the
+// other's adverts: the kernel's filter on the group drops them before they wake anybody.
+func TestHALBPodGroupsApart(t *testing.T) {
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	tp := newHATopology(t)
+	tp.addClusterSide()
+	start := func(r, lb string) *haReplica {
+		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", lb+"/16", "--gateways", gatewayV4, "--subnets", subnetV4, "--replicas", "2")
+	}
+	a, b := start("a", haLB), start("b", "172.18.0.19")
+	waitFor(t, 10*time.Second, "both active", func() bool { return a.role() == "active" && b.role() == "active" })
+	sent := regexp.MustCompile(`\nlbpod_ha_adverts_sent_total (\d+)\n`)
+	waitFor(t, 10*time.Second, "each sent 10 adverts", func() bool {
+		for _, r := range []string{"a", "b"} {
+			m := sent.FindStringSubmatch(tp.metrics(r))
+			if m == nil || len(m[1]) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, r := range []string{"a", "b"} {
+		if m := tp.metrics(r); !strings.Contains(m, "\nlbpod_ha_adverts_received_total 0\n") || !strings.Contains(m, "\nlbpod_ha_active 1\n") {
+			t.Errorf("replica %s: want active with no advert received; metrics:\n%s", r, m)
+		}
+	}
 }
 
 // BenchmarkHAIdleCPU: CPU time of an active and a standby lbpod replica (one UDP port, default
