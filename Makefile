@@ -22,7 +22,7 @@ all: build
 
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate CRDs and RBAC from kubebuilder markers.
-	$(CONTROLLER_GEN) rbac:roleName=lbsvc-operator crd paths="./apis/...;./controllers/..." \
+	$(CONTROLLER_GEN) rbac:roleName=lbsvc-operator crd paths="./apis/...;./controllers/...;./cmd/..." \
 		output:crd:artifacts:config=config/crd/bases output:rbac:artifacts:config=config/rbac
 	hack/gen-chart.sh
 

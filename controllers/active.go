@@ -59,16 +59,14 @@ type ActivePlan struct {
 //
 // The holder is the pod the Lease names, if it is one of the Service's lb pods: a name that
 // matches no lb pod of this Service (a pod gone since, or a value written by hand) shows no
-// holder rather than a wrong one. Without a Lease (one lb pod, no election), the single running
-// pod that is Ready holds the address.
+// holder rather than a wrong one. Without a Lease (one lb pod, no election), or before any pod
+// wrote it, the single running pod that is Ready holds the address (one pod cannot be a standby).
 func DecideActive(in ActiveInputs) ActivePlan {
 	var holder *corev1.Pod
-	if in.Lease != nil {
-		if id := ptrString(in.Lease.Spec.HolderIdentity); id != "" {
-			for i := range in.Pods {
-				if in.Pods[i].Name == id {
-					holder = &in.Pods[i]
-				}
+	if id := leaseHolder(in.Lease); id != "" {
+		for i := range in.Pods {
+			if in.Pods[i].Name == id {
+				holder = &in.Pods[i]
 			}
 		}
 	} else {
@@ -139,11 +137,12 @@ func nodeOrUnscheduled(n string) string {
 	return n
 }
 
-func ptrString(s *string) string {
-	if s == nil {
+// leaseHolder is the holder a Lease names ("" for none or no Lease).
+func leaseHolder(l *coordinationv1.Lease) string {
+	if l == nil || l.Spec.HolderIdentity == nil {
 		return ""
 	}
-	return *s
+	return *l.Spec.HolderIdentity
 }
 
 // podReady tells whether the pod's Ready condition is True.

@@ -106,6 +106,12 @@ func TestDecideActive(t *testing.T) {
 		message: "172.18.0.18 held by pod default/a on node n1; no standby",
 		event:   "172.18.0.18 now held by pod default/a on node n1",
 	}, {
+		name: "lease not written yet, one ready pod: that one",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease(""), Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", true, "active"), lbPod("b", "n2", false, "")}},
+		pod: "default/a", node: "n1", roles: []RolePatch{{"default", "b", "standby"}}, status: metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/a on node n1; standby: default/b on node n2",
+	}, {
 		name: "single lb pod without lease, not ready: none",
 		in: ActiveInputs{Service: shown("", ""), Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", false, "")}},

@@ -44,6 +44,7 @@ type AddressBook struct {
 	mu         sync.Mutex
 	subnets    map[string]ipam.SubnetConfig // configuration last given to the allocator
 	ips        map[string]ipRecord          // IP object name → what it says
+	byOwner    map[string]map[string]bool   // owner Service UID → its IP object names (OwnedBy runs on every Service event)
 	rebuilding bool
 	tombstones map[string]bool // IP objects deleted while the rebuild's list was in flight
 	waiting    map[types.NamespacedName]bool
@@ -77,6 +78,7 @@ func NewAddressBook(c cache.Cache, reader client.Reader, writer client.Client) *
 		ready:   make(chan struct{}),
 		subnets: map[string]ipam.SubnetConfig{},
 		ips:     map[string]ipRecord{},
+		byOwner: map[string]map[string]bool{},
 		waiting: map[types.NamespacedName]bool{},
 		Wake:    make(chan event.GenericEvent, 1024),
 		stopped: make(chan struct{}),
@@ -233,8 +235,17 @@ func (b *AddressBook) observeLocked(ip *lbv1.IP) {
 	if err != nil {
 		return
 	}
+	if old, ok := b.ips[ip.Name]; ok {
+		b.unindexLocked(ip.Name, old.owner.UID)
+	}
 	b.ips[ip.Name] = ipRecord{uid: ip.UID, addr: addr, subnet: ip.Spec.Subnet, owner: ip.Spec.Service,
 		draining: !ip.DeletionTimestamp.IsZero()}
+	names := b.byOwner[ip.Spec.Service.UID]
+	if names == nil {
+		names = map[string]bool{}
+		b.byOwner[ip.Spec.Service.UID] = names
+	}
+	names[ip.Name] = true
 	b.alloc.HoldAddr(ip.Spec.Subnet, addr, ownerKey(ip.Spec.Service))
 }
 
@@ -247,11 +258,21 @@ func (b *AddressBook) forget(name string, uid types.UID) {
 	rec, ok := b.ips[name]
 	if ok && (uid == "" || rec.uid == "" || rec.uid == uid) {
 		delete(b.ips, name)
+		b.unindexLocked(name, rec.owner.UID)
 		b.alloc.FreeAddr(rec.addr)
 	}
 	b.mu.Unlock()
 	if ok {
 		b.WakeWaiting()
+	}
+}
+
+func (b *AddressBook) unindexLocked(name, ownerUID string) {
+	if names := b.byOwner[ownerUID]; names != nil {
+		delete(names, name)
+		if len(names) == 0 {
+			delete(b.byOwner, ownerUID)
+		}
 	}
 }
 
@@ -270,10 +291,9 @@ func (b *AddressBook) OwnedBy(uid types.UID) []OwnedIP {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []OwnedIP
-	for name, r := range b.ips {
-		if r.owner.UID == string(uid) {
-			out = append(out, OwnedIP{Name: name, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
-		}
+	for name := range b.byOwner[string(uid)] {
+		r := b.ips[name]
+		out = append(out, OwnedIP{Name: name, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
 	return out

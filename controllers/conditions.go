@@ -75,6 +75,9 @@ const (
 	ReasonDeploymentUnavailable = "DeploymentUnavailable"
 	ReasonDeploymentPending     = "DeploymentPending"
 
+	// ReasonInvalidReplicas (Warning Event): the lbsvc.io/replicas annotation is not a whole
+	// number from 1 to 5; the Service keeps --lb-replicas.
+	ReasonInvalidReplicas = "InvalidReplicas"
 	// ReasonActiveHolder: an lb pod holds the address (condition AddressActive and the Event of
 	// each move). ReasonNoActiveHolder: none has reported holding it yet.
 	ReasonActiveHolder   = "ActiveHolder"

@@ -83,7 +83,8 @@ func (c *serviceConditions) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	var list corev1.ServiceList
-	if err := (*r).List(ctx, &list); err != nil {
+	// Read-only: a scrape must not copy every Service of the cluster.
+	if err := (*r).List(ctx, &list, client.UnsafeDisableDeepCopy); err != nil {
 		return
 	}
 	type key struct{ cond, status, reason string }

@@ -10,7 +10,9 @@ import (
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +45,7 @@ import (
 // +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=get;list;watch;create;delete
+// +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // FieldOwner names the operator in managedFields and events.
@@ -64,6 +67,9 @@ type Options struct {
 	ForwardingSysctls ForwardingSysctls
 	// LBPodNamespace, when set, is where every lb pod runs (empty: the Service's namespace).
 	LBPodNamespace string
+	// LBReplicas is --lb-replicas: lb pods per Service unless its lbsvc.io/replicas says
+	// otherwise (0 means 1).
+	LBReplicas int32
 	// MaxConcurrentReconciles is the number of Services reconciled in parallel.
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets tests run several managers in one process.
@@ -80,7 +86,15 @@ type ServiceReconciler struct {
 	Recorder events.EventRecorder
 	Book     *AddressBook
 	Options  Options
+
+	// own holds the versions Client wrote (Client records into it when Setup wrapped it); the
+	// watches drop the events that only echo them.
+	own *ownWrites
 }
+
+// indexServiceUID: the Service UID label of our Deployments, ServiceAccounts and pods, so that a
+// pass finds a Service's objects without scanning every object of the kind.
+const indexServiceUID = "lbsvc.io/service-uid"
 
 // SetupWithManager registers the field index and the controller.
 func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
@@ -92,6 +106,20 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}); err != nil {
 		return fmt.Errorf("index services by provider: %w", err)
 	}
+	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &corev1.Pod{}} {
+		if err := mgr.GetFieldIndexer().IndexField(context.Background(), o, indexServiceUID, func(o client.Object) []string {
+			if uid := o.GetLabels()[lbv1.ServiceUIDLabel]; uid != "" {
+				return []string{uid}
+			}
+			return nil
+		}); err != nil {
+			return fmt.Errorf("index %T by service UID: %w", o, err)
+		}
+	}
+	if r.own == nil {
+		r.own = newOwnWrites()
+	}
+	notOwn := builder.WithPredicates(r.own.notOwn())
 	servicesOf := func(providerOf func(client.Object) string) handler.MapFunc {
 		return func(ctx context.Context, o client.Object) []reconcile.Request {
 			var list corev1.ServiceList
@@ -127,12 +155,15 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("service").
-		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.interesting))).
-		Watches(&appsv1.Deployment{}, byLabels).
-		Watches(&corev1.ServiceAccount{}, byLabels).
-		Watches(&rbacv1.Role{}, byLabels).
-		Watches(&rbacv1.RoleBinding{}, byLabels).
-		Watches(&lbv1.IP{}, ipOwner).
+		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.interesting), r.own.notOwn())).
+		Watches(&appsv1.Deployment{}, byLabels, notOwn).
+		Watches(&corev1.ServiceAccount{}, byLabels, notOwn).
+		Watches(&rbacv1.Role{}, byLabels, notOwn).
+		Watches(&rbacv1.RoleBinding{}, byLabels, notOwn).
+		Watches(&policyv1.PodDisruptionBudget{}, byLabels, notOwn).
+		// The Service reads only which IP objects it owns and whether they drain: the IP
+		// controller's status writes (holders) are nothing to it.
+		Watches(&lbv1.IP{}, ipOwner, builder.WithPredicates(r.own.notOwn(), deletionStarted())).
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(servicesOf(nadProvider))).
 		// Subnet status changes (counters) must not wake every Service of the Subnet: only its spec.
 		Watches(&lbv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(servicesOf(subnetProvider)),
@@ -152,11 +183,14 @@ func deletionStarted() predicate.Funcs {
 	}}
 }
 
-// deleted passes deletions (and creations, which GenerationChanged does not see as changes).
+// deleted passes deletions and creations (which GenerationChanged does not see as changes), and
+// no update: an unset UpdateFunc would pass every update, so that each Subnet counter write woke
+// every Service of the Subnet (1000 reconciles per write in make bench-operator).
 func deleted() predicate.Funcs {
 	return predicate.Funcs{
 		DeleteFunc: func(event.DeleteEvent) bool { return true },
 		CreateFunc: func(event.CreateEvent) bool { return true },
+		UpdateFunc: func(event.UpdateEvent) bool { return false },
 	}
 }
 
@@ -328,6 +362,14 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 		Provider: plan.Provider, NADName: plan.NADName, NADNamespace: plan.NADNamespace, SubnetName: plan.Subnet,
 		Addresses: addrs, CIDRs: cidrs, Gateways: gateways,
 		Image: r.Options.LBSvcImage, Sysctls: r.Options.ForwardingSysctls,
+	}
+	def := max(r.Options.LBReplicas, 1)
+	params.Replicas = def
+	if n, err := ParseReplicas(svc.Annotations, def); err != nil {
+		// A typo must not take the Service down: it keeps the default, and says so.
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonInvalidReplicas, actionApply, "%s; using %d", BoundedMessage(err.Error()), def)
+	} else {
+		params.Replicas = n
 	}
 	// An lb pod of this Service left elsewhere (--lb-pod-namespace changed) holds the same address:
 	// it goes first, and the new one comes only once its pods are gone.
@@ -561,7 +603,7 @@ var errStrayPods = errors.New("waiting for the lb pods left in the previous lb p
 // removeStray deletes our Deployments and ServiceAccounts of svc that are not where they belong
 // now, and tells whether pods of svc still run outside the lb pod namespace.
 func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service) (bool, error) {
-	mine := client.MatchingLabels{lbv1.ServiceUIDLabel: string(svc.UID)}
+	mine := client.MatchingFields{indexServiceUID: string(svc.UID)}
 	podNS, name := r.podNamespace(svc), ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)
 	var deps appsv1.DeploymentList
 	if err := r.Client.List(ctx, &deps, mine); err != nil {
@@ -610,7 +652,8 @@ func (r *ServiceReconciler) podNamespace(svc *corev1.Service) string {
 	return svc.Namespace
 }
 
-// perServiceObjects lists our four objects of a Service, empty, at their names.
+// perServiceObjects lists our objects of a Service, empty, at their names: the four every
+// Service has, then the two only standbys need (budget and Lease).
 func (r *ServiceReconciler) perServiceObjects(svc *corev1.Service) []client.Object {
 	name := ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)
 	podNS := r.podNamespace(svc)
@@ -622,6 +665,7 @@ func (r *ServiceReconciler) perServiceObjects(svc *corev1.Service) []client.Obje
 	return []client.Object{
 		mk(&appsv1.Deployment{}, podNS), mk(&corev1.ServiceAccount{}, podNS),
 		mk(&rbacv1.Role{}, svc.Namespace), mk(&rbacv1.RoleBinding{}, svc.Namespace),
+		mk(&policyv1.PodDisruptionBudget{}, podNS), mk(&coordinationv1.Lease{}, svc.Namespace),
 	}
 }
 
@@ -662,6 +706,10 @@ func kindOf(o client.Object) string {
 		return "Role"
 	case *rbacv1.RoleBinding:
 		return "RoleBinding"
+	case *policyv1.PodDisruptionBudget:
+		return "PodDisruptionBudget"
+	case *coordinationv1.Lease:
+		return "Lease"
 	}
 	return fmt.Sprintf("%T", o)
 }
@@ -687,12 +735,28 @@ func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Servic
 		return nil, "", err
 	}
 	cur := &appsv1.Deployment{}
-	for _, o := range []struct{ desired, cur client.Object }{
-		{sa, &corev1.ServiceAccount{}}, {role, &rbacv1.Role{}}, {rb, &rbacv1.RoleBinding{}}, {deploy, cur},
-	} {
+	objs := []struct{ desired, cur client.Object }{{sa, &corev1.ServiceAccount{}}, {role, &rbacv1.Role{}}, {rb, &rbacv1.RoleBinding{}}}
+	// With standbys: the Lease before the pods that write it, the budget beside them. With one
+	// lb pod neither exists (a budget would block every drain), and one left over goes.
+	lease, pdb := BuildLease(p), BuildPodDisruptionBudget(p)
+	if lease != nil {
+		objs = append(objs, struct{ desired, cur client.Object }{lease, &coordinationv1.Lease{}})
+	}
+	objs = append(objs, struct{ desired, cur client.Object }{deploy, cur})
+	if pdb != nil {
+		objs = append(objs, struct{ desired, cur client.Object }{pdb, &policyv1.PodDisruptionBudget{}})
+	}
+	for _, o := range objs {
 		foreign, err := r.ensure(ctx, svc, o.desired, o.cur)
 		if err != nil || foreign != "" {
 			return nil, foreign, err
+		}
+	}
+	if p.replicas() == 1 {
+		for _, o := range r.perServiceObjects(svc)[4:] {
+			if err := r.deleteOwned(ctx, svc, o); err != nil {
+				return nil, "", err
+			}
 		}
 	}
 	if cur.Name == "" {
@@ -735,6 +799,9 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 	case upToDate(desired, cur):
 		return "", nil
 	}
+	if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
@@ -746,6 +813,25 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 		return "", fmt.Errorf("apply %s: %w", what, err)
 	}
 	return "", nil
+}
+
+// dropRollingUpdate clears strategy.rollingUpdate before a Deployment goes back to Recreate (its
+// Service back to one lb pod): the API server refuses Recreate with rollingUpdate set, and a server-
+// side apply that omits the field does not remove it when the object was created, not applied.
+func (r *ServiceReconciler) dropRollingUpdate(ctx context.Context, desired, cur client.Object) error {
+	d, ok := desired.(*appsv1.Deployment)
+	if !ok || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		return nil
+	}
+	c, ok := cur.(*appsv1.Deployment)
+	if !ok || c.Name == "" || c.Spec.Strategy.RollingUpdate == nil {
+		return nil
+	}
+	patch := []byte(`{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`)
+	if err := r.Client.Patch(ctx, c, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("clear rollingUpdate: %w", err)
+	}
+	return nil
 }
 
 // upToDate tells whether cur already has every field desired sets (server defaults aside).
@@ -768,6 +854,8 @@ func upToDate(desired, cur client.Object) bool {
 	case *rbacv1.RoleBinding:
 		c := cur.(*rbacv1.RoleBinding)
 		return equality.Semantic.DeepDerivative(d.RoleRef, c.RoleRef) && equality.Semantic.DeepDerivative(d.Subjects, c.Subjects)
+	case *policyv1.PodDisruptionBudget:
+		return equality.Semantic.DeepDerivative(d.Spec, cur.(*policyv1.PodDisruptionBudget).Spec)
 	}
 	return true
 }
@@ -788,20 +876,28 @@ func subset(want, have map[string]string) bool {
 // the addresses waits for the ReplicaSets and pods the garbage collector removes after it.
 func (r *ServiceReconciler) deleteObjects(ctx context.Context, svc *corev1.Service) error {
 	for _, obj := range r.perServiceObjects(svc) {
-		err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
-		if apierrors.IsNotFound(err) {
-			continue
+		if err := r.deleteOwned(ctx, svc, obj); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("get %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err)
-		}
-		if !ownedBy(obj, svc) || !obj.GetDeletionTimestamp().IsZero() {
-			continue
-		}
-		if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground),
-			client.Preconditions{UID: ptrUID(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
-			return fmt.Errorf("delete %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err)
-		}
+	}
+	return nil
+}
+
+// deleteOwned deletes obj (named, empty) if our cache holds it and it is svc's.
+func (r *ServiceReconciler) deleteOwned(ctx context.Context, svc *corev1.Service, obj client.Object) error {
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err)
+	}
+	if !ownedBy(obj, svc) || !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground),
+		client.Preconditions{UID: ptrUID(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s %s/%s: %w", kindOf(obj), obj.GetNamespace(), obj.GetName(), err)
 	}
 	return nil
 }

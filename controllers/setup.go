@@ -4,16 +4,9 @@ import (
 	"fmt"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
-	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
@@ -29,27 +22,16 @@ func NewScheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions restricts the cached Deployments, ServiceAccounts, Roles, RoleBindings and Pods to
-// the ones the operator creates: a cluster holds many, and caching them all would cost memory for
-// nothing.
-func CacheOptions() cache.Options {
-	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{lbv1.ComponentLabel: lbv1.ComponentLBPod})}
-	return cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&appsv1.Deployment{}:     ours,
-		&corev1.ServiceAccount{}: ours,
-		&rbacv1.Role{}:           ours,
-		&rbacv1.RoleBinding{}:    ours,
-		&corev1.Pod{}:            ours,
-		&coordinationv1.Lease{}:  ours,
-	}}
-}
-
 // Setup adds the address book and the Subnet, IP and Service reconcilers to mgr. With
 // opts.EnableLBSvc off the Service reconciler only lets go of Services we served that are being
 // deleted (finalizer removed, addresses drained); nothing else is created, changed or deleted.
 func Setup(mgr ctrl.Manager, opts Options) error {
 	log := ctrl.Log.WithName("setup")
-	book := NewAddressBook(mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient())
+	// The Service reconciler and its claims write through a client that remembers the versions
+	// they wrote, so that the echo of each write does not wake the Service again.
+	own := newOwnWrites()
+	writer := recordingClient{Client: mgr.GetClient(), own: own}
+	book := NewAddressBook(mgr.GetCache(), mgr.GetAPIReader(), writer)
 	if err := mgr.Add(book); err != nil {
 		return fmt.Errorf("add address book: %w", err)
 	}
@@ -74,7 +56,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 		opts.MaxConcurrentReconciles = 1
 	}
 	if err := (&ServiceReconciler{
-		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book, Options: opts,
+		Client: writer, Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner), Book: book, Options: opts, own: own,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up service controller: %w", err)
 	}

@@ -76,7 +76,8 @@ const indexIPSubnet = "lbsvc.io/subnet"
 func (r *SubnetReconciler) ipsOf(ctx context.Context, subnet string) ([]netip.Addr, []lbv1.IPOwner, [2]int64, error) {
 	var draining [2]int64 // IPv4, IPv6
 	var list lbv1.IPList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{indexIPSubnet: subnet}); err != nil {
+	// Read-only: no deep copy of every IP object of the Subnet on each counter update.
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexIPSubnet: subnet}, client.UnsafeDisableDeepCopy); err != nil {
 		return nil, nil, draining, fmt.Errorf("list IP objects of subnet %q: %w", subnet, err)
 	}
 	var addrs []netip.Addr

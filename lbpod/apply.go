@@ -45,6 +45,10 @@ type Applier struct {
 	// Paths names the iptables binaries; their -save and -restore siblings apply the chains.
 	Paths IPTablesPaths
 	Log   *slog.Logger
+	// saved is, per family, what iptables-save printed at the last read: planning a Service
+	// change against it saves one iptables-save per family (the cost that grows with the
+	// rules). A resync always reads afresh, and a refused transaction starts over from a read.
+	saved map[Family]Saved
 }
 
 // NewApplier builds an Applier using the iptables binaries at the given paths.
@@ -97,33 +101,113 @@ func (a *Applier) Observe(names Names) (Observed, error) {
 	return obs, nil
 }
 
-// Sync reads the kernel, plans what differs from st (PlanSync) and, unless dryRun, executes the
-// plan. It returns the differences found. It adds what is missing and removes what is stale, and
-// never touches a rule outside its own chains but the one jump per built-in chain.
-func (a *Applier) Sync(st State, dryRun bool) ([]Change, error) {
-	k, err := a.Read(st)
+// Applied is what Apply did and how long each step took.
+type Applied struct {
+	// Changes are the differences found and fixed.
+	Changes []Change
+	// Read, Execute and Verify are the time spent reading the kernel and planning, running the
+	// operations, and reading back what changed.
+	Read, Execute, Verify time.Duration
+	// Saves counts the iptables-save runs.
+	Saves int
+}
+
+// Apply brings the kernel to st and verifies it: it plans against what it reads (with cached
+// iptables tables unless fresh), executes the plan, then reads back the families whose tables
+// it wrote (and the links, rules and routes) and plans again, which must find nothing. A
+// transaction the kernel refuses while planning from the cache is retried once from a fresh
+// read, since someone else may have changed the tables.
+func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
+	var res Applied
+	start := time.Now()
+	k, err := a.read(st, fresh, nil, &res.Saves)
 	if err != nil {
-		return nil, err
+		return res, err
 	}
 	plan, err := PlanSync(k, st)
-	if err != nil || dryRun {
-		return plan.Changes, err
+	res.Read = time.Since(start)
+	if err != nil {
+		return res, err
 	}
-	return plan.Changes, a.Execute(plan.Ops)
+	res.Changes = plan.Changes
+	start = time.Now()
+	err = a.Execute(plan.Ops)
+	res.Execute = time.Since(start)
+	var refused *RestoreError
+	if err != nil && !fresh && errors.As(err, &refused) {
+		a.Log.Info("a transaction planned from the cached tables was refused; reading them again", "err", err)
+		again, err := a.Apply(st, true)
+		again.Changes = append(res.Changes, again.Changes...)
+		return again, err
+	}
+	if err != nil {
+		a.forget()
+		return res, err
+	}
+	start = time.Now()
+	written := map[Family]bool{}
+	for _, op := range plan.Ops {
+		if r, ok := op.(RestoreOp); ok {
+			written[r.Family] = true
+		}
+	}
+	k, err = a.read(st, false, written, &res.Saves)
+	if err == nil {
+		var check Plan
+		if check, err = PlanSync(k, st); err == nil && len(check.Changes) > 0 {
+			var what []string
+			for _, c := range check.Changes {
+				what = append(what, c.String())
+			}
+			a.forget()
+			err = fmt.Errorf("state not converged after applying, still differs: %s", strings.Join(what, "; "))
+		}
+	}
+	res.Verify = time.Since(start)
+	if err != nil {
+		return res, fmt.Errorf("verify: %w", err)
+	}
+	return res, nil
 }
+
+// NFT reports whether the iptables binaries are the nftables back end, whose changes the
+// kernel announces (legacy and plain iptables: not known, so false).
+func (a *Applier) NFT() bool {
+	return strings.HasSuffix(a.Paths.IPv4, "-nft") && strings.HasSuffix(a.Paths.IPv6, "-nft")
+}
+
+// forget drops the cached tables: the next Apply reads them.
+func (a *Applier) forget() { a.saved = nil }
 
 // Read reads what PlanSync compares: net1 and its addresses, the interfaces' indexes, the rules
 // and routes of our table, and each family's iptables tables (one iptables-save per family).
 func (a *Applier) Read(st State) (Kernel, error) {
+	return a.read(st, true, nil, new(int))
+}
+
+// read reads the kernel. The iptables tables of a family come from the cache unless fresh, or
+// the family is in reread, or nothing is cached for it; saves counts the iptables-save runs.
+func (a *Applier) read(st State, fresh bool, reread map[Family]bool, saves *int) (Kernel, error) {
 	k := Kernel{Link: Link{Name: st.Interface}, Indexes: map[string]int{}, IPTables: map[Family]Saved{}}
+	if a.saved == nil {
+		a.saved = map[Family]Saved{}
+	}
 	for _, t := range st.IPTables {
+		if cached, ok := a.saved[t.Family]; ok && !fresh && !reread[t.Family] {
+			k.IPTables[t.Family] = cached
+			continue
+		}
 		bin, err := a.binary(t.Family)
 		if err != nil {
 			return k, err
 		}
-		if k.IPTables[t.Family], err = iptablesSave(bin); err != nil {
+		*saves++
+		saved, err := iptablesSave(bin)
+		if err != nil {
+			delete(a.saved, t.Family)
 			return k, err
 		}
+		k.IPTables[t.Family], a.saved[t.Family] = saved, saved
 	}
 	for _, name := range []string{st.Interface, st.Uplink} {
 		if l, err := netlink.LinkByName(name); err == nil {

@@ -142,6 +142,8 @@ type Result struct {
 	AddressAdded bool
 	Took         time.Duration
 	Err          error
+	// Applied says where the time went (read and plan, execute, verify).
+	Applied Applied
 	// Problems are what of the Service the applied state does not serve (Desired's).
 	Problems []Problem
 }
@@ -160,8 +162,14 @@ func (r Result) NotReady() (Problem, bool) {
 // then verifies that nothing differs any more. lbpod init runs it once; Run runs it on every
 // trigger.
 func (l *Loop) Reconcile(svc *corev1.Service) Result {
+	return l.reconcileTimed(svc, true)
+}
+
+// reconcileTimed reconciles and records the metrics. fresh reads every iptables table; a
+// Service change, a new active flag or a link event may plan against the tables read last time.
+func (l *Loop) reconcileTimed(svc *corev1.Service, fresh bool) Result {
 	start := time.Now()
-	res := l.reconcile(svc)
+	res := l.reconcile(svc, fresh)
 	res.Took = time.Since(start)
 	l.metrics.syncDuration.Observe(res.Took.Seconds())
 	switch {
@@ -175,7 +183,7 @@ func (l *Loop) Reconcile(svc *corev1.Service) Result {
 	return res
 }
 
-func (l *Loop) reconcile(svc *corev1.Service) Result {
+func (l *Loop) reconcile(svc *corev1.Service, fresh bool) Result {
 	var res Result
 	service, err := ServiceFromObject(svc)
 	if err != nil {
@@ -204,21 +212,24 @@ func (l *Loop) reconcile(svc *corev1.Service) Result {
 	for _, s := range set {
 		l.cfg.Log.Info("forwarding turned on", "sysctl", s)
 	}
-	res.Changes, err = a.Sync(st, false)
+	applied, err := a.Apply(st, fresh)
 	var refused *RestoreError
 	if err != nil && errors.As(err, &refused) && !obs.NoSCTP && slices.ContainsFunc(service.Ports, func(p Port) bool { return p.Protocol == SCTP }) {
 		// The kernel refused a transaction of a state with SCTP ports: when the same state
 		// without them goes in, SCTP is what it lacks. Serve the other ports.
 		obs.NoSCTP = true
 		sctpless := desired(obs)
-		more, err2 := a.Sync(sctpless, false)
+		more, err2 := a.Apply(sctpless, true)
 		if err2 == nil {
 			l.noSCTP.Store(true)
 			l.cfg.Log.Warn("the kernel refused the SCTP rules; serving the other ports", "err", err)
 			st, err = sctpless, nil
-			res.Changes = append(res.Changes, more...)
+			more.Changes = append(applied.Changes, more.Changes...)
+			applied = more
 		}
 	}
+	res.Applied = applied
+	res.Changes = applied.Changes
 	res.Problems = st.Problems
 	l.metrics.unservedPorts.WithLabelValues(string(SCTP)).Set(float64(len(st.Unserved)))
 	for _, c := range res.Changes {
@@ -229,19 +240,6 @@ func (l *Loop) reconcile(svc *corev1.Service) Result {
 	}
 	if err != nil {
 		res.Err = err
-		return res
-	}
-	drift, err := a.Sync(st, true)
-	if err != nil {
-		res.Err = fmt.Errorf("verify: %w", err)
-		return res
-	}
-	if len(drift) > 0 {
-		var what []string
-		for _, c := range drift {
-			what = append(what, c.String())
-		}
-		res.Err = fmt.Errorf("state not converged after applying, still differs: %s", strings.Join(what, "; "))
 		return res
 	}
 	res.Err = fwdErr
@@ -281,6 +279,15 @@ func (l *Loop) Run(ctx context.Context) error {
 	log := cfg.Log
 	ifaces := []string{cfg.Names.Interface, cfg.Names.Uplink}
 	kernel := watchKernel(ctx, log, ifaces...)
+	// With iptables-nft the kernel announces every ruleset change: a resync reads the iptables
+	// tables only after one (idle, it reads nothing but the links, rules and routes). Otherwise
+	// every resync reads them.
+	var tables <-chan struct{}
+	tablesKnown := false
+	if cfg.Applier.NFT() {
+		tables, tablesKnown = watchNFTables(ctx, log)
+	}
+	tablesDirty := true
 	send := cfg.Announce
 	if send == nil {
 		send = func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
@@ -318,9 +325,15 @@ func (l *Loop) Run(ctx context.Context) error {
 			return
 		}
 		active := l.Active()
-		res := l.Reconcile(svc)
+		fresh := trigger == "retry" || (trigger == "resync" && (tablesDirty || !tablesKnown))
+		if fresh {
+			tablesDirty = false // events from now on mark the tables read now
+		}
+		res := l.reconcileTimed(svc, fresh)
 		if len(res.Changes) > 0 {
-			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond))
+			a := res.Applied
+			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond),
+				"read", a.Read.Round(time.Microsecond), "execute", a.Execute.Round(time.Microsecond), "verify", a.Verify.Round(time.Microsecond), "saves", a.Saves)
 			if trigger == "resync" {
 				for _, c := range res.Changes {
 					causes = append(causes, c.Kind)
@@ -389,6 +402,11 @@ func (l *Loop) Run(ctx context.Context) error {
 			now := snapshotLinks(ifaces...)
 			if causes := SnapshotCauses(lastSeen, now); len(causes) > 0 {
 				reconcile("netlink", causes)
+			}
+		case _, ok := <-tables:
+			tablesDirty = true
+			if !ok {
+				tables, tablesKnown = nil, false
 			}
 		case <-resync.C:
 			reconcile("resync", nil)

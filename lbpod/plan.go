@@ -62,9 +62,11 @@ type Op interface {
 	String() string
 }
 
-// RestoreOp feeds one table's payload to `iptables-restore --noflush` (one transaction).
+// RestoreOp feeds the payload of one family's changed tables to one `iptables-restore
+// --noflush` run; each table is one transaction (its own COMMIT).
 type RestoreOp struct {
-	Family  Family
+	Family Family
+	// Table names the tables written, comma-separated ("nat,filter").
 	Table   string
 	Payload string
 }
@@ -181,8 +183,14 @@ func PlanSync(k Kernel, st State) (Plan, error) {
 		}
 		rp := PlanRestore(saved, t, iptablesCmd(t.Family))
 		p.Changes = append(p.Changes, rp.Changes...)
-		for _, table := range rp.Tables {
-			p.Ops = append(p.Ops, RestoreOp{Family: t.Family, Table: table, Payload: rp.Payloads[table]})
+		if len(rp.Tables) > 0 {
+			// One iptables-restore run for all the family's tables: each table still commits as
+			// its own transaction, and one exec less is a few milliseconds less.
+			var payload strings.Builder
+			for _, table := range rp.Tables {
+				payload.WriteString(rp.Payloads[table])
+			}
+			p.Ops = append(p.Ops, RestoreOp{Family: t.Family, Table: strings.Join(rp.Tables, ","), Payload: payload.String()})
 		}
 		if rp.NATChanged {
 			if fp, ok := flowPolicyOf(t); ok {

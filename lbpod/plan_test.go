@@ -81,8 +81,7 @@ func TestPlanSync(t *testing.T) {
 					IPTables: map[Family]Saved{IPv4: mustSave(t, "*nat\n:PREROUTING ACCEPT\nCOMMIT\n"), IPv6: mustSave(t, "*filter\nCOMMIT\n")}}
 			},
 			want: []string{
-				"iptables-restore --noflush -t nat",
-				"iptables-restore --noflush -t filter",
+				"iptables-restore --noflush -t nat,filter",
 				"conntrack -D (IPv4) to 172.18.0.18: keep all sources, ports [udp/53->10.109.201.193:53]",
 				"ip6tables-restore --noflush -t filter",
 				"ip link set net1 up",

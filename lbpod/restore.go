@@ -94,6 +94,7 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 			p.NATChanged = true
 		}
 		b := body(c.Table)
+		haveSet, wantSet := setOf(have), setOf(wantSpecs)
 		patch := exists && patchable(have, wantSpecs)
 		if !patch {
 			fmt.Fprintf(decls[c.Table], ":%s - [0:0]\n", c.Name)
@@ -103,12 +104,12 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 			p.Changes = append(p.Changes, Change{Kind: "chain", Added: true, What: fmt.Sprintf("%s -t %s -N %s", cmd, c.Table, c.Name)})
 		}
 		for _, spec := range have {
-			if patch && !slices.Contains(wantSpecs, spec) {
+			if patch && !wantSet[spec] {
 				fmt.Fprintf(b, "-D %s %s\n", c.Name, spec)
 			}
 		}
 		for _, spec := range wantSpecs {
-			added := !slices.Contains(have, spec)
+			added := !haveSet[spec]
 			if !patch || added {
 				fmt.Fprintf(b, "-A %s %s\n", c.Name, spec)
 			}
@@ -117,7 +118,7 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 			}
 		}
 		for _, spec := range have {
-			if slices.Contains(wantSpecs, spec) {
+			if wantSet[spec] {
 				continue
 			}
 			p.Changes = append(p.Changes, Change{Kind: "iptables", What: fmt.Sprintf("%s -t %s -A %s %s", cmd, c.Table, c.Name, spec)})
@@ -191,4 +192,14 @@ func patchable(have, want []string) bool {
 		}
 	}
 	return true
+}
+
+// setOf returns the rules of a chain as a set: a chain of thousands of rules is compared in
+// linear time.
+func setOf(specs []string) map[string]bool {
+	set := make(map[string]bool, len(specs))
+	for _, s := range specs {
+		set[s] = true
+	}
+	return set
 }

@@ -1,6 +1,7 @@
 package lbpod
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -162,5 +163,29 @@ func TestPlanRestoreReorderRewrites(t *testing.T) {
 	}
 	if len(p.Changes) != 1 || p.Changes[0].String() != "+chain iptables -t filter -S LBSVC-INPUT (reordered)" {
 		t.Fatalf("changes = %q, want the one reorder", p.Changes)
+	}
+}
+
+// BenchmarkPlanRestore1000: planning one change among 1000 DNAT rules.
+func BenchmarkPlanRestore1000(b *testing.B) {
+	var saved strings.Builder
+	saved.WriteString("*nat\n:LBSVC-SERVICES - [0:0]\n")
+	want := Tables{Family: IPv4, Chains: []Chain{{Table: "nat", Name: ChainServices}}}
+	for i := range 1000 {
+		rule := []string{"-d", "192.0.2.10/32", "-p", "tcp", "-m", "tcp", "--dport", fmt.Sprint(10000 + i), "-j", "DNAT", "--to-destination", fmt.Sprintf("10.96.0.10:%d", 10000+i)}
+		saved.WriteString("-A LBSVC-SERVICES " + strings.Join(rule, " ") + "\n")
+		if i == 999 {
+			rule[7], rule[11] = "20000", "10.96.0.10:20000"
+		}
+		want.Chains[0].Rules = append(want.Chains[0].Rules, rule)
+	}
+	s, err := ParseSave(saved.String() + "COMMIT\n")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if p := PlanRestore(s, want, "iptables"); len(p.Changes) != 2 {
+			b.Fatalf("changes %v", p.Changes)
+		}
 	}
 }

@@ -2,12 +2,15 @@ package lbpod
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"slices"
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
 )
 
 // watchKernel signals the link and address changes that matter (net1 or eth0 recreated, up or
@@ -144,4 +147,46 @@ func SnapshotCauses(before, after []LinkSnapshot) []string {
 		}
 	}
 	return out
+}
+
+// watchNFTables signals every change of the nftables ruleset in the namespace (iptables-nft
+// writes there), ours included, so that a resync reads the iptables tables again only when
+// something changed them. ok is false when the subscription is refused: then nothing can be
+// known, and every resync reads.
+func watchNFTables(ctx context.Context, log *slog.Logger) (changed <-chan struct{}, ok bool) {
+	sock, err := nl.Subscribe(unix.NETLINK_NETFILTER, unix.NFNLGRP_NFTABLES)
+	if err != nil {
+		log.Info("no nftables events; every resync reads the iptables tables", "err", err)
+		return nil, false
+	}
+	out := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case out <- struct{}{}:
+		default:
+		}
+	}
+	go func() {
+		<-ctx.Done()
+		sock.Close()
+	}()
+	go func() {
+		for {
+			if _, _, err := sock.Receive(); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				// ENOBUFS: events were lost, so the tables may have changed unseen.
+				notify()
+				if !errors.Is(err, unix.ENOBUFS) {
+					log.Warn("nftables events ended; every resync reads the iptables tables", "err", err)
+					close(out)
+					return
+				}
+				continue
+			}
+			notify()
+		}
+	}()
+	return out, true
 }

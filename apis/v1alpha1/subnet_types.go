@@ -97,7 +97,7 @@ type SubnetStatus struct {
 // +kubebuilder:resource:scope=Cluster
 // +kubebuilder:subresource:status
 // +kubebuilder:printcolumn:name="Provider",type=string,JSONPath=`.spec.provider`
-// +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocol`
+// +kubebuilder:printcolumn:name="Protocol",type=string,JSONPath=`.spec.protocol`,priority=1
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidrBlock`
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`
 // +kubebuilder:printcolumn:name="V4Used",type=integer,JSONPath=`.status.v4usingIPs`
@@ -105,6 +105,8 @@ type SubnetStatus struct {
 // +kubebuilder:printcolumn:name="V6Used",type=integer,JSONPath=`.status.v6usingIPs`
 // +kubebuilder:printcolumn:name="V6Available",type=integer,JSONPath=`.status.v6availableIPs`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`
+// +kubebuilder:printcolumn:name="Message",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].message`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type Subnet struct {
 	metav1.TypeMeta   `json:",inline"`

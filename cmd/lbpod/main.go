@@ -30,6 +30,7 @@ import (
 // options are lbpod's flags; each input defaults to its environment variable.
 type options struct {
 	namespace, service, serviceFile, kubeconfig string
+	serviceFilePoll                             time.Duration
 	addresses, gateways, subnets                string
 	iface, uplink                               string
 	table                                       int
@@ -47,6 +48,7 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.StringVar(&o.namespace, "namespace", os.Getenv(v1alpha1.EnvNamespace), "namespace of the Service (env "+v1alpha1.EnvNamespace+")")
 	fs.StringVar(&o.service, "service", os.Getenv(v1alpha1.EnvService), "name of the Service (env "+v1alpha1.EnvService+")")
 	fs.StringVar(&o.serviceFile, "service-file", "", "read the Service from this YAML/JSON file (re-read when it changes) instead of the API")
+	fs.DurationVar(&o.serviceFilePoll, "service-file-poll", 150*time.Millisecond, "how often --service-file is re-read")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig to reach the API from outside a cluster (default: in-cluster config)")
 	fs.StringVar(&o.addresses, "addresses", os.Getenv(v1alpha1.EnvAddresses), "LB address(es) with the subnet prefix, IPv4 first (env "+v1alpha1.EnvAddresses+")")
 	fs.StringVar(&o.gateways, "gateways", os.Getenv(v1alpha1.EnvGateways), "subnet gateway(s), in the addresses' order (env "+v1alpha1.EnvGateways+")")
@@ -83,8 +85,8 @@ func parseFlags(name string, args []string) (options, error) {
 		return o, fmt.Errorf("namespace %q, service %q: both are needed (env %s, %s) unless --service-file is given",
 			o.namespace, o.service, v1alpha1.EnvNamespace, v1alpha1.EnvService)
 	}
-	if o.resyncPeriod <= 0 || o.announceInterval <= 0 {
-		return o, fmt.Errorf("resync-period %s, announce-interval %s: both must be positive", o.resyncPeriod, o.announceInterval)
+	if o.resyncPeriod <= 0 || o.announceInterval <= 0 || o.serviceFilePoll <= 0 {
+		return o, fmt.Errorf("resync-period %s, announce-interval %s, service-file-poll %s: all must be positive", o.resyncPeriod, o.announceInterval, o.serviceFilePoll)
 	}
 	return o, nil
 }

@@ -33,7 +33,7 @@ type serviceSource interface {
 
 func newServiceSource(o options, log *slog.Logger) (serviceSource, error) {
 	if o.serviceFile != "" {
-		return &fileSource{path: o.serviceFile, poll: 150 * time.Millisecond, log: log}, nil
+		return &fileSource{path: o.serviceFile, poll: o.serviceFilePoll, log: log}, nil
 	}
 	cs, err := newClient(o)
 	if err != nil {

@@ -10,8 +10,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
@@ -21,6 +21,20 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// Defaults sized on make bench-operator (1000 Services created at once against a real API server;
+// README "Operator throughput and memory"):
+//   - 16 Services in parallel: a pass spends nearly all its time waiting for its 6 to 8 API
+//     round trips, so parallel passes overlap their waits; beyond 16 the API server itself is the
+//     limit and more only lengthens each write.
+//   - the client-side limit is a guard against a reconcile loop gone wrong, not a pacer (the API
+//     server's priority and fairness is): it sits above the rate a burst of Services needs, so
+//     that the operator keeps the pace of the API server.
+const (
+	defaultMaxConcurrentReconciles = 16
+	defaultKubeAPIQPS              = 200
+	defaultKubeAPIBurst            = 400
+)
 
 func run() error {
 	var (
@@ -32,9 +46,15 @@ func run() error {
 		probeAddr         string
 		leaderElectionNS  string
 		maxConcurrentRecs int
+		pprofAddr         string
+		apiQPS            float64
+		apiBurst          int
+		lbReplicas        int
 	)
 	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
 	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
+	flag.IntVar(&lbReplicas, "lb-replicas", 1,
+		"lb pods per Service (1 to 5), unless its lbsvc.io/replicas annotation says otherwise. With more than one, one holds the address and the others stand by on other nodes, taking it over in well under a second.")
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
 		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
@@ -42,9 +62,12 @@ func run() error {
 		"Forwarding sysctls set on the lb pod: none, ipv6 (net.ipv6.conf.all.forwarding=1 for IPv6/Dual Services) or all (also net.ipv4.ip_forward=1). The kubelet must allow them with --allowed-unsafe-sysctls.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one replica hands out addresses.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8443", "Address of the metrics endpoint, HTTPS with authentication and authorization (0 disables it).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the /healthz and /readyz endpoints.")
-	flag.IntVar(&maxConcurrentRecs, "max-concurrent-reconciles", 4, "Services reconciled in parallel.")
+	flag.IntVar(&maxConcurrentRecs, "max-concurrent-reconciles", defaultMaxConcurrentReconciles, "Services reconciled in parallel.")
+	flag.Float64Var(&apiQPS, "kube-api-qps", defaultKubeAPIQPS, "Requests per second the operator's API client may sustain (client-side limit; negative: none, leaving it all to the API server's priority and fairness).")
+	flag.IntVar(&apiBurst, "kube-api-burst", defaultKubeAPIBurst, "Requests the operator's API client may send at once above --kube-api-qps.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of the Go pprof endpoints under /debug/pprof (empty or 0: off). For profiling, never on an untrusted network.")
 	zapOpts := zap.Options{}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -57,11 +80,18 @@ func run() error {
 	if maxConcurrentRecs < 1 {
 		return fmt.Errorf("--max-concurrent-reconciles %d: want at least 1", maxConcurrentRecs)
 	}
+	if apiQPS >= 0 && apiBurst < 1 {
+		return fmt.Errorf("--kube-api-burst %d: want at least 1 when --kube-api-qps is not negative", apiBurst)
+	}
 	if p := opts.DefaultAttachmentProvider; p != "" {
 		if _, _, err := controllers.SplitProvider(p); err != nil {
 			return fmt.Errorf("--default-attachment-provider: %w", err)
 		}
 	}
+	if lbReplicas < 1 || lbReplicas > lbv1.MaxReplicas {
+		return fmt.Errorf("--lb-replicas %d: want 1 to %d", lbReplicas, lbv1.MaxReplicas)
+	}
+	opts.LBReplicas = int32(lbReplicas)
 	opts.ForwardingSysctls = sysctls
 	opts.MaxConcurrentReconciles = maxConcurrentRecs
 	opts.EnableLBSvc = enableLBSvc
@@ -74,11 +104,13 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)
 	}
+	cfg.QPS, cfg.Burst = float32(apiQPS), apiBurst
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  scheme,
 		Cache:                   controllers.CacheOptions(),
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsOptions(metricsAddr),
 		HealthProbeBindAddress:  probeAddr,
+		PprofBindAddress:        pprofAddr,
 		LeaderElection:          leaderElect,
 		LeaderElectionID:        "lbsvc-operator.lbsvc.io",
 		LeaderElectionNamespace: leaderElectionNS,

@@ -12,6 +12,9 @@
 #                       lbsvc-br0 10.212.<i>.1/24  pods; containerd, kubelet, kube-proxy, Multus
 #   netns lbsvc-ul      br0 (underlay L2: ul-node<i>, ul-client), cn0 (cluster network: cn-node<i>)
 #   netns lbsvc-client  eth0 172.18.0.1/16       "the outside world": the Subnet's gateway; curl runs here
+#                            172.19.0.1/16, fd00:172:19::1/64  gateways of the dual-stack underlay network
+# Dual stack: Services 10.211.0.0/16 and fd00:10:211::/112, pods 10.212.<i>.0/24 and
+# fd00:10:212:<i>::/64, cluster network 10.250.1.<i> and fd00:10:250:1::<i>; kube-proxy serves both.
 # Each node's containerd and kubelet also share a mount namespace of their own ($MNTNS_DIR/node<i>)
 # in which the host paths they cannot be told to move (shim sockets, CNI result cache, device-plugin
 # socket, container log links) are bind mounts of the node's own directories: nodes never collide.
@@ -42,7 +45,14 @@ CLUSTER_NET=10.250.1.0/24
 POD_SUPERNET=10.212.0.0/16
 POD_BRIDGE=lbsvc-br0
 SERVICE_CIDR=10.211.0.0/16
+# The IPv6 Service range: /112, well within what kube-apiserver accepts for a family.
+SERVICE_CIDR6=fd00:10:211::/112
+POD_SUPERNET6=fd00:10:212::/48
 CLIENT_ADDR=172.18.0.1/16
+# The client also holds the gateways of a dual-stack underlay network beside the seed's IPv4 one, for
+# Dual Subnets (172.19.0.0/16,fd00:172:19::/64): the IPv6 underlay of README "Dual stack".
+CLIENT_ADDR_DUAL4=172.19.0.1/16
+CLIENT_ADDR6=fd00:172:19::1/64
 # Every node's cgroups live under this root, in every cgroup v1 hierarchy (no systemd here):
 # <root>/node<i> is node i's kubelet cgroupRoot, <root>/node<i>/daemons (freezer) holds its
 # containerd (and so the shims), kubelet and kube-proxy, so that one freezer write stops the node.
@@ -51,8 +61,11 @@ CGROUP_ROOT=lbsvc-cluster
 node_name() { echo "lbsvc-node$1"; }
 node_ns() { echo "lbsvc-node$1"; }
 node_ip() { echo "10.250.1.$1"; }
+node_ip6() { echo "fd00:10:250:1::$1"; }
 pod_cidr() { echo "10.212.$1.0/24"; }
 pod_gw() { echo "10.212.$1.1"; }
+pod_cidr6() { echo "fd00:10:212:$1::/64"; }
+pod_gw6() { echo "fd00:10:212:$1::1"; }
 node_dir() { echo "$CLUSTER_DIR/node$1"; }
 containerd_sock() { echo "$CLUSTER_DIR/node$1/containerd/containerd.sock"; }
 freezer_dir() { echo "/sys/fs/cgroup/freezer/$CGROUP_ROOT/node$1"; }

@@ -130,14 +130,19 @@ ip netns add $CLIENT_NS
 # Underlay and cluster network: two bridges in one "switch" namespace. A node's cables are its
 # ports there (ul-node<i>, cn-node<i>); node.sh fail pulls them.
 $IN_UL ip link set lo up
+# Dumb switches: no multicast snooping, so IPv6 neighbour discovery (solicited-node multicast) and
+# unsolicited NAs reach every port whether or not an MLD report was seen there.
 for br in br0 cn0; do
-  $IN_UL ip link add $br type bridge
+  $IN_UL ip link add $br type bridge mcast_snooping 0
   $IN_UL ip link set $br up
 done
 $IN_UL ip link add ul-client type veth peer name eth0 netns $CLIENT_NS
 $IN_UL ip link set ul-client master br0 up
 $IN_CLIENT ip link set lo up
 $IN_CLIENT ip addr add $CLIENT_ADDR dev eth0
+$IN_CLIENT ip addr add $CLIENT_ADDR_DUAL4 dev eth0
+# nodad: usable at once (nothing else on the underlay claims it).
+$IN_CLIENT ip addr add $CLIENT_ADDR6 dev eth0 nodad
 $IN_CLIENT ip link set eth0 up
 for i in $(seq "$NODES"); do
   ns=$(node_ns "$i")
@@ -147,6 +152,7 @@ for i in $(seq "$NODES"); do
   # address, and nothing else, so no packet of the cluster can leave this machine (and the host's
   # own forwarding stays as it is).
   in_node "$i" sysctl -qw net.ipv4.ip_forward=1
+  in_node "$i" sysctl -qw net.ipv6.conf.all.forwarding=1
   in_node "$i" sysctl -qw net.bridge.bridge-nf-call-iptables=1
   in_node "$i" sysctl -qw net.bridge.bridge-nf-call-ip6tables=1
   $IN_UL ip link add "ul-node$i" type veth peer name eth0 netns "$ns"
@@ -155,9 +161,12 @@ for i in $(seq "$NODES"); do
   $IN_UL ip link set "cn-node$i" master cn0 up
   in_node "$i" ip link set eth0 up
   in_node "$i" ip addr add "$(node_ip "$i")/24" dev eth1
+  in_node "$i" ip addr add "$(node_ip6 "$i")/64" dev eth1 nodad
   in_node "$i" ip link set eth1 up
   for j in $(seq "$NODES"); do
-    [ "$j" = "$i" ] || in_node "$i" ip route add "$(pod_cidr "$j")" via "$(node_ip "$j")" dev eth1
+    [ "$j" = "$i" ] && continue
+    in_node "$i" ip route add "$(pod_cidr "$j")" via "$(node_ip "$j")" dev eth1
+    in_node "$i" ip -6 route add "$(pod_cidr6 "$j")" via "$(node_ip6 "$j")" dev eth1
   done
 done
 ip link add $HOST_VETH type veth peer name $CP_VETH netns "$(node_ns 1)"
@@ -199,8 +208,10 @@ write_node_config() {
   "name": "lbsvc-podnet",
   "plugins": [
     {"type": "bridge", "bridge": "$POD_BRIDGE", "isGateway": true, "ipMasq": false, "hairpinMode": true,
-     "ipam": {"type": "host-local", "ranges": [[{"subnet": "$(pod_cidr "$i")", "gateway": "$(pod_gw "$i")"}]],
-              "routes": [{"dst": "0.0.0.0/0"}], "dataDir": "$nd/cni/ipam"}},
+     "ipam": {"type": "host-local",
+              "ranges": [[{"subnet": "$(pod_cidr "$i")", "gateway": "$(pod_gw "$i")"}],
+                         [{"subnet": "$(pod_cidr6 "$i")", "gateway": "$(pod_gw6 "$i")"}]],
+              "routes": [{"dst": "0.0.0.0/0"}, {"dst": "::/0"}], "dataDir": "$nd/cni/ipam"}},
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
@@ -288,7 +299,7 @@ apiVersion: kubeproxy.config.k8s.io/v1alpha1
 kind: KubeProxyConfiguration
 clientConnection: {kubeconfig: $NODE_KUBECONFIG}
 mode: iptables
-clusterCIDR: $POD_SUPERNET
+clusterCIDR: $POD_SUPERNET,$POD_SUPERNET6
 hostnameOverride: $name
 bindAddress: $ip
 healthzBindAddress: $ip:10256
@@ -344,7 +355,7 @@ start apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 \
   --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" --client-ca-file="$PKI/ca.crt" \
   --service-account-key-file="$PKI/sa.pub" --service-account-signing-key-file="$PKI/sa.key" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
-  --service-cluster-ip-range=$SERVICE_CIDR --authorization-mode=Node,RBAC --allow-privileged=true \
+  --service-cluster-ip-range=$SERVICE_CIDR,$SERVICE_CIDR6 --authorization-mode=Node,RBAC --allow-privileged=true \
   --kubelet-client-certificate="$PKI/admin.crt" --kubelet-client-key="$PKI/admin.key" \
   --kubelet-preferred-address-types=InternalIP,Hostname
 node_images() {
@@ -369,7 +380,7 @@ for i in $(seq "$NODES"); do
   nd=$(node_dir "$i")
   start_on "$i" kubelet "$BIN/kubelet" --config="$nd/kubelet.yaml" --kubeconfig="$NODE_KUBECONFIG" \
     --root-dir="$nd/kubelet" --cert-dir="$nd/kubelet/pki" --hostname-override="$(node_name "$i")" \
-    --node-ip="$(node_ip "$i")" --v=1
+    --node-ip="$(node_ip "$i"),$(node_ip6 "$i")" --v=1
   start_on "$i" kube-proxy "$BIN/kube-proxy" --config="$nd/kube-proxy.yaml"
 done
 wait_node() { wait_for "node $(node_name "$1") Ready" 120 node_ready "$1"; }

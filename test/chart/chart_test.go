@@ -264,6 +264,31 @@ func TestValues(t *testing.T) {
 			t.Errorf("pod spec placement: %v %v %v", ps["priorityClassName"], ps["nodeSelector"], ps["tolerations"])
 		}
 	})
+	t.Run("service monitor endpoint overrides", func(t *testing.T) {
+		objs := mustTemplate(t, "prometheus.serviceMonitor.enabled=true", "prometheus.serviceMonitor.endpoint.tlsConfig.insecureSkipVerify=false",
+			"prometheus.serviceMonitor.endpoint.tlsConfig.serverName=lbsvc-operator-metrics.lbsvc-system.svc")
+		want := []any{map[string]any{"port": "metrics", "interval": "30s", "scheme": "https",
+			"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+			"tlsConfig":       map[string]any{"insecureSkipVerify": false, "serverName": "lbsvc-operator-metrics.lbsvc-system.svc"}}}
+		if got := get(objs["ServiceMonitor/lbsvc-system/lbsvc-operator"], "spec", "endpoints"); !reflect.DeepEqual(got, want) {
+			t.Errorf("ServiceMonitor endpoints %v, want %v", got, want)
+		}
+	})
+	t.Run("metrics readers", func(t *testing.T) {
+		if _, ok := mustTemplate(t)["ClusterRoleBinding//lbsvc-operator-metrics-reader"]; ok {
+			t.Error("metrics-reader ClusterRoleBinding rendered without metrics.readerServiceAccounts")
+		}
+		objs := mustTemplate(t, "metrics.readerServiceAccounts[0].name=prometheus-k8s", "metrics.readerServiceAccounts[0].namespace=monitoring")
+		b, ok := objs["ClusterRoleBinding//lbsvc-operator-metrics-reader"]
+		if !ok {
+			t.Fatal("no metrics-reader ClusterRoleBinding")
+		}
+		wantRef := map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lbsvc-operator-metrics-reader"}
+		wantSubjects := []any{map[string]any{"kind": "ServiceAccount", "name": "prometheus-k8s", "namespace": "monitoring"}}
+		if !reflect.DeepEqual(b["roleRef"], wantRef) || !reflect.DeepEqual(b["subjects"], wantSubjects) {
+			t.Errorf("metrics-reader binding: roleRef %v subjects %v", b["roleRef"], b["subjects"])
+		}
+	})
 	t.Run("crds off", func(t *testing.T) {
 		for id := range mustTemplate(t, "crds.enabled=false") {
 			if strings.HasPrefix(id, "CustomResourceDefinition/") {
@@ -280,18 +305,20 @@ func TestValues(t *testing.T) {
 		}
 	})
 	t.Run("prometheus", func(t *testing.T) {
-		objs := mustTemplate(t, "prometheus.serviceMonitor.enabled=true", "prometheus.prometheusRule.enabled=true",
-			"prometheus.serviceMonitor.endpoint.scheme=https")
+		objs := mustTemplate(t, "prometheus.serviceMonitor.enabled=true", "prometheus.prometheusRule.enabled=true")
 		sm, ok := objs["ServiceMonitor/lbsvc-system/lbsvc-operator"]
 		if !ok {
 			t.Fatal("no ServiceMonitor")
 		}
-		wantEndpoints := []any{map[string]any{"port": "metrics", "interval": "30s", "scheme": "https"}}
+		// HTTPS with Prometheus' own token, the operator's self-signed certificate not checked.
+		wantEndpoints := []any{map[string]any{"port": "metrics", "interval": "30s", "scheme": "https",
+			"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+			"tlsConfig":       map[string]any{"insecureSkipVerify": true}}}
 		if got := get(sm, "spec", "endpoints"); !reflect.DeepEqual(got, wantEndpoints) {
 			t.Errorf("ServiceMonitor endpoints %v, want %v", got, wantEndpoints)
 		}
 		if got := get(objs["Service/lbsvc-system/lbsvc-operator-metrics"], "spec", "ports"); !reflect.DeepEqual(got,
-			[]any{map[string]any{"name": "metrics", "port": float64(8080), "targetPort": "metrics"}}) {
+			[]any{map[string]any{"name": "metrics", "port": float64(8443), "targetPort": "metrics"}}) {
 			t.Errorf("metrics Service ports %v", got)
 		}
 		rule, ok := objs["PrometheusRule/lbsvc-system/lbsvc-operator"]

@@ -159,8 +159,8 @@ func nonEmptyLines(s string) []string {
 }
 
 // TestClusterIsolated checks that nothing of the cluster can send a packet off this machine: no
-// node, nor the underlay's client, has a default route, so an outside address is unroutable from
-// all of them.
+// node, nor the underlay's client, has a default route of either family, so an outside address is
+// unroutable from all of them.
 func TestClusterIsolated(t *testing.T) {
 	g := NewWithT(t)
 	nodes := multiNode(t)
@@ -173,5 +173,11 @@ func TestClusterIsolated(t *testing.T) {
 		// 192.0.2.1 is on the host's own network: it must be unreachable from the cluster.
 		out, err = run("nsenter", "--net=/run/netns/"+ns, "ip", "route", "get", "192.0.2.1")
 		g.Expect(err).To(HaveOccurred(), "netns %s routes to 192.0.2.1: %s", ns, out)
+		// The same for IPv6 (the cluster is dual stack): 2001:db8::1 is a documentation address.
+		out, err = run("nsenter", "--net=/run/netns/"+ns, "ip", "-6", "route", "show", "default")
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		g.Expect(out).To(BeEmpty(), "IPv6 default route in netns %s", ns)
+		out, err = run("nsenter", "--net=/run/netns/"+ns, "ip", "-6", "route", "get", "2001:db8::1")
+		g.Expect(err).To(HaveOccurred(), "netns %s routes to 2001:db8::1: %s", ns, out)
 	}
 }

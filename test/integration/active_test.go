@@ -5,10 +5,15 @@ package integration
 import (
 	"context"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -97,10 +102,12 @@ func TestActiveHolderShown(t *testing.T) {
 
 	// Standbys: the operator creates the Lease (empty) and the lb pod that takes the address over
 	// writes itself in; the operator follows it.
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-web", Labels: map[string]string{
-		lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.ServiceLabel: "web", lbv1.ServiceNamespaceLabel: f.ns,
-		lbv1.ServiceUIDLabel: string(svc.UID)}}, Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("lb-a"), LeaseTransitions: ptr.To[int32](0)}}
-	create(t, lease)
+	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "2" })
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-web"}}
+	g.Eventually(func() error { return k8s.Get(context.Background(), client.ObjectKeyFromObject(lease), lease) }, timeout, interval).Should(Succeed())
+	update(t, lease, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-a"), ptr.To[int32](0)
+	})
 	readyLBPod(t, svc, "lb-b", addr, "n2", true)
 	shownHolder(t, svc, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; standby: "+f.ns+"/lb-b on node n2",
 		map[string]string{"lb-a": lbv1.RoleActive, "lb-b": lbv1.RoleStandby})
@@ -130,4 +137,58 @@ func TestActiveHolderShown(t *testing.T) {
 	// The address itself is untouched by any of this.
 	g.Expect(ingressIPs(getService(g, f.ns, "web"))).To(Equal([]string{addr}))
 
+}
+
+// lbsvc.io/replicas: 2 gives two lb pods with a rolling update, a budget and the Lease they write;
+// back to 1 (here through a bad value, which keeps the default and says so), the budget and the
+// Lease go and the Deployment recreates again.
+func TestReplicasObjects(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	svc := lbService(f.ns, "ha", f.provider, f.ip("80"))
+	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
+	create(t, svc)
+	waitAddress(t, f.ns, "ha", f.ip("80"))
+	key := client.ObjectKey{Namespace: f.ns, Name: "lb-svc-ha"}
+	g.Eventually(func(g Gomega) {
+		d := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+		g.Expect(*d.Spec.Replicas).To(Equal(int32(2)))
+		g.Expect(d.Spec.Strategy.Type).To(Equal(appsv1.RollingUpdateDeploymentStrategyType))
+		g.Expect(d.Spec.Template.Spec.TopologySpreadConstraints).To(HaveLen(1))
+		pdb := &policyv1.PodDisruptionBudget{}
+		g.Expect(k8s.Get(ctx, key, pdb)).To(Succeed())
+		g.Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
+		g.Expect(pdb.Labels[lbv1.ServiceUIDLabel]).To(Equal(string(getService(g, f.ns, "ha").UID)))
+		lease := &coordinationv1.Lease{}
+		g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
+		g.Expect(lease.Spec.HolderIdentity).To(BeNil())
+		role := &rbacv1.Role{}
+		g.Expect(k8s.Get(ctx, key, role)).To(Succeed())
+		g.Expect(role.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
+			ResourceNames: []string{"lb-svc-ha"}, Verbs: []string{"get", "update"}}))
+	}, timeout, interval).Should(Succeed())
+
+	// The operator owns no field of the Lease's spec: what an lb pod writes stays.
+	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-ha"}}
+	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("lb-svc-ha-x") })
+	update(t, getService(g, f.ns, "ha"), func(s *corev1.Service) { s.Labels = map[string]string{"touch": "1"} })
+	g.Consistently(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
+		g.Expect(lease.Spec.HolderIdentity).To(Equal(ptr.To("lb-svc-ha-x")))
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	update(t, getService(g, f.ns, "ha"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "seven" })
+	g.Eventually(func() []string { return warningReasons(t, f.ns, "ha") }, timeout, interval).Should(ContainElement(controllers.ReasonInvalidReplicas))
+	g.Expect(eventMessages(t, f.ns, "ha", controllers.ReasonInvalidReplicas)).To(ContainElement(
+		`annotation lbsvc.io/replicas="seven": want a whole number from 1 to 5; using 1`))
+	g.Eventually(func(g Gomega) {
+		d := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+		g.Expect(*d.Spec.Replicas).To(Equal(int32(1)))
+		g.Expect(d.Spec.Strategy.Type).To(Equal(appsv1.RecreateDeploymentStrategyType))
+		g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &policyv1.PodDisruptionBudget{}))).To(BeTrue(), "budget gone")
+		g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &coordinationv1.Lease{}))).To(BeTrue(), "lease gone")
+	}, timeout, interval).Should(Succeed())
 }

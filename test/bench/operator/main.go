@@ -1,14 +1,30 @@
-// Command operator-bench measures the operator against a real kube-apiserver and etcd: the time
-// until N annotated LoadBalancer Services all show an address, the operator's peak RSS, and, as a
-// floor, the time the API server alone takes to create and list N Services.
+// Command operator-bench measures the operator against a real kube-apiserver and etcd, the
+// operator running as its own process:
+//
+//   - the time until N annotated LoadBalancer Services created at once all show an address, and,
+//     as a floor from the same run, the time the API server alone takes to create and list N
+//     Services;
+//   - the operator's peak RSS (VmHWM), after the burst and after the latency phase;
+//   - the API writes per Service by kind (verb, resource, response code), counted by the API
+//     server itself (apiserver_request_total), with their mean server-side latency;
+//   - p50/p99 of one Service's creation → ingress over sequential creations while the N others
+//     are served.
+//
+// Every result is printed as a `figure: name=value` line. With -unrelated K the cluster also
+// holds K unrelated ConfigMaps, pods and Deployments each (memory must not grow with them).
+// With -profile DIR a CPU profile of the burst and a heap profile after it are written there.
 //
 // Run by hack/bench-operator.sh (make bench-operator); needs KUBEBUILDER_ASSETS.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"math"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,11 +36,14 @@ import (
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -41,11 +60,32 @@ func main() {
 	}
 }
 
+// provider is the attachment provider of the bench's Services (NAD lb-svc-attachment in "bench").
+const provider = "lb-svc-attachment.bench"
+
+type config struct {
+	operatorBin  string
+	operatorArgs string
+	n            int
+	workers      int
+	latencyRuns  int
+	unrelated    int
+	profileDir   string
+	profileSecs  int
+	deadline     time.Duration
+}
+
 func run() error {
-	operatorBin := flag.String("operator", "bin/lbsvc-operator", "operator binary to run")
-	n := flag.Int("n", 1000, "number of Services")
-	workers := flag.Int("workers", 16, "parallel creators")
-	deadline := flag.Duration("timeout", 10*time.Minute, "give up after this long")
+	var cfg config
+	flag.StringVar(&cfg.operatorBin, "operator", "bin/lbsvc-operator", "operator binary to run")
+	flag.StringVar(&cfg.operatorArgs, "operator-args", "", "more operator flags, space-separated")
+	flag.IntVar(&cfg.n, "n", 1000, "number of Services created at once")
+	flag.IntVar(&cfg.workers, "workers", 16, "parallel creators")
+	flag.IntVar(&cfg.latencyRuns, "latency", 100, "sequential creations timed after the burst (0: skip)")
+	flag.IntVar(&cfg.unrelated, "unrelated", 0, "unrelated ConfigMaps, pods and Deployments (each) created before the operator starts")
+	flag.StringVar(&cfg.profileDir, "profile", "", "write cpu.pprof (the burst) and heap.pprof (after it) of the operator here")
+	flag.IntVar(&cfg.profileSecs, "profile-seconds", 30, "length of the CPU profile from the start of the burst")
+	flag.DurationVar(&cfg.deadline, "timeout", 15*time.Minute, "give up after this long")
 	flag.Parse()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set (make bench-operator sets it)")
@@ -55,168 +95,481 @@ func run() error {
 		CRDDirectoryPaths:     []string{filepath.Join("config", "crd", "bases"), filepath.Join("test", "integration", "testdata")},
 		ErrorIfCRDPathMissing: true,
 	}
-	// Room for 2N ClusterIPs (the default /24 holds 254).
+	// Room for the ClusterIPs of every Service (the default /24 holds 254).
 	env.ControlPlane.GetAPIServer().Configure().Set("service-cluster-ip-range", "10.96.0.0/12")
-	cfg, err := env.Start()
+	rc, err := env.Start()
 	if err != nil {
 		return fmt.Errorf("start kube-apiserver and etcd: %w", err)
 	}
 	defer func() { _ = env.Stop() }()
+	// The bench's own client must never be the bottleneck it measures.
+	rc.QPS, rc.Burst = -1, 0
 	scheme, err := controllers.NewScheme()
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.NewWithWatch(rc, client.Options{Scheme: scheme})
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *deadline)
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.deadline)
 	defer cancel()
+	fig := func(name string, format string, args ...any) {
+		fmt.Printf("figure: %s=%s\n", name, fmt.Sprintf(format, args...))
+	}
+	fig("services", "%d", cfg.n)
 
-	// Floor: the API server alone creating N Services and listing them back.
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-floor"}}); err != nil {
+	floor, err := measureFloor(ctx, c, cfg)
+	if err != nil {
 		return err
 	}
-	start := time.Now()
-	if err := createServices(ctx, c, "bench-floor", "", *n, *workers); err != nil {
+	fig("floor_seconds", "%.2f", floor.Seconds())
+
+	if cfg.unrelated > 0 {
+		start := time.Now()
+		if err := createUnrelated(ctx, c, cfg.unrelated, cfg.workers); err != nil {
+			return err
+		}
+		fig("unrelated_objects", "%d", 3*cfg.unrelated)
+		fmt.Printf("created %d unrelated ConfigMaps, pods and Deployments in %s\n", 3*cfg.unrelated, time.Since(start).Round(time.Millisecond))
+	}
+
+	op, err := startOperator(ctx, env, c, cfg)
+	if err != nil {
 		return err
+	}
+	defer op.stop()
+
+	// Every Service of the bench is watched from before its creation: the moment its ingress
+	// first shows is taken from the watch, never from polling (which would load the API server
+	// the bench measures).
+	seen := newIngressWatch()
+	for _, ns := range []string{"bench", "bench-latency"} {
+		if err := seen.start(ctx, c, ns); err != nil {
+			return err
+		}
+	}
+	// The operator is ready once the seed Service it was given before the burst is served.
+	if err := createService(ctx, c, "bench", "warmup", provider); err != nil {
+		return err
+	}
+	if _, err := seen.wait(ctx, "bench/warmup"); err != nil {
+		return fmt.Errorf("operator never served the warm-up Service (log: %s): %w", op.logPath, err)
+	}
+
+	before, err := apiMetrics(ctx, rc)
+	if err != nil {
+		return err
+	}
+	recBefore, recErr := op.reconciles(ctx)
+	var profDone chan error
+	if cfg.profileDir != "" {
+		profDone = make(chan error, 1)
+		go func() {
+			profDone <- op.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", cfg.profileSecs), filepath.Join(cfg.profileDir, "cpu.pprof"))
+		}()
+	}
+	start := time.Now()
+	names, err := createServices(ctx, c, "bench", provider, cfg.n, cfg.workers)
+	if err != nil {
+		return err
+	}
+	created := time.Since(start)
+	var last time.Time
+	lat := make([]time.Duration, 0, len(names))
+	for _, name := range names {
+		at, err := seen.wait(ctx, "bench/"+name.name)
+		if err != nil {
+			return fmt.Errorf("only %d of %d Services got an address (log: %s): %w", seen.count("bench/"), cfg.n, op.logPath, err)
+		}
+		if at.After(last) {
+			last = at
+		}
+		lat = append(lat, at.Sub(name.created))
+	}
+	all := last.Sub(start)
+	fig("create_seconds", "%.2f", created.Seconds())
+	fig("all_addressed_seconds", "%.2f", all.Seconds())
+	fig("ratio_to_floor", "%.2f", all.Seconds()/floor.Seconds())
+	fig("burst_create_to_ingress_p50_ms", "%.0f", ms(percentile(lat, 50)))
+	fig("burst_create_to_ingress_p99_ms", "%.0f", ms(percentile(lat, 99)))
+	fig("peak_rss_after_burst_mib", "%.1f", float64(op.peakKiB())/1024)
+
+	// The operator finishes its per-Service objects after the last address shows: count its
+	// writes once they stop changing.
+	after, err := settle(ctx, rc)
+	if err != nil {
+		return err
+	}
+	settled := time.Since(start)
+	fig("all_settled_seconds", "%.2f", settled.Seconds())
+	fig("rss_settled_mib", "%.1f", float64(op.rssKiB())/1024)
+	if cfg.profileDir != "" {
+		if err := op.saveProfile(ctx, "/debug/pprof/heap?gc=1", filepath.Join(cfg.profileDir, "heap.pprof")); err != nil {
+			return err
+		}
+		if err := <-profDone; err != nil {
+			return err
+		}
+		fmt.Printf("profiles: %s/cpu.pprof (first %d s of the burst), %s/heap.pprof\n", cfg.profileDir, cfg.profileSecs, cfg.profileDir)
+	}
+	// The bench itself created the n Services: not the operator's writes.
+	report(fig, before, after, cfg.n, map[string]float64{"POST services 201": float64(cfg.n)})
+	if recAfter, err := op.reconciles(ctx); err == nil && recErr == nil {
+		keys := make([]string, 0, len(recAfter))
+		for k := range recAfter {
+			if recAfter[k] > recBefore[k] {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			controller, result, _ := strings.Cut(k, " ")
+			fig("reconciles_per_service{controller="+controller+",result="+result+"}", "%.2f", (recAfter[k]-recBefore[k])/float64(cfg.n))
+		}
+	} else {
+		fmt.Printf("reconcile counts unavailable (operator metrics endpoint): %v %v\n", recErr, err)
+	}
+
+	if cfg.latencyRuns > 0 {
+		lat := make([]time.Duration, 0, cfg.latencyRuns)
+		for i := 0; i < cfg.latencyRuns; i++ {
+			name := "lat-" + strconv.Itoa(i)
+			t0 := time.Now()
+			if err := createService(ctx, c, "bench-latency", name, provider); err != nil {
+				return err
+			}
+			at, err := seen.wait(ctx, "bench-latency/"+name)
+			if err != nil {
+				return fmt.Errorf("latency Service %s (log: %s): %w", name, op.logPath, err)
+			}
+			lat = append(lat, at.Sub(t0))
+		}
+		fig("served_while_timing", "%d", cfg.n)
+		fig("create_to_ingress_runs", "%d", len(lat))
+		fig("create_to_ingress_p50_ms", "%.1f", ms(percentile(lat, 50)))
+		fig("create_to_ingress_p99_ms", "%.1f", ms(percentile(lat, 99)))
+		fig("create_to_ingress_max_ms", "%.1f", ms(percentile(lat, 100)))
+	}
+	fig("peak_rss_mib", "%.1f", float64(op.peakKiB())/1024)
+	if err := op.alive(); err != nil {
+		return err
+	}
+	fmt.Printf("operator log: %s (kept)\n", op.logPath)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// percentile is the nearest-rank percentile p (0 < p <= 100) of ds.
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	rank := int(math.Ceil(p / 100 * float64(len(s))))
+	return s[max(rank, 1)-1]
+}
+
+// measureFloor is the API server alone creating n LoadBalancer Services and listing them back.
+// They are deleted afterwards so that the operator never sees them.
+func measureFloor(ctx context.Context, c client.Client, cfg config) (time.Duration, error) {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-floor"}}); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if _, err := createServices(ctx, c, "bench-floor", "", cfg.n, cfg.workers); err != nil {
+		return 0, err
 	}
 	var list corev1.ServiceList
 	if err := c.List(ctx, &list, client.InNamespace("bench-floor")); err != nil {
-		return err
-	}
-	if len(list.Items) != *n {
-		return fmt.Errorf("floor: listed %d services, want %d", len(list.Items), *n)
+		return 0, err
 	}
 	floor := time.Since(start)
+	if len(list.Items) != cfg.n {
+		return 0, fmt.Errorf("floor: listed %d services, want %d", len(list.Items), cfg.n)
+	}
+	if err := c.DeleteAllOf(ctx, &corev1.Service{}, client.InNamespace("bench-floor")); err != nil {
+		return 0, fmt.Errorf("floor: delete its Services: %w", err)
+	}
+	return floor, nil
+}
 
-	// The operator, as a separate process with its own kubeconfig.
+// operator is the operator process under test.
+type operator struct {
+	cmd         *exec.Cmd
+	logPath     string
+	pprofAddr   string
+	metricsAddr string
+	exited      chan error
+}
+
+func startOperator(ctx context.Context, env *envtest.Environment, c client.Client, cfg config) (*operator, error) {
 	user, err := env.AddUser(envtest.User{Name: "bench-operator", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	kubeconfig, err := user.KubeConfig()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dir, err := os.MkdirTemp("", "operator-bench-")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer os.RemoveAll(dir)
 	kcPath := filepath.Join(dir, "kubeconfig")
 	if err := os.WriteFile(kcPath, kubeconfig, 0o600); err != nil {
-		return err
+		return nil, err
 	}
 	for _, obj := range []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-latency"}},
 		&nadv1.NetworkAttachmentDefinition{ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-attachment", Namespace: "bench"},
 			Spec: nadv1.NetworkAttachmentDefinitionSpec{Config: `{"cniVersion":"0.3.0","type":"macvlan","master":"eth0","mode":"bridge"}`}},
+		// A /14 holds the 10,000-Service variant with room to spare.
 		&lbv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "bench-subnet"}, Spec: lbv1.SubnetSpec{
-			Protocol: lbv1.ProtocolIPv4, Provider: "lb-svc-attachment.bench", CIDRBlock: "172.18.0.0/16", Gateway: "172.18.0.1"}},
+			Protocol: lbv1.ProtocolIPv4, Provider: provider, CIDRBlock: "172.16.0.0/14", Gateway: "172.16.0.1"}},
 	} {
 		if err := c.Create(ctx, obj); err != nil {
-			return fmt.Errorf("create %s: %w", obj.GetName(), err)
+			return nil, fmt.Errorf("create %s: %w", obj.GetName(), err)
+		}
+	}
+	metricsAddr, err := freeLocalAddr()
+	if err != nil {
+		return nil, err
+	}
+	pprofAddr := "0"
+	if cfg.profileDir != "" {
+		if pprofAddr, err = freeLocalAddr(); err != nil {
+			return nil, err
+		}
+		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+			return nil, err
 		}
 	}
 	logFile, err := os.Create(filepath.Join(dir, "operator.log"))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	op := exec.Command(*operatorBin, "--kubeconfig", kcPath, "--enable-lb-svc=true",
-		"--metrics-bind-address=0", "--health-probe-bind-address=0")
-	op.Stdout, op.Stderr = logFile, logFile
-	if err := op.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", *operatorBin, err)
+	args := []string{"--kubeconfig", kcPath, "--enable-lb-svc=true",
+		"--metrics-bind-address=" + metricsAddr, "--health-probe-bind-address=0", "--pprof-bind-address=" + pprofAddr}
+	args = append(args, strings.Fields(cfg.operatorArgs)...)
+	cmd := exec.Command(cfg.operatorBin, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", cfg.operatorBin, err)
 	}
-	defer func() { _ = op.Process.Kill(); _, _ = op.Process.Wait() }()
+	op := &operator{cmd: cmd, logPath: logFile.Name(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, exited: make(chan error, 1)}
+	go func() { op.exited <- cmd.Wait(); _ = logFile.Close() }()
+	fmt.Printf("operator: %s %s\n", cfg.operatorBin, strings.Join(args[2:], " "))
+	return op, nil
+}
 
-	var peakMu sync.Mutex
-	peak := int64(0)
-	sample := func() {
-		if v, err := vmHWM(op.Process.Pid); err == nil {
-			peakMu.Lock()
-			peak = max(peak, v)
-			peakMu.Unlock()
+func (o *operator) stop() {
+	_ = o.cmd.Process.Kill()
+	<-o.exited
+	o.exited <- errors.New("stopped")
+}
+
+// alive fails when the operator exited during the bench.
+func (o *operator) alive() error {
+	select {
+	case err := <-o.exited:
+		o.exited <- err
+		return fmt.Errorf("the operator exited during the bench (%v); log: %s", err, o.logPath)
+	default:
+		return nil
+	}
+}
+
+func (o *operator) peakKiB() int64 { return procStatus(o.cmd.Process.Pid, "VmHWM:") }
+func (o *operator) rssKiB() int64  { return procStatus(o.cmd.Process.Pid, "VmRSS:") }
+
+// reconciles reads the operator's controller_runtime_reconcile_total by "controller result"
+// (plain HTTP on loopback; an error when the endpoint is not served that way).
+func (o *operator) reconciles(ctx context.Context) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.metricsAddr+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("operator metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	if mf := mfs["controller_runtime_reconcile_total"]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			l := labelsOf(m)
+			out[l["controller"]+" "+l["result"]] += m.GetCounter().GetValue()
 		}
 	}
-	writesBefore, err := apiWrites(ctx, cfg)
+	return out, nil
+}
+
+func (o *operator) saveProfile(ctx context.Context, path, file string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.pprofAddr+path, nil)
 	if err != nil {
 		return err
 	}
-	start = time.Now()
-	if err := createServices(ctx, c, "bench", "lb-svc-attachment.bench", *n, *workers); err != nil {
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s", path, resp.Status)
+	}
+	f, err := os.Create(file)
+	if err != nil {
 		return err
 	}
-	created := time.Since(start)
-	for {
-		sample()
-		var l corev1.ServiceList
-		if err := c.List(ctx, &l, client.InNamespace("bench")); err != nil {
-			return err
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// freeLocalAddr returns a loopback address with a port free right now.
+func freeLocalAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// procStatus reads one KiB field of /proc/<pid>/status (0 when unreadable).
+func procStatus(pid int, field string) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
 		}
-		done := 0
-		for _, s := range l.Items {
-			if len(s.Status.LoadBalancer.Ingress) > 0 {
-				done++
+	}
+	return 0
+}
+
+// ingressWatch records when each watched Service first showed an ingress.
+type ingressWatch struct {
+	mu      sync.Mutex
+	at      map[string]time.Time
+	changed chan struct{}
+}
+
+func newIngressWatch() *ingressWatch {
+	return &ingressWatch{at: map[string]time.Time{}, changed: make(chan struct{})}
+}
+
+// start watches the Services of ns until ctx ends, reopening the watch where the server closed it.
+func (w *ingressWatch) start(ctx context.Context, c client.WithWatch, ns string) error {
+	var list corev1.ServiceList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	rv := list.ResourceVersion
+	open := func() (watch.Interface, error) {
+		return c.Watch(ctx, &corev1.ServiceList{}, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: rv}})
+	}
+	wi, err := open()
+	if err != nil {
+		return fmt.Errorf("watch services in %s: %w", ns, err)
+	}
+	go func() {
+		for {
+			for ev := range wi.ResultChan() {
+				svc, ok := ev.Object.(*corev1.Service)
+				if !ok {
+					continue
+				}
+				rv = svc.ResourceVersion
+				if len(svc.Status.LoadBalancer.Ingress) > 0 {
+					w.record(ns+"/"+svc.Name, time.Now())
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			for {
+				if wi, err = open(); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
 			}
 		}
-		if done == *n {
-			break
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("only %d of %d services got an address before the timeout (log: %s)", done, *n, logFile.Name())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	all := time.Since(start)
-	sample()
-	// The operator still finishes its per-Service objects after the last address shows: count
-	// its writes once they stop changing.
-	var writes map[string]float64
-	for stable, last := 0, -1.0; stable < 3 && ctx.Err() == nil; {
-		time.Sleep(time.Second)
-		w, err := apiWrites(ctx, cfg)
-		if err != nil {
-			return err
-		}
-		total := 0.0
-		for _, v := range w {
-			total += v
-		}
-		if total == last {
-			stable++
-		} else {
-			stable = 0
-		}
-		last, writes = total, w
-	}
-	fmt.Printf("services:                          %d\n", *n)
-	fmt.Printf("API floor (create + list, no op):  %s\n", floor.Round(time.Millisecond))
-	fmt.Printf("create with operator running:      %s\n", created.Round(time.Millisecond))
-	fmt.Printf("all %d with an address:           %s\n", *n, all.Round(time.Millisecond))
-	fmt.Printf("ratio to the API floor:            %.2f\n", all.Seconds()/floor.Seconds())
-	fmt.Printf("operator peak RSS (VmHWM):         %.1f MiB\n", float64(peak)/1024)
-	// The bench itself created the n Services (POST services): not the operator's.
-	writesBefore["POST services"] += float64(*n)
-	keys := make([]string, 0, len(writes))
-	total := 0.0
-	for k, v := range writes {
-		if d := v - writesBefore[k]; d > 0 {
-			keys = append(keys, k)
-			total += d
-		}
-	}
-	sort.Strings(keys)
-	fmt.Printf("API writes per Service (apiserver_request_total, operator's): %.2f\n", total/float64(*n))
-	for _, k := range keys {
-		fmt.Printf("  %-40s %.2f\n", k, (writes[k]-writesBefore[k])/float64(*n))
-	}
+	}()
 	return nil
 }
 
-// apiWrites reads the API server's own request counters: writes by "VERB resource[/subresource]".
-func apiWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error) {
+func (w *ingressWatch) record(key string, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, ok := w.at[key]; ok {
+		return
+	}
+	w.at[key] = at
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// wait returns when key first showed an ingress.
+func (w *ingressWatch) wait(ctx context.Context, key string) (time.Time, error) {
+	for {
+		w.mu.Lock()
+		at, ok := w.at[key]
+		ch := w.changed
+		w.mu.Unlock()
+		if ok {
+			return at, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return time.Time{}, fmt.Errorf("service %s has no ingress: %w", key, ctx.Err())
+		}
+	}
+}
+
+func (w *ingressWatch) count(prefix string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for k := range w.at {
+		if strings.HasPrefix(k, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// requestStat is what the API server counted for one kind of request.
+type requestStat struct {
+	count   float64
+	seconds float64 // summed server-side duration
+}
+
+// apiMetrics reads the API server's request counters and durations by
+// "VERB resource[/subresource] code" (durations by "VERB resource[/subresource]").
+func apiMetrics(ctx context.Context, cfg *rest.Config) (map[string]requestStat, error) {
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, err
@@ -235,37 +588,209 @@ func apiWrites(ctx context.Context, cfg *rest.Config) (map[string]float64, error
 	if err != nil {
 		return nil, fmt.Errorf("parse apiserver metrics: %w", err)
 	}
-	out := map[string]float64{}
-	mf := mfs["apiserver_request_total"]
-	if mf == nil {
-		return out, nil
-	}
-	for _, m := range mf.GetMetric() {
-		l := map[string]string{}
-		for _, p := range m.GetLabel() {
-			l[p.GetName()] = p.GetValue()
-		}
-		switch l["verb"] {
-		case "POST", "PUT", "PATCH", "DELETE", "APPLY":
-		default:
-			continue
-		}
-		// The API server's own writes (ClusterIP IPAddress objects) and leader election are not
-		// the operator's per-Service work.
-		if l["resource"] == "" || l["resource"] == "namespaces" || l["resource"] == "leases" || l["resource"] == "ipaddresses" {
-			continue
+	out := map[string]requestStat{}
+	key := func(l map[string]string) (string, bool) {
+		// The API server's own writes (ClusterIP IPAddress objects), leader election and the
+		// bench's namespaces are not the operator's per-Service work.
+		switch l["resource"] {
+		case "", "namespaces", "leases", "ipaddresses":
+			return "", false
 		}
 		k := l["verb"] + " " + l["resource"]
 		if l["subresource"] != "" {
 			k += "/" + l["subresource"]
 		}
-		out[k] += m.GetCounter().GetValue()
+		return k, true
+	}
+	if mf := mfs["apiserver_request_total"]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			l := labelsOf(m)
+			if k, ok := key(l); ok {
+				s := out[k+" "+l["code"]]
+				s.count += m.GetCounter().GetValue()
+				out[k+" "+l["code"]] = s
+			}
+		}
+	}
+	if mf := mfs["apiserver_request_duration_seconds"]; mf != nil {
+		for _, m := range mf.GetMetric() {
+			if k, ok := key(labelsOf(m)); ok {
+				s := out[k]
+				s.seconds += m.GetHistogram().GetSampleSum()
+				s.count += float64(m.GetHistogram().GetSampleCount())
+				out[k] = s
+			}
+		}
 	}
 	return out, nil
 }
 
-// createServices creates n annotated LoadBalancer Services with a few parallel writers.
-func createServices(ctx context.Context, c client.Client, ns, provider string, n, workers int) error {
+func labelsOf(m *dto.Metric) map[string]string {
+	l := map[string]string{}
+	for _, p := range m.GetLabel() {
+		l[p.GetName()] = p.GetValue()
+	}
+	return l
+}
+
+// isWrite tells whether a "VERB resource code" or "VERB resource" key is a write.
+func isWrite(k string) bool {
+	verb, _, _ := strings.Cut(k, " ")
+	switch verb {
+	case "POST", "PUT", "PATCH", "DELETE", "APPLY":
+		return true
+	}
+	return false
+}
+
+// settle waits until the API server's write counters stop moving for 3 s in a row.
+func settle(ctx context.Context, rc *rest.Config) (map[string]requestStat, error) {
+	var cur map[string]requestStat
+	for stable, last := 0, -1.0; stable < 3; {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		m, err := apiMetrics(ctx, rc)
+		if err != nil {
+			return nil, err
+		}
+		total := 0.0
+		for k, v := range m {
+			if isWrite(k) && strings.Count(k, " ") == 2 {
+				total += v.count
+			}
+		}
+		if total == last {
+			stable++
+		} else {
+			stable = 0
+		}
+		last, cur = total, m
+	}
+	return cur, nil
+}
+
+// report prints the operator's writes per Service by kind and response code, the mean
+// server-side latency of each write kind, and the reads per Service.
+func report(fig func(string, string, ...any), before, after map[string]requestStat, n int, bench map[string]float64) {
+	var writes, reads []string
+	totalWrites, totalReads := 0.0, 0.0
+	delta := map[string]float64{}
+	for k, v := range after {
+		if strings.Count(k, " ") != 2 {
+			continue
+		}
+		d := v.count - before[k].count - bench[k]
+		if d <= 0 {
+			continue
+		}
+		delta[k] = d
+		if isWrite(k) {
+			writes = append(writes, k)
+			totalWrites += d
+		} else {
+			reads = append(reads, k)
+			totalReads += d
+		}
+	}
+	sort.Strings(writes)
+	sort.Strings(reads)
+	fig("writes_per_service", "%.2f", totalWrites/float64(n))
+	for _, k := range writes {
+		kind, code := k[:strings.LastIndex(k, " ")], k[strings.LastIndex(k, " ")+1:]
+		mean := 0.0
+		if d := after[kind].count - before[kind].count; d > 0 {
+			mean = (after[kind].seconds - before[kind].seconds) / d * 1000
+		}
+		fig("writes_per_service{"+strings.ReplaceAll(kind, " ", ":")+",code="+code+"}", "%.2f", delta[k]/float64(n))
+		fmt.Printf("  %-40s %s  %.2f per Service, mean %.1f ms in the API server\n", kind, code, delta[k]/float64(n), mean)
+	}
+	fig("reads_per_service", "%.2f", totalReads/float64(n))
+	for _, k := range reads {
+		fmt.Printf("  %-40s %.2f per Service\n", k, delta[k]/float64(n))
+	}
+}
+
+type namedAt struct {
+	name    string
+	created time.Time
+}
+
+func serviceObject(ns, name, provider string) *corev1.Service {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.ServiceSpec{
+			Type:                          corev1.ServiceTypeLoadBalancer,
+			AllocateLoadBalancerNodePorts: ptr.To(false),
+			Selector:                      map[string]string{"app": "bench"},
+			Ports:                         []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}},
+		},
+	}
+	if provider != "" {
+		svc.Annotations = map[string]string{lbv1.AttachmentProviderAnnotation: provider}
+	}
+	return svc
+}
+
+func createService(ctx context.Context, c client.Client, ns, name, provider string) error {
+	if err := c.Create(ctx, serviceObject(ns, name, provider)); err != nil {
+		return fmt.Errorf("create service %s/%s: %w", ns, name, err)
+	}
+	return nil
+}
+
+// createServices creates n LoadBalancer Services (annotated when provider is set) with a few
+// parallel writers and returns their names with the moment each creation was sent.
+func createServices(ctx context.Context, c client.Client, ns, provider string, n, workers int) ([]namedAt, error) {
+	out := make([]namedAt, n)
+	err := parallel(ctx, n, workers, func(i int) error {
+		name := "svc-" + strconv.Itoa(i)
+		out[i] = namedAt{name: name, created: time.Now()}
+		return createService(ctx, c, ns, name, provider)
+	})
+	return out, err
+}
+
+// createUnrelated fills namespace bench-unrelated with k ConfigMaps, k pods and k Deployments,
+// none of them the operator's, each carrying the managedFields and last-applied annotation that
+// kubectl apply leaves (the operator must not pay for them).
+func createUnrelated(ctx context.Context, c client.Client, k, workers int) error {
+	const ns = "bench-unrelated"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return err
+	}
+	payload := strings.Repeat("x", 1024)
+	tmpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "unrelated"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "app", Image: "registry.example/app:1", Args: []string{"--serve", "--port=8080"},
+			Env: []corev1.EnvVar{{Name: "MODE", Value: "production"}, {Name: "PAYLOAD", Value: payload[:256]}},
+		}}},
+	}
+	meta := func(kind string, i int) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Name: kind + "-" + strconv.Itoa(i), Namespace: ns, Labels: map[string]string{"app": "unrelated"},
+			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": payload}}
+	}
+	return parallel(ctx, k, workers, func(i int) error {
+		objs := []client.Object{
+			&corev1.ConfigMap{ObjectMeta: meta("cm", i), Data: map[string]string{"config": payload}},
+			&corev1.Pod{ObjectMeta: meta("pod", i), Spec: tmpl.Spec},
+			&appsv1.Deployment{ObjectMeta: meta("deploy", i), Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](1), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "unrelated"}}, Template: tmpl}},
+		}
+		for _, o := range objs {
+			if err := c.Create(ctx, o, client.FieldOwner("kubectl-client-side-apply")); err != nil {
+				return fmt.Errorf("create unrelated %s: %w", o.GetName(), err)
+			}
+		}
+		return nil
+	})
+}
+
+// parallel runs f(0..n-1) on a few workers and returns the first error.
+func parallel(ctx context.Context, n, workers int, f func(int) error) error {
 	jobs := make(chan int)
 	errs := make(chan error, workers)
 	var wg sync.WaitGroup
@@ -274,20 +799,8 @@ func createServices(ctx context.Context, c client.Client, ns, provider string, n
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				svc := &corev1.Service{
-					ObjectMeta: metav1.ObjectMeta{Name: "svc-" + strconv.Itoa(i), Namespace: ns},
-					Spec: corev1.ServiceSpec{
-						Type:                          corev1.ServiceTypeLoadBalancer,
-						AllocateLoadBalancerNodePorts: ptr.To(false),
-						Selector:                      map[string]string{"app": "bench"},
-						Ports:                         []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}},
-					},
-				}
-				if provider != "" {
-					svc.Annotations = map[string]string{lbv1.AttachmentProviderAnnotation: provider}
-				}
-				if err := c.Create(ctx, svc); err != nil {
-					errs <- fmt.Errorf("create service %s/%s: %w", ns, svc.Name, err)
+				if err := f(i); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -298,6 +811,8 @@ func createServices(ctx context.Context, c client.Client, ns, provider string, n
 		select {
 		case jobs <- i:
 		case err = <-errs:
+		case <-ctx.Done():
+			err = ctx.Err()
 		}
 	}
 	close(jobs)
@@ -310,18 +825,4 @@ func createServices(ctx context.Context, c client.Client, ns, provider string, n
 	default:
 	}
 	return err
-}
-
-// vmHWM reads a process's peak resident set size in KiB.
-func vmHWM(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-			return strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-		}
-	}
-	return 0, fmt.Errorf("no VmHWM in /proc/%d/status", pid)
 }

@@ -1,0 +1,93 @@
+package controllers
+
+import (
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// lastAppliedAnnotation is kubectl apply's copy of the whole object: often the largest field
+// of an object, and never read by the operator.
+const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// CacheOptions restricts the cached Deployments, ServiceAccounts, Roles, RoleBindings and Pods to
+// the ones the operator creates (a cluster holds many, and caching them all would cost memory
+// for nothing), and strips every cached object of what the operator never reads
+// (TrimForCache). Services are cached whole but trimmed: any of them may become one we serve,
+// and the API offers no selector on spec.type.
+func CacheOptions() cache.Options {
+	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{lbv1.ComponentLabel: lbv1.ComponentLBPod})}
+	return cache.Options{
+		ByObject: map[client.Object]cache.ByObject{
+			&appsv1.Deployment{}:            ours,
+			&corev1.ServiceAccount{}:        ours,
+			&rbacv1.Role{}:                  ours,
+			&rbacv1.RoleBinding{}:           ours,
+			&corev1.Pod{}:                   ours,
+			&coordinationv1.Lease{}:         ours,
+			&policyv1.PodDisruptionBudget{}: ours,
+		},
+		DefaultTransform: TrimForCache,
+	}
+}
+
+// TrimForCache is the cache's transform: it drops managedFields (the server-side apply
+// bookkeeping, several KiB per object and never read here) and kubectl's last-applied
+// annotation from every object, and reduces an lb pod to what the IP controller reads (name,
+// namespace, UID, labels, owner, deletion, node). It returns the object it was given, changed in
+// place: the informer hands each object to it once, before anyone else sees it, and a second
+// pass changes nothing.
+func TrimForCache(obj any) (any, error) {
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return obj, nil
+	}
+	m.SetManagedFields(nil)
+	if a := m.GetAnnotations(); a != nil {
+		if _, ok := a[lastAppliedAnnotation]; ok {
+			delete(a, lastAppliedAnnotation)
+			if len(a) == 0 {
+				m.SetAnnotations(nil)
+			}
+		}
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		return trimPod(pod), nil
+	}
+	return obj, nil
+}
+
+// trimPod keeps of an lb pod what the IP controller reads: which address it carries (labels),
+// where it runs (spec.nodeName), its identity, and its Ready condition (the active-holder
+// controller shows a single lb pod as the holder once it is Ready). Multus' network-status
+// annotation, the containers and the rest of the status are dropped.
+func trimPod(p *corev1.Pod) *corev1.Pod {
+	return &corev1.Pod{
+		TypeMeta: p.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: p.Name, Namespace: p.Namespace, UID: p.UID, ResourceVersion: p.ResourceVersion,
+			Generation: p.Generation, CreationTimestamp: p.CreationTimestamp, DeletionTimestamp: p.DeletionTimestamp,
+			DeletionGracePeriodSeconds: p.DeletionGracePeriodSeconds,
+			Labels:                     p.Labels, OwnerReferences: p.OwnerReferences, Finalizers: p.Finalizers,
+		},
+		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, Conditions: readyOnly(p.Status.Conditions)},
+	}
+}
+
+func readyOnly(conds []corev1.PodCondition) []corev1.PodCondition {
+	for _, c := range conds {
+		if c.Type == corev1.PodReady {
+			return []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,132 @@
+package controllers
+
+import (
+	"context"
+	"reflect"
+	"sync"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+)
+
+// ownWrites remembers the resourceVersions that the Service reconciler's own writes produced.
+// Every write comes back as a watch event; the reconcile it would wake finds exactly the state
+// that reconcile just wrote and does nothing, yet it costs a queue slot and a full pass of reads
+// ahead of Services that wait for an address. Measured with 1000 Services created at once
+// (make bench-operator) each Service was reconciled about nine times before this filter.
+//
+// An event whose object carries a resourceVersion we wrote holds nothing new: our patches use
+// optimistic locking or create the object, so that version is our write and nobody else's (a
+// change by anyone else has its own version and passes).
+type ownWrites struct {
+	mu  sync.Mutex
+	rvs map[writeKey][]string
+}
+
+type writeKey struct {
+	kind            reflect.Type
+	namespace, name string
+}
+
+// ownWritesKept bounds the versions kept per object: one pass writes a Service twice (status,
+// then metadata) and never more than a few times before its events come back.
+const ownWritesKept = 4
+
+func newOwnWrites() *ownWrites { return &ownWrites{rvs: map[writeKey][]string{}} }
+
+func keyOf(o client.Object) writeKey {
+	return writeKey{kind: reflect.TypeOf(o), namespace: o.GetNamespace(), name: o.GetName()}
+}
+
+// record notes the version o carries after one of our writes.
+func (w *ownWrites) record(o client.Object) {
+	rv := o.GetResourceVersion()
+	if rv == "" {
+		return
+	}
+	k := keyOf(o)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kept := append(w.rvs[k], rv)
+	if len(kept) > ownWritesKept {
+		kept = kept[len(kept)-ownWritesKept:]
+	}
+	w.rvs[k] = kept
+}
+
+// isOwn tells whether o is exactly the result of one of our writes.
+func (w *ownWrites) isOwn(o client.Object) bool {
+	rv := o.GetResourceVersion()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, v := range w.rvs[keyOf(o)] {
+		if v == rv {
+			return true
+		}
+	}
+	return false
+}
+
+// forget drops what is kept for a deleted object.
+func (w *ownWrites) forget(o client.Object) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.rvs, keyOf(o))
+}
+
+// notOwn passes every event except a creation or update that is the echo of our own write.
+func (w *ownWrites) notOwn() predicate.Funcs {
+	return predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool { return !w.isOwn(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool { return !w.isOwn(e.ObjectNew) },
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			w.forget(e.Object)
+			return true
+		},
+	}
+}
+
+// recordingClient is a client whose successful creates and patches (status included) are
+// recorded in own.
+type recordingClient struct {
+	client.Client
+	own *ownWrites
+}
+
+// Create implements client.Writer.
+func (c recordingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	if err := c.Client.Create(ctx, obj, opts...); err != nil {
+		return err
+	}
+	c.own.record(obj)
+	return nil
+}
+
+// Patch implements client.Writer.
+func (c recordingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+	if err := c.Client.Patch(ctx, obj, patch, opts...); err != nil {
+		return err
+	}
+	c.own.record(obj)
+	return nil
+}
+
+// Status implements client.StatusClient.
+func (c recordingClient) Status() client.SubResourceWriter {
+	return recordingStatus{SubResourceWriter: c.Client.Status(), own: c.own}
+}
+
+type recordingStatus struct {
+	client.SubResourceWriter
+	own *ownWrites
+}
+
+// Patch implements client.SubResourceWriter.
+func (s recordingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+	if err := s.SubResourceWriter.Patch(ctx, obj, patch, opts...); err != nil {
+		return err
+	}
+	s.own.record(obj)
+	return nil
+}
