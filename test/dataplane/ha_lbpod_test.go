@@ -74,6 +74,32 @@ func TestHALBPodDualStack(t *testing.T) {
 	t.Logf("figure: ha_lbpod_outage_sigterm_ipv6_ms=%d", outage.Milliseconds())
 }
 
+// TestHALBPodInitStandby: `lbpod init` of a replica (--replicas 2) installs the standby state:
+// every rule and route, no LB address, and nothing announced (a new pod must not pull the
+// clients away from the active while it starts).
+func TestHALBPodInitStandby(t *testing.T) {
+	tp := newTopology(t)
+	garps := captureGARPs(t, tp.client, "c0", lbIPv4)
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	if out, err := tp.runInit(svc, "v4", "--replicas", "2"); err != nil {
+		t.Fatalf("lbpod init: %v\n%s", err, out)
+	}
+	if out := tp.ip(tp.lb, "-4", "-o", "addr", "show", "dev", "net1"); out != "" {
+		t.Errorf("net1 after init of a replica: %q, want no address", out)
+	}
+	if out := tp.exec(tp.lb, "ip", "route", "show", "table", "100"); !strings.Contains(out, "default via "+gatewayV4+" dev net1") {
+		t.Errorf("table 100 after init of a replica:\n%s", out)
+	}
+	// Init announces synchronously before it exits, so anything it sent is on the wire by now;
+	// the window only lets the capture read it.
+	select {
+	case mac := <-garps:
+		t.Errorf("the init of a replica announced %s from %s", lbIPv4, mac)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
 // TestHALBPodGroupsApart: two Services' lbpods on one underlay (one replica each of a 2-replica
 // election, different addresses) both become active, and neither process ever receives the
 // other's adverts: the kernel's filter on the group drops them before they wake anybody.

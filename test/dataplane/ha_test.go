@@ -345,7 +345,7 @@ type arpCapture struct {
 func startARPCapture(t *testing.T, ns, ifname string) *arpCapture {
 	t.Helper()
 	c := &arpCapture{done: make(chan struct{})}
-	proto := int(htons16(unix.ETH_P_ARP))
+	proto := int(htons(unix.ETH_P_ARP))
 	if err := inNS(t, ns, func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
@@ -387,8 +387,6 @@ func startARPCapture(t *testing.T, ns, ifname string) *arpCapture {
 	t.Cleanup(c.close)
 	return c
 }
-
-func htons16(v uint16) uint16 { return v<<8 | v>>8 }
 
 func (c *arpCapture) close() {
 	select {
