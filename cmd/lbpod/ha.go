@@ -203,6 +203,14 @@ func (h *loopHolder) SetActive(active bool) {
 	}
 }
 
+// Ready implements ha.Readier: a standby claims only once its loop has applied and verified the
+// state (Service known, rules and routes in place), so that it never takes traffic it cannot
+// forward while another replica could.
+func (h *loopHolder) Ready() bool {
+	ready, _ := h.loop.Ready()
+	return ready
+}
+
 // Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
 // for announce, and, every quarter of the lease, replaces the addresses with a fresh lifetime.
 // (Not at every advert: each replace is a netlink event the loop's kernel watch looks at.)

@@ -36,6 +36,9 @@
 //     take over with a newer term, and it must not fight them. A frozen standby listens again.
 //   - Link down on net1: an active releases at once (it cannot serve), and comes back as a
 //     standby that listens a whole dead interval before it may claim.
+//   - A standby whose data path is not ready (Readier: rules not applied, Service unknown) does
+//     not claim, so that a ready one does; an active is never made to step down by it, since a
+//     passing error in the data path should not cost a failover.
 //
 // Machine is the pure decision (events in, what to do out; table and model tests); Run is the thin
 // effect around it: the socket, the clock, net1's link state and the Holder (the data path).
@@ -58,18 +61,20 @@
 // answers ARP requests sent to it. Two things bound this. The successor's announcement burst moves
 // every client's neighbour entry, and Linux clients then probe the new MAC by unicast, so nobody
 // asks the old one. And a Holder that implements Leaser keeps the addresses on a kernel lifetime
-// of a second, renewed with every advert: the kernel removes them by itself about a second after
-// the process stopped renewing (measured: 0.6 to 0.8 s after the failover). A node failure
-// removes the old kernel altogether.
+// of a second, renewed as the adverts go out: the kernel removes them by itself about a second
+// after the process stopped renewing (measured: 0.6 to 0.8 s after the failover). A node
+// failure removes the old kernel altogether.
 //
 // # The API server
 //
-// Not in the detection path: in steady state the replicas write nothing (adverts are L2 frames);
-// the API is used for visibility only (the role label, the Service's annotation, the IP object's
-// status, Events), written on transitions, and a failure to write never delays a takeover.
+// Not in the detection path: in steady state the replicas write nothing (adverts are L2 frames).
+// The replica that takes over writes the Service's Lease once (cmd/lbpod: holder, transitions),
+// beside the election, never renewed; the operator mirrors it into the role labels, the Service's
+// annotations and condition, the IP object's status and an Event. A failed write never delays a
+// takeover, and the Lease is a record, not a lock.
 //
 //   - API server unreachable: elections go on unchanged, failovers take the same time; only the
-//     visible role lags until the API is back.
+//     visible role lags (the Lease write is retried with backoff) until the API is back.
 //   - Underlay partition: each side that has a replica elects its own active (a replica cannot
 //     tell a dead active from an unreachable one). Clients on each side reach the replica on their
 //     side, which is the best available; when the partition heals, the two actives hear each other

@@ -89,6 +89,12 @@ const (
 	// underlay gives the addresses up at once, so that it comes back as a standby, not as a rival.
 	LinkDown
 	LinkUp
+	// NotReady and Ready: the replica's data path cannot (or can again) serve the addresses: its
+	// rules are not installed yet, its Service is unknown. A standby that is not ready does not
+	// claim, so a ready one can; an active is not made to step down by it (a passing error in
+	// the data path should not cost a failover).
+	NotReady
+	Ready
 )
 
 func (k EventKind) String() string {
@@ -105,6 +111,10 @@ func (k EventKind) String() string {
 		return "link-down"
 	case LinkUp:
 		return "link-up"
+	case NotReady:
+		return "not-ready"
+	case Ready:
+		return "ready"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -170,6 +180,7 @@ type Machine struct {
 	// term is ours while we hold; maxTerm the highest seen in the group.
 	term, maxTerm uint64
 	linkDown      bool
+	notReady      bool
 	// deadline: a standby takes over at this time unless it hears an active first.
 	deadline time.Duration
 	// peerInterval: the active's advertised interval, which sets our dead interval.
@@ -281,6 +292,10 @@ func (m *Machine) Handle(ev Event) Output {
 		case Resigning:
 			m.stop(&out, "net1 lost its link while resigning")
 		}
+	case NotReady:
+		m.notReady = true
+	case Ready:
+		m.notReady = false
 	case LinkUp:
 		m.linkDown = false
 		if m.role == Standby {
@@ -313,7 +328,7 @@ func (m *Machine) frozen(now time.Duration, out *Output) {
 func (m *Machine) tick(now time.Duration, out *Output) {
 	switch m.role {
 	case Standby:
-		if !m.linkDown && now >= m.deadline {
+		if m.mayClaim() && now >= m.deadline {
 			why := "no advert for the dead interval"
 			if m.resigned {
 				why = "the active resigned"
@@ -352,7 +367,7 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 			m.deadline = now + m.skew()
 			return
 		}
-		if m.cfg.Preempt && m.cfg.Priority > a.Priority && !m.linkDown {
+		if m.cfg.Preempt && m.cfg.Priority > a.Priority && m.mayClaim() {
 			m.takeOver(now, out, fmt.Sprintf("preempting %s (priority %d < %d)", a.Sender, a.Priority, m.cfg.Priority))
 			return
 		}
@@ -389,6 +404,9 @@ func (m *Machine) shutdown(now time.Duration, out *Output) {
 	}
 }
 
+// mayClaim: a standby claims only with a link and a data path ready to serve.
+func (m *Machine) mayClaim() bool { return !m.linkDown && !m.notReady }
+
 func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
 	m.maxTerm++
 	m.term = m.maxTerm
@@ -421,7 +439,7 @@ func (m *Machine) wake(now time.Duration) time.Duration {
 	w := now + m.cfg.Interval
 	switch m.role {
 	case Standby:
-		if !m.linkDown {
+		if m.mayClaim() {
 			w = min(w, m.deadline)
 		}
 	case Active:

@@ -8,8 +8,8 @@ import (
 )
 
 // The model runs 2 or 3 replicas' machines against a simulated underlay at 1 ms resolution, with
-// faults chosen by the fuzzer: kill -9, restart, SIGSTOP/SIGCONT, SIGTERM, link down/up, and a
-// partition that the replica cannot see (its link stays up). Adverts take 0 to maxDelay to
+// faults chosen by the fuzzer: kill -9, restart, SIGSTOP/SIGCONT, SIGTERM, link down/up, a
+// partition that the replica cannot see (its link stays up), and a data path not ready. Adverts take 0 to maxDelay to
 // arrive; a frozen replica's adverts wait in its socket buffer, as in the kernel.
 //
 // Safety: two replicas that hear each other never both hold the addresses for longer than one
@@ -30,6 +30,7 @@ type simReplica struct {
 	m                     *Machine
 	alive, frozen, linkUp bool
 	isolated, reported    bool // reported: the link state the machine was last told
+	unready, unreadyTold  bool // the data path cannot serve; what the machine was last told
 	wake                  time.Duration
 	inbox                 []delivery
 }
@@ -77,7 +78,7 @@ func (s *sim) handle(i int, ev Event) {
 func (s *sim) start(i int) {
 	r := s.replicas[i]
 	r.m = NewMachine(Config{ID: r.id, Group: group, Priority: DefaultPriority})
-	r.alive, r.frozen, r.inbox, r.reported = true, false, nil, true
+	r.alive, r.frozen, r.inbox, r.reported, r.unreadyTold = true, false, nil, true, false
 	s.handle(i, Event{Kind: Start, Now: s.now})
 }
 
@@ -92,6 +93,14 @@ func (s *sim) step() {
 			kind := LinkDown
 			if r.linkUp {
 				kind = LinkUp
+			}
+			s.handle(i, Event{Kind: kind, Now: s.now})
+		}
+		if r.unready != r.unreadyTold {
+			r.unreadyTold = r.unready
+			kind := Ready
+			if r.unready {
+				kind = NotReady
 			}
 			s.handle(i, Event{Kind: kind, Now: s.now})
 		}
@@ -147,7 +156,7 @@ func runModel(t *testing.T, data []byte) {
 		s.run(time.Duration(data[k]) * 4 * time.Millisecond)
 		i := int(data[k+2]) % n
 		r := s.replicas[i]
-		switch data[k+1] % 8 {
+		switch data[k+1] % 10 {
 		case 0:
 			if r.alive {
 				s.logf("r%d kill -9", i)
@@ -182,12 +191,20 @@ func runModel(t *testing.T, data []byte) {
 		case 7:
 			r.isolated = !r.isolated
 			s.logf("r%d isolated=%t", i, r.isolated)
+		case 8, 9:
+			r.unready = data[k+1]%10 == 8
+			s.logf("r%d unready=%t", i, r.unready)
 		}
 	}
-	// Repair everything; within two seconds exactly one replica holds.
+	// Repair everything (once the replicas told to stop have stopped: a resignation takes up to
+	// an interval); within two seconds exactly one replica holds.
 	s.logf("repair")
+	for _, r := range s.replicas {
+		r.linkUp, r.isolated, r.frozen, r.unready = true, false, false, false
+	}
+	s.run(2 * DefaultInterval)
 	for i, r := range s.replicas {
-		r.linkUp, r.isolated, r.frozen = true, false, false
+		r.linkUp, r.isolated, r.frozen, r.unready = true, false, false, false
 		if !r.alive {
 			s.start(i)
 		}
@@ -219,12 +236,13 @@ func FuzzModel(f *testing.F) {
 // TestModelScenarios names the cases the brief asks for; FuzzModel explores around them.
 func TestModelScenarios(t *testing.T) {
 	for name, ops := range map[string][]byte{
-		"kill -9 the active":           {100, 0, 0},
-		"SIGTERM the active":           {100, 4, 0},
-		"SIGSTOP then SIGCONT":         {100, 2, 0, 150, 3, 0},
-		"cut the active's link":        {100, 5, 0, 150, 6, 0},
-		"invisible partition, healed":  {100, 7, 0, 150, 7, 0},
-		"three replicas, resignations": {100, 4, 0, 30, 4, 1, 30, 1, 0, 30, 4, 2, 0},
+		"kill -9 the active":            {100, 0, 0},
+		"SIGTERM the active":            {100, 4, 0},
+		"SIGSTOP then SIGCONT":          {100, 2, 0, 150, 3, 0},
+		"cut the active's link":         {100, 5, 0, 150, 6, 0},
+		"invisible partition, healed":   {100, 7, 0, 150, 7, 0},
+		"three replicas, resignations":  {100, 4, 0, 30, 4, 1, 30, 1, 0, 30, 4, 2, 0},
+		"standby not ready, then ready": {100, 8, 1, 20, 0, 0, 150, 9, 1},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}

@@ -29,6 +29,13 @@ type Leaser interface {
 	Renew()
 }
 
+// Readier is an optional extension of Holder: Ready says whether the data path could serve the
+// addresses now (state applied, Service known). Run checks it at every wake; a standby that is
+// not ready does not claim.
+type Readier interface {
+	Ready() bool
+}
+
 // Options configure Run.
 type Options struct {
 	// Interface is net1, the underlay interface the addresses live on.
@@ -76,9 +83,11 @@ type runner struct {
 	origin  time.Time
 	conn    *conn
 	adverts chan Advert
-	// stopRecv ends the current receive goroutine; linkUp is the last link state fed to the machine.
+	// stopRecv ends the current receive goroutine; linkUp and ready are the last link and
+	// readiness states fed to the machine.
 	stopRecv context.CancelFunc
 	linkUp   bool
+	ready    bool
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
@@ -86,7 +95,7 @@ func (r *runner) now() time.Duration { return time.Since(r.origin) }
 func (r *runner) run(ctx context.Context) error {
 	defer r.closeConn()
 	out := r.handle(Event{Kind: Start, Now: r.now()})
-	r.linkUp = true
+	r.linkUp, r.ready = true, true
 	out = r.pollLink(out)
 	timer := time.NewTimer(time.Until(r.origin.Add(out.Wake)))
 	defer timer.Stop()
@@ -103,7 +112,9 @@ func (r *runner) run(ctx context.Context) error {
 			if r.opts.Metrics != nil {
 				r.opts.Metrics.AdvertsReceived.Inc()
 			}
-			out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
+			if out = r.pollReady(out); !out.Done {
+				out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
+			}
 		case <-timer.C:
 			out = r.pollLink(out)
 			if !out.Done {
@@ -121,7 +132,7 @@ func (r *runner) run(ctx context.Context) error {
 }
 
 // pollLink feeds LinkDown/LinkUp when net1's carrier changed, and (re)opens the socket when net1
-// is (back) up or was recreated with another index. It runs at every wake, at most one interval
+// is (back) up or was recreated with another index; then it polls the holder's readiness. It runs at every wake, at most one interval
 // apart, so a cut link is noticed within one interval.
 func (r *runner) pollLink(out Output) Output {
 	index, up := linkState(r.opts.Interface)
@@ -137,11 +148,28 @@ func (r *runner) pollLink(out Output) Output {
 	switch {
 	case up && !r.linkUp:
 		r.linkUp = true
-		return r.handle(Event{Kind: LinkUp, Now: r.now()})
+		out = r.handle(Event{Kind: LinkUp, Now: r.now()})
 	case !up && r.linkUp:
 		r.linkUp = false
 		r.closeConn()
-		return r.handle(Event{Kind: LinkDown, Now: r.now()})
+		out = r.handle(Event{Kind: LinkDown, Now: r.now()})
+	}
+	return r.pollReady(out)
+}
+
+// pollReady feeds NotReady/Ready when the holder's readiness changed. It runs at every wake and
+// before every advert is handled, so that a standby that became ready just before a resignation
+// takes over after its skew, not at its next wake.
+func (r *runner) pollReady(out Output) Output {
+	if rd, ok := r.holder.(Readier); ok && !out.Done {
+		switch ready := rd.Ready(); {
+		case ready && !r.ready:
+			r.ready = true
+			out = r.handle(Event{Kind: Ready, Now: r.now()})
+		case !ready && r.ready:
+			r.ready = false
+			out = r.handle(Event{Kind: NotReady, Now: r.now()})
+		}
 	}
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -73,6 +74,63 @@ func TestHALBPodDualStack(t *testing.T) {
 	t.Logf("figure: ha_lbpod_outage_sigterm_ipv6_ms=%d", outage.Milliseconds())
 }
 
+// TestHALBPodInitStandby: `lbpod init` of a replica (--replicas 2) installs the standby state:
+// every rule and route, no LB address, and nothing announced (a new pod must not pull the
+// clients away from the active while it starts).
+func TestHALBPodInitStandby(t *testing.T) {
+	tp := newTopology(t)
+	garps := captureGARPs(t, tp.client, "c0", lbIPv4)
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	if out, err := tp.runInit(svc, "v4", "--replicas", "2"); err != nil {
+		t.Fatalf("lbpod init: %v\n%s", err, out)
+	}
+	if out := tp.ip(tp.lb, "-4", "-o", "addr", "show", "dev", "net1"); out != "" {
+		t.Errorf("net1 after init of a replica: %q, want no address", out)
+	}
+	if out := tp.exec(tp.lb, "ip", "route", "show", "table", "100"); !strings.Contains(out, "default via "+gatewayV4+" dev net1") {
+		t.Errorf("table 100 after init of a replica:\n%s", out)
+	}
+	// Init announces synchronously before it exits, so anything it sent is on the wire by now;
+	// the window only lets the capture read it.
+	select {
+	case mac := <-garps:
+		t.Errorf("the init of a replica announced %s from %s", lbIPv4, mac)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// TestHALBPodGroupsApart: two Services' lbpods on one underlay (one replica each of a 2-replica
+// election, different addresses) both become active, and neither process ever receives the
+// other's adverts: the kernel's filter on the group drops them before they wake anybody.
+func TestHALBPodGroupsApart(t *testing.T) {
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	tp := newHATopology(t)
+	tp.addClusterSide()
+	start := func(r, lb string) *haReplica {
+		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", lb+"/16", "--gateways", gatewayV4, "--subnets", subnetV4, "--replicas", "2")
+	}
+	a, b := start("a", haLB), start("b", "172.18.0.19")
+	waitFor(t, 10*time.Second, "both active", func() bool { return a.role() == "active" && b.role() == "active" })
+	sent := regexp.MustCompile(`\nlbpod_ha_adverts_sent_total (\d+)\n`)
+	waitFor(t, 10*time.Second, "each sent 10 adverts", func() bool {
+		for _, r := range []string{"a", "b"} {
+			m := sent.FindStringSubmatch(tp.metrics(r))
+			if m == nil || len(m[1]) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, r := range []string{"a", "b"} {
+		if m := tp.metrics(r); !strings.Contains(m, "\nlbpod_ha_adverts_received_total 0\n") || !strings.Contains(m, "\nlbpod_ha_active 1\n") {
+			t.Errorf("replica %s: want active with no advert received; metrics:\n%s", r, m)
+		}
+	}
+}
+
 // BenchmarkHAIdleCPU: CPU time of an active and a standby lbpod replica (one UDP port, default
 // election settings: adverts every 100 ms, a lease renewed with each) over 20 s with nothing
 // changing, scaled to 60 s to compare with BenchmarkIdleCPU. Ticks are 10 ms (USER_HZ 100).
@@ -84,7 +142,8 @@ func BenchmarkHAIdleCPU(b *testing.B) {
 		writeService(b, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
 		start := func(r string) *haReplica {
 			return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-				"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4, "--replicas", "2")
+				"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4, "--replicas", "2",
+				"--service-file-poll", "1h") // as BenchmarkIdleCPU: the harness's file polling is no lb pod's cost
 		}
 		a := start("a")
 		waitFor(b, 10*time.Second, "a active", func() bool { return a.role() == "active" })

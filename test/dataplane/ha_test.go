@@ -97,6 +97,21 @@ func (tp *haTopology) holds(r string) bool {
 	return tp.holdsAddr(r, haLB)
 }
 
+// dumpState logs what a failed test needs to be understood: the client's neighbours, each pod's
+// net1 addresses and MAC, and the ARP packets captured.
+func (tp *haTopology) dumpState(capture *arpCapture) {
+	t := tp.t
+	out, _ := exec.Command("ip", "-n", tp.client, "neigh").CombinedOutput()
+	t.Logf("client neighbours:\n%s", out)
+	for _, r := range []string{"a", "b"} {
+		out, _ := exec.Command("ip", "-n", tp.pod[r], "addr", "show", "dev", "net1").CombinedOutput()
+		t.Logf("pod %s net1:\n%s", r, out)
+	}
+	for _, p := range capture.packets() {
+		t.Logf("ARP %s op %d from %s", p.at.Format("15:04:05.000"), p.op, p.mac)
+	}
+}
+
 // holdsAddr says whether replica r's net1 has address lb.
 func (tp *haTopology) holdsAddr(r, lb string) bool {
 	tp.t.Helper()
@@ -330,7 +345,7 @@ type arpCapture struct {
 func startARPCapture(t *testing.T, ns, ifname string) *arpCapture {
 	t.Helper()
 	c := &arpCapture{done: make(chan struct{})}
-	proto := int(htons16(unix.ETH_P_ARP))
+	proto := int(htons(unix.ETH_P_ARP))
 	if err := inNS(t, ns, func() error {
 		ifi, err := net.InterfaceByName(ifname)
 		if err != nil {
@@ -372,8 +387,6 @@ func startARPCapture(t *testing.T, ns, ifname string) *arpCapture {
 	t.Cleanup(c.close)
 	return c
 }
-
-func htons16(v uint16) uint16 { return v<<8 | v>>8 }
 
 func (c *arpCapture) close() {
 	select {
@@ -522,6 +535,11 @@ func runHAFailover(t *testing.T, prefix string, setup func(tp *haTopology), star
 			tp := newHATopology(t)
 			setup(tp)
 			capture := startARPCapture(t, tp.client, "c0")
+			t.Cleanup(func() {
+				if t.Failed() {
+					tp.dumpState(capture)
+				}
+			})
 			a := start(tp, "a")
 			waitFor(t, 10*time.Second, "a becomes active", func() bool { return a.role() == "active" && tp.holds("a") })
 			b := start(tp, "b")
