@@ -10,9 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -92,18 +90,10 @@ func (r *leaseRecorder) run(ctx context.Context) {
 // watch follows the Lease (by name: the Role allows nothing wider) and asks for a write when it
 // names another pod while this one is active.
 func (r *leaseRecorder) watch(ctx context.Context) {
-	selector := fields.OneTermEqualSelector("metadata.name", r.name).String()
 	leases := r.client.CoordinationV1().Leases(r.namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return leases.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return leases.Watch(ctx, o)
-		},
-	}
+	lw := oneByName(r.name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return leases.List(ctx, o)
+	}, leases.Watch)
 	seen := func(obj any) {
 		if l, ok := obj.(*coordinationv1.Lease); ok && r.active.Load() && ptr.Deref(l.Spec.HolderIdentity, "") != r.identity {
 			select {

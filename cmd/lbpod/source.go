@@ -137,18 +137,10 @@ func (a *apiSource) Get(ctx context.Context) (*corev1.Service, error) {
 }
 
 func (a *apiSource) Run(ctx context.Context, sink serviceSink) {
-	selector := fields.OneTermEqualSelector("metadata.name", a.name).String()
 	services := a.client.CoreV1().Services(a.namespace)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return services.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return services.Watch(ctx, o)
-		},
-	}
+	lw := oneByName(a.name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		return services.List(ctx, o)
+	}, services.Watch)
 	publish := func(obj any) {
 		if svc, ok := obj.(*corev1.Service); ok {
 			sink.SetService(svc.DeepCopy(), nil)
@@ -167,4 +159,21 @@ func (a *apiSource) Run(ctx context.Context, sink serviceSink) {
 		},
 	})
 	ctrl.RunWithContext(ctx)
+}
+
+// oneByName lists and watches the one object called name: with the field selector on the name, a
+// Role that names that object in resourceNames allows the list and the watch.
+func oneByName(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return watchFn(ctx, o)
+		},
+	}
 }
