@@ -487,8 +487,9 @@ func BuildServiceAccount(p LBPodParams) (*corev1.ServiceAccount, error) {
 }
 
 // BuildRole returns the Role that lets the lb pod read its own Service and nothing else; with
-// standbys, also read and update (never create, delete or list) its own Lease, where the pod that
-// takes the address over records itself.
+// standbys, also read, watch and update (never create or delete) its own Lease, where the pod that
+// takes the address over records itself (list and watch only pass with a field selector on that
+// one name).
 func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 	r := &rbacv1.Role{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
@@ -505,7 +506,7 @@ func BuildRole(p LBPodParams) (*rbacv1.Role, error) {
 			APIGroups:     []string{coordinationv1.GroupName},
 			Resources:     []string{"leases"},
 			ResourceNames: []string{p.name()},
-			Verbs:         []string{"get", "update"},
+			Verbs:         []string{"get", "list", "watch", "update"},
 		})
 	}
 	return r, nil

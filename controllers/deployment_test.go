@@ -422,7 +422,7 @@ func TestBuildStandbys(t *testing.T) {
 	}
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"lb-svc-test-service"}, Verbs: []string{"get", "update"}},
+		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"lb-svc-test-service"}, Verbs: []string{"get", "list", "watch", "update"}},
 	}
 	if !reflect.DeepEqual(role.Rules, wantRules) {
 		t.Errorf("rules %+v", role.Rules)

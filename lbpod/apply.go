@@ -116,7 +116,7 @@ type Applied struct {
 // iptables tables unless fresh), executes the plan, then reads back the families whose tables
 // it wrote (and the links, rules and routes) and plans again, which must find nothing. A
 // transaction the kernel refuses while planning from the cache is retried once from a fresh
-// read, since someone else may have changed the tables.
+// read, since someone else may have changed the tables. One goroutine at a time: the loop's.
 func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	var res Applied
 	start := time.Now()

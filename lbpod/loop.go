@@ -35,7 +35,8 @@ type LoopConfig struct {
 	// (true) or stop (false) being held: held means active, every address on net1 and the whole
 	// state verified. A failover controller waits for true before it reports itself the holder.
 	OnHeld func(held bool)
-	// Announce sends the announcements; nil means Announce (tests may count instead).
+	// Announce sends the announcements; nil means Announce (tests may count instead, and the
+	// election withholds a burst it has not confirmed lately).
 	Announce func(ifname string, addrs []netip.Prefix) error
 }
 
@@ -58,7 +59,9 @@ type Loop struct {
 	svcErr  error
 	ready   bool
 	reason  string
-	changed chan struct{} // a new Service, or a new active flag
+	changed chan struct{} // a new Service
+	// activeChanged signals a new active flag.
+	activeChanged chan struct{}
 
 	active atomic.Bool
 	held   bool // last value given to OnHeld
@@ -76,7 +79,7 @@ func NewLoop(cfg LoopConfig) *Loop {
 		cfg.Log = slog.Default()
 	}
 	cfg.Names = cfg.Names.withDefaults()
-	l := &Loop{cfg: cfg, svcErr: errors.New("waiting for the Service"), reason: "starting", changed: make(chan struct{}, 1)}
+	l := &Loop{cfg: cfg, svcErr: errors.New("waiting for the Service"), reason: "starting", changed: make(chan struct{}, 1), activeChanged: make(chan struct{}, 1)}
 	l.metrics = newMetrics(&l.stats)
 	l.active.Store(true)
 	l.metrics.active.Set(1)
@@ -89,7 +92,10 @@ func (l *Loop) SetService(svc *corev1.Service, err error) {
 	l.mu.Lock()
 	l.svc, l.svcErr = svc, err
 	l.mu.Unlock()
-	l.wake()
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
 }
 
 // SetActive switches between holding the LB address (true, the default) and standing by with
@@ -101,25 +107,28 @@ func (l *Loop) SetActive(active bool) {
 		} else {
 			l.metrics.active.Set(0)
 		}
-		l.wake()
+		select {
+		case l.activeChanged <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // Active reports whether the loop is to hold the LB address.
 func (l *Loop) Active() bool { return l.active.Load() }
 
+// Held reports whether the LB addresses are held now (what OnHeld last reported).
+func (l *Loop) Held() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
+}
+
 // Ready reports what /readyz says: whether the state is applied and verified, and why not.
 func (l *Loop) Ready() (bool, string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ready, l.reason
-}
-
-func (l *Loop) wake() {
-	select {
-	case l.changed <- struct{}{}:
-	default:
-	}
 }
 
 // setReady records readiness and reports whether it changed.
@@ -292,13 +301,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	if send == nil {
 		send = func(ifname string, addrs []netip.Prefix) error { return Announce(ifname, addrs, &l.stats) }
 	}
-	held := func() bool {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return l.held
-	}
 	ann := &announcer{iface: cfg.Names.Interface, addrs: cfg.Network.Addresses, interval: cfg.AnnounceInterval,
-		burst: make(chan struct{}, 1), holding: held, send: send, log: log}
+		burst: make(chan struct{}, 1), holding: l.Held, send: send, log: log}
 	go ann.run(ctx)
 
 	resync := time.NewTicker(cfg.ResyncPeriod)
@@ -343,40 +347,28 @@ func (l *Loop) Run(ctx context.Context) error {
 				l.metrics.repairs.WithLabelValues(c).Inc()
 			}
 		}
+		// A failed apply is retried sooner than the resync; a problem of the Service is not (only
+		// a change of the Service or of the operator's choice of address can fix it).
 		if res.Err != nil {
-			if l.setReady(false, res.Err.Error()) {
-				log.Error("not ready", "reason", res.Err.Error())
-			}
 			retry = time.After(backoff)
 			backoff = min(2*backoff, cfg.ResyncPeriod)
-		} else if p, bad := res.NotReady(); bad {
-			// Retrying changes nothing: the Service (or the operator's choice of address) must.
-			retry, backoff = nil, time.Second
-			if l.setReady(false, p.Reason+": "+p.Message) {
-				log.Error("not ready", "reason", p.Reason, "message", p.Message)
-			}
 		} else {
 			retry, backoff = nil, time.Second
-			var notes []string
-			if !active {
-				notes = append(notes, "standby, not holding the LB address")
-			}
-			for _, p := range res.Problems {
-				notes = append(notes, p.Reason+": "+p.Message)
-			}
-			if l.setReady(true, strings.Join(notes, "; ")) {
+		}
+		ready, reason := Verdict(res, active)
+		if l.setReady(ready, reason) {
+			if ready {
 				log.Info("ready", "trigger", trigger, "active", active)
 				for _, p := range res.Problems {
 					log.Warn("serving with a problem", "reason", p.Reason, "message", p.Message)
 				}
+			} else {
+				log.Error("not ready", "reason", reason)
 			}
 		}
 		l.setHeld(active && res.Err == nil)
-		// Announce after the first apply, on becoming active, after adding an address, and when
-		// net1's MAC changed (a recreated net1, or one whose MAC was changed by hand).
 		now := snapshotLinks(ifaces...)
-		macChanged := len(lastSeen) > 0 && lastSeen[0].MAC != "" && now[0].MAC != "" && lastSeen[0].MAC != now[0].MAC
-		if active && res.Err == nil && (!announced || !wasActive || res.AddressAdded || macChanged) {
+		if ShouldAnnounce(res, active, wasActive, announced, lastSeen, now) {
 			ann.trigger()
 			announced = true
 		}
@@ -390,6 +382,8 @@ func (l *Loop) Run(ctx context.Context) error {
 			return nil
 		case <-l.changed:
 			reconcile("service", nil)
+		case <-l.activeChanged:
+			reconcile("active", nil)
 		case <-kernel:
 			// Our own changes echo back as events: wait for the burst to end, then look once.
 			if debounce == nil {
@@ -432,4 +426,37 @@ func slicesCompactSorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return slices.Compact(s)
+}
+
+// Verdict decides what /readyz says after a reconcile: not ready with the error, or with the
+// first problem that makes the pod not ready (FamilyMismatch); otherwise ready, with notes for a
+// standby and for what is not served (SCTPUnavailable). It is pure.
+func Verdict(res Result, active bool) (ready bool, reason string) {
+	if res.Err != nil {
+		return false, res.Err.Error()
+	}
+	if p, bad := res.NotReady(); bad {
+		return false, p.Reason + ": " + p.Message
+	}
+	var notes []string
+	if !active {
+		notes = append(notes, "standby, not holding the LB address")
+	}
+	for _, p := range res.Problems {
+		notes = append(notes, p.Reason+": "+p.Message)
+	}
+	return true, strings.Join(notes, "; ")
+}
+
+// ShouldAnnounce decides whether a reconcile starts a burst of announcements: only while active
+// and applied, and then after the first apply, on becoming active, after adding an address, and
+// when net1's MAC changed (a recreated net1, or a MAC changed by hand), so that neighbours and
+// switches learn the address at once. before and now are the snapshots of net1 (first) and the
+// uplink, before and after the reconcile. It is pure.
+func ShouldAnnounce(res Result, active, wasActive, announced bool, before, now []LinkSnapshot) bool {
+	if !active || res.Err != nil {
+		return false
+	}
+	macChanged := len(before) > 0 && len(now) > 0 && before[0].MAC != "" && now[0].MAC != "" && before[0].MAC != now[0].MAC
+	return !announced || !wasActive || res.AddressAdded || macChanged
 }

@@ -8,8 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 )
 
@@ -56,7 +61,11 @@ func (r *leaseRecorder) onRole(active bool) {
 }
 
 // run writes the record after each takeover, retrying with backoff while this pod stays active.
+// It also watches the Lease: two replicas that claimed at the same moment both write it, and the
+// one that loses the election may write last; the one that stays active then writes itself back
+// (one write, only after such a race), so the record names the pod that holds the address.
 func (r *leaseRecorder) run(ctx context.Context) {
+	go r.watch(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -78,6 +87,40 @@ func (r *leaseRecorder) run(ctx context.Context) {
 			backoff = min(2*backoff, r.retryMax)
 		}
 	}
+}
+
+// watch follows the Lease (by name: the Role allows nothing wider) and asks for a write when it
+// names another pod while this one is active.
+func (r *leaseRecorder) watch(ctx context.Context) {
+	selector := fields.OneTermEqualSelector("metadata.name", r.name).String()
+	leases := r.client.CoordinationV1().Leases(r.namespace)
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return leases.List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return leases.Watch(ctx, o)
+		},
+	}
+	seen := func(obj any) {
+		if l, ok := obj.(*coordinationv1.Lease); ok && r.active.Load() && ptr.Deref(l.Spec.HolderIdentity, "") != r.identity {
+			select {
+			case r.kick <- struct{}{}:
+			default:
+			}
+		}
+	}
+	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: lw,
+		ObjectType:    &coordinationv1.Lease{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    seen,
+			UpdateFunc: func(_, obj any) { seen(obj) },
+		},
+	})
+	ctrl.RunWithContext(ctx)
 }
 
 // write names this pod the holder, unless the Lease already does. leaseTransitions counts changes

@@ -71,13 +71,19 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
 		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-bbbbb", int32(1)}))
 
-	// The same pod again: nothing to write.
+	// The same pod again: nothing to write (b is active, so it is also not asked to).
 	before, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(b.write(ctx)).To(Succeed())
 	after, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion))
+
+	// A losing claimant's late write (a, no longer active, writes itself in): b, still active,
+	// sees it through its watch and writes itself back.
+	g.Expect(a.write(ctx)).To(Succeed())
+	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-bbbbb", int32(3)}))
 
 	// Another Lease is out of reach.
 	other := newLeaseRecorder(podClient, ns, "lb-svc-other", "lb-svc-web-7d9f8b6c5d-aaaaa", log)

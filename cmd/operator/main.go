@@ -53,7 +53,7 @@ func run() error {
 	)
 	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
 	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
-	flag.IntVar(&lbReplicas, "lb-replicas", 1,
+	flag.IntVar(&lbReplicas, "lb-replicas", 2,
 		"lb pods per Service (1 to 5), unless its lbsvc.io/replicas annotation says otherwise. With more than one, one holds the address and the others stand by on other nodes, taking it over in well under a second.")
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",

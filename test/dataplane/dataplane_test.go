@@ -275,6 +275,11 @@ func TestIPv6(t *testing.T) {
 	g.Expect(tp.exec(tp.lb, "ip", "-6", "rule")).To(ContainSubstring("32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n"))
 	g.Expect(tp.exec(tp.lb, "cat", "/proc/sys/net/ipv6/conf/all/forwarding")).To(Equal("1\n"))
 	g.Expect(tp.exec(tp.lb, "ip", "rule")).NotTo(ContainSubstring("lookup 100"), "an IPv6-only pod installs no IPv4 rule")
+	// IPv4 on net1 is dropped whole, in and through: an IPv6-only pod serves nothing over IPv4.
+	g.Expect(tp.exec(tp.lb, "iptables", "-t", "filter", "-S")).To(Equal("-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n" +
+		"-N LBSVC-FORWARD\n-N LBSVC-INPUT\n-A INPUT -j LBSVC-INPUT\n-A FORWARD -j LBSVC-FORWARD\n" +
+		"-A LBSVC-FORWARD -i net1 -j DROP\n-A LBSVC-INPUT -i net1 -j DROP\n"))
+	g.Expect(tp.exec(tp.lb, "iptables", "-t", "nat", "-S")).NotTo(ContainSubstring("LBSVC"))
 }
 
 // Dual stack: both families served at once by one lbpod.

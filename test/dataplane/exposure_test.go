@@ -184,7 +184,7 @@ func TestFamilyMismatchIsNotReady(t *testing.T) {
 	tp.expectRefused(g, tp.client, []refusal{
 		{"the mismatched address", "tcp", lbHTTPv6, false, "ip6tables", "LBSVC-INPUT", "-A LBSVC-INPUT -d fd18::18/128 -p tcp -j REJECT --reject-with tcp-reset"},
 	})
-	g.Expect(tp.lbpod.logs.String()).To(ContainSubstring(`msg="not ready" reason=FamilyMismatch`))
+	g.Expect(tp.lbpod.logs.String()).To(ContainSubstring(`msg="not ready" reason="FamilyMismatch: LB address fd18::18 is IPv6 but`))
 }
 
 // A kernel that refuses SCTP rules (no xt_sctp) fails only the SCTP ports: TCP and UDP are

@@ -251,23 +251,39 @@ func pidOfPod(pod *corev1.Pod) (string, error) {
 	return "", fmt.Errorf("no process of pod %s/%s (uid %s) found in /proc", pod.Namespace, pod.Name, pod.UID)
 }
 
-// lbPod returns the single running, ready lb pod of a Service, or an error saying what is missing.
+// lbPod returns the running, ready lb pod of a Service that holds its address (the only one, or
+// with standbys the one labelled active), or an error saying what is missing.
 func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) {
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{lbv1.ServiceLabel: service}); err != nil {
 		return nil, err
 	}
 	var ready []*corev1.Pod
+	live := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
-		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
+		if p.DeletionTimestamp != nil {
+			continue
+		}
+		live++
+		if p.Status.Phase == corev1.PodRunning && podReady(p) {
 			ready = append(ready, p)
 		}
 	}
-	if len(ready) != 1 {
-		return nil, fmt.Errorf("service %s/%s: %d ready lb pods of %d", namespace, service, len(ready), len(pods.Items))
+	if live == 1 && len(ready) == 1 {
+		return ready[0], nil
 	}
-	return ready[0], nil
+	// Standbys (or a rollout): the pod that holds the address is the one labelled active.
+	var active []*corev1.Pod
+	for _, p := range ready {
+		if p.Labels[lbv1.RoleLabel] == lbv1.RoleActive {
+			active = append(active, p)
+		}
+	}
+	if len(active) != 1 {
+		return nil, fmt.Errorf("service %s/%s: %d ready lb pods of %d, %d of them labelled active", namespace, service, len(ready), len(pods.Items), len(active))
+	}
+	return active[0], nil
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -266,3 +266,19 @@ func pinnedBackend(name, node string) *appsv1.Deployment {
 		},
 	}
 }
+
+// startPinnedBackend creates a one-pod backend on node, removed when the test ends, and waits
+// (bounded) until it is ready.
+func startPinnedBackend(t *testing.T, name, node string) *appsv1.Deployment {
+	t.Helper()
+	ctx := context.Background()
+	backend := pinnedBackend(name, node)
+	g := NewWithT(t)
+	g.Expect(k8s.Create(ctx, backend)).To(Succeed())
+	t.Cleanup(func() { _ = k8s.Delete(context.Background(), backend) })
+	g.Eventually(func() (int32, error) {
+		err := k8s.Get(ctx, client.ObjectKeyFromObject(backend), backend)
+		return backend.Status.ReadyReplicas, err
+	}).WithTimeout(2 * time.Minute).Should(Equal(int32(1)))
+	return backend
+}

@@ -101,9 +101,12 @@ func TestLBPodNamespaceRestrictedTenant(t *testing.T) {
 	t.Logf("tenant Service %s/web at %s answered %v after its address showed", tenant, addr, took.Round(time.Millisecond))
 
 	var pods corev1.PodList
-	g.Expect(k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{
-		lbv1.ServiceNamespaceLabel: tenant, lbv1.ServiceLabel: "web"})).To(Succeed())
-	g.Expect(pods.Items).To(HaveLen(1), "the tenant's lb pod runs in %s", operatorNamespace)
+	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.List(ctx, &pods, client.InNamespace(operatorNamespace), client.MatchingLabels{
+			lbv1.ServiceNamespaceLabel: tenant, lbv1.ServiceLabel: "web"})).To(Succeed())
+		// --lb-replicas defaults to 2: an active and a standby.
+		g.Expect(pods.Items).To(HaveLen(2), "the tenant's lb pods run in %s", operatorNamespace)
+	}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	var inTenant corev1.PodList
 	g.Expect(k8s.List(ctx, &inTenant, client.InNamespace(tenant))).To(Succeed())
 	g.Expect(inTenant.Items).To(BeEmpty(), "nothing runs in the restricted namespace")

@@ -167,7 +167,7 @@ func TestReplicasObjects(t *testing.T) {
 		role := &rbacv1.Role{}
 		g.Expect(k8s.Get(ctx, key, role)).To(Succeed())
 		g.Expect(role.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			ResourceNames: []string{"lb-svc-ha"}, Verbs: []string{"get", "update"}}))
+			ResourceNames: []string{"lb-svc-ha"}, Verbs: []string{"get", "list", "watch", "update"}}))
 	}, timeout, interval).Should(Succeed())
 
 	// The operator owns no field of the Lease's spec: what an lb pod writes stays.

@@ -1,0 +1,440 @@
+//go:build e2e
+
+package e2e
+
+// Sorts before zy/zz: it fails and drains a node too, and recovers it before it ends.
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"golang.org/x/sys/unix"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// tcpProber opens an HTTP/1.0 request to addr from the client network namespace every 20 ms,
+// each try bounded (150 ms to connect, 300 ms for the answer), from a goroutine locked to a
+// thread that entered that namespace: curl's process start and its 1 s retransmit would hide a
+// sub-second outage.
+type tcpProber struct {
+	mu     sync.Mutex
+	probes []probe
+	errs   map[string]int
+	stop   chan struct{}
+	done   chan struct{}
+}
+
+func startTCPProber(t *testing.T, addr string) *tcpProber {
+	t.Helper()
+	p := &tcpProber{errs: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	ready := make(chan error, 1)
+	go func() {
+		defer close(p.done)
+		// The thread never leaves the namespace: it is not unlocked, so it ends with the goroutine.
+		runtime.LockOSThread()
+		f, err := os.Open("/run/netns/" + clientNetns)
+		if err == nil {
+			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
+			f.Close()
+		}
+		ready <- err
+		if err != nil {
+			return
+		}
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			at := time.Now()
+			err := httpOnce(addr)
+			p.mu.Lock()
+			p.probes = append(p.probes, probe{at: at, ok: err == nil})
+			if err != nil {
+				p.errs[errKind(err)]++
+			}
+			p.mu.Unlock()
+			select {
+			case <-p.stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("enter netns %s: %v", clientNetns, err)
+	}
+	t.Cleanup(p.Stop)
+	return p
+}
+
+func (p *tcpProber) Stop() {
+	select {
+	case <-p.stop:
+	default:
+		close(p.stop)
+	}
+	<-p.done
+}
+
+func httpOnce(addr string) error {
+	c, err := net.DialTimeout("tcp", addr, 150*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(300 * time.Millisecond))
+	if _, err := fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: e2e\r\n\r\n"); err != nil {
+		return err
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	if !strings.HasPrefix(line, "HTTP/1.") || !strings.Contains(line, " 200 ") {
+		return fmt.Errorf("answer %q", strings.TrimSpace(line))
+	}
+	return nil
+}
+
+// errKind names why a probe failed, for the figures: a timeout (nobody answers the address), a
+// reset or refusal (someone answers without the Service), or another error.
+func errKind(err error) string {
+	switch {
+	case os.IsTimeout(err):
+		return "timeout"
+	case isErrno(err, syscall.ECONNRESET):
+		return "reset"
+	case isErrno(err, syscall.ECONNREFUSED):
+		return "refused"
+	case isErrno(err, syscall.EHOSTUNREACH):
+		return "unreachable"
+	}
+	return "other"
+}
+
+func isErrno(err error, e syscall.Errno) bool {
+	for err != nil {
+		if x, ok := err.(syscall.Errno); ok {
+			return x == e
+		}
+		u, ok := err.(interface{ Unwrap() error })
+		if !ok {
+			return false
+		}
+		err = u.Unwrap()
+	}
+	return false
+}
+
+// outage is the longest time without an answer around from: from the start of the last
+// successful probe before the first failure at or after from, to the start of the next
+// successful one. Zero when no probe failed.
+func (p *tcpProber) outage(from, until time.Time) (gap time.Duration, failed, total int, kinds string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var lastOK time.Time
+	inGap := false
+	for _, pr := range p.probes {
+		if pr.at.Before(from.Add(-time.Second)) || pr.at.After(until) {
+			continue
+		}
+		if !pr.at.Before(from) {
+			total++
+		}
+		switch {
+		case pr.ok && inGap:
+			if d := pr.at.Sub(lastOK); d > gap {
+				gap = d
+			}
+			inGap = false
+			lastOK = pr.at
+		case pr.ok:
+			lastOK = pr.at
+		case !pr.at.Before(from):
+			failed++
+			inGap = true
+		}
+	}
+	var ks []string
+	for k, n := range p.errs {
+		ks = append(ks, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(ks)
+	for k := range p.errs {
+		delete(p.errs, k)
+	}
+	return gap, failed, total, strings.Join(ks, ",")
+}
+
+// waitAnswered waits until a probe that began after since succeeded.
+func (p *tcpProber) waitAnswered(t *testing.T, since time.Time, timeout time.Duration) {
+	t.Helper()
+	NewWithT(t).Eventually(func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for i := len(p.probes) - 1; i >= 0 && p.probes[i].at.After(since); i-- {
+			if p.probes[i].ok {
+				return true
+			}
+		}
+		return false
+	}).WithTimeout(timeout).WithPolling(50*time.Millisecond).Should(BeTrue(), "an answer after %v", since)
+}
+
+// waitSteady waits until the last n probes all succeeded, so an outage figure has its end.
+func (p *tcpProber) waitSteady(t *testing.T, n int) {
+	t.Helper()
+	NewWithT(t).Eventually(func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.probes) < n {
+			return false
+		}
+		for _, pr := range p.probes[len(p.probes)-n:] {
+			if !pr.ok {
+				return false
+			}
+		}
+		return true
+	}).WithTimeout(time.Minute).WithPolling(20*time.Millisecond).Should(BeTrue(), "%d answers in a row", n)
+}
+
+// pair is a Service's two lb pods once they have settled: one active, one standby.
+type pair struct{ active, standby *corev1.Pod }
+
+// waitPair waits (bounded) for two Ready lb pods on two nodes, labelled active and standby, the
+// address configured in exactly one network namespace, on the active's node, and the Service's
+// annotation naming that node. exclude lists pod UIDs that must not be either (replaced pods).
+func waitPair(t *testing.T, svc *corev1.Service, ip string, exclude ...*corev1.Pod) pair {
+	t.Helper()
+	var got pair
+	NewWithT(t).Eventually(func(g Gomega) {
+		var pods corev1.PodList
+		g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(svc.Namespace), client.MatchingLabels{lbv1.ServiceLabel: svc.Name})).To(Succeed())
+		got = pair{}
+		nodes := map[string]bool{}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.DeletionTimestamp != nil || !podReady(p) {
+				continue
+			}
+			for _, x := range exclude {
+				g.Expect(p.UID).NotTo(Equal(x.UID), "replaced pod %s still serving", x.Name)
+			}
+			nodes[p.Spec.NodeName] = true
+			switch p.Labels[lbv1.RoleLabel] {
+			case lbv1.RoleActive:
+				g.Expect(got.active).To(BeNil(), "two pods labelled active")
+				got.active = p
+			case lbv1.RoleStandby:
+				got.standby = p
+			}
+		}
+		g.Expect(got.active).NotTo(BeNil(), "an active lb pod")
+		g.Expect(got.standby).NotTo(BeNil(), "a standby lb pod")
+		g.Expect(nodes).To(HaveLen(2), "lb pods on two nodes")
+		h, err := holdersOf(ip)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(h).To(HaveLen(1), "network namespaces holding %s", ip)
+		g.Expect(h[0].Node).To(Equal(got.active.Spec.NodeName))
+		var s corev1.Service
+		g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(svc), &s)).To(Succeed())
+		g.Expect(s.Annotations[lbv1.ActiveNodeAnnotation]).To(Equal(got.active.Spec.NodeName))
+		g.Expect(s.Annotations[lbv1.ActivePodAnnotation]).To(Equal(got.active.Namespace + "/" + got.active.Name))
+	}).WithTimeout(3*time.Minute).WithPolling(250*time.Millisecond).Should(Succeed(), "an active/standby pair of %s", svc.Name)
+	return got
+}
+
+// waitMoved waits until exactly one network namespace holds ip, on another node than from.
+func waitMoved(t *testing.T, ip, from string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		h, err := holdersOf(ip)
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(h).To(HaveLen(1))
+		g.Expect(h[0].Node).NotTo(Equal(from))
+	}).WithTimeout(2*time.Minute).WithPolling(50*time.Millisecond).Should(Succeed(), "%s held once, away from %s", ip, from)
+}
+
+// lbpodPID is the pid of the lbpod process (not the pause process) of a pod.
+func lbpodPID(pod *corev1.Pod) (string, error) {
+	files, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	if err != nil {
+		return "", err
+	}
+	needle := "/pod" + string(pod.UID) + "/"
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil || !strings.Contains(string(data), needle) {
+			continue
+		}
+		comm, err := os.ReadFile(filepath.Join(filepath.Dir(f), "comm"))
+		if err == nil && strings.TrimSpace(string(comm)) == "lbpod" {
+			return filepath.Base(filepath.Dir(f)), nil
+		}
+	}
+	return "", fmt.Errorf("no lbpod process of pod %s/%s", pod.Namespace, pod.Name)
+}
+
+// maxHolders samples, every 50 ms until stop is closed, how many network namespaces hold ip.
+func maxHolders(ip string, stop <-chan struct{}) <-chan int {
+	out := make(chan int, 1)
+	go func() {
+		most := 0
+		for {
+			if h, err := holdersOf(ip); err == nil && len(h) > most {
+				most = len(h)
+			}
+			select {
+			case <-stop:
+				out <- most
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	return out
+}
+
+// TestStandbyFailover: a Service with two lb pods (annotation lbsvc.io/replicas=2) on two nodes.
+// A client loop measures the outage when the active pod is deleted, killed -9, its node fails,
+// and its node is drained; after each, exactly one network namespace holds the address and the
+// roles and the Service's annotations name the new holder. Then the API writes of the lb pods over
+// 60 s idle.
+func TestStandbyFailover(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	nodes := multiNode(t)
+	id := suffix()
+
+	backend := startPinnedBackend(t, "e2e-ha-be-"+id, controlPlane)
+
+	svc := newLBService("e2e-ha-"+id, "", 80)
+	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
+	svc.Spec.Selector = map[string]string{"app": backend.Name}
+	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
+	deleteServiceOnCleanup(t, svc)
+	ip := waitIngress(t, svc.Namespace, svc.Name)
+	cur := waitPair(t, svc, ip)
+	p := startTCPProber(t, ip+":80")
+	p.waitAnswered(t, time.Now(), time.Minute)
+	t.Log(kube(t, "get", "pod", "-n", svc.Namespace, "-l", lbv1.ServiceLabel+"="+svc.Name, "-L", lbv1.RoleLabel, "-o", "wide"))
+
+	// One failure, then: the standby took over, exactly one holder, a new pair settles.
+	// One failure of the active: the address moves to the other node (one holder), the client
+	// is answered ten times in a row, and only then is the outage read off the client loop.
+	step := func(name string, replaced bool, act func(active *corev1.Pod) time.Time) {
+		old := cur
+		stop := make(chan struct{})
+		most := maxHolders(ip, stop)
+		at := act(old.active)
+		waitMoved(t, ip, old.active.Spec.NodeName)
+		p.waitAnswered(t, time.Now(), time.Minute)
+		p.waitSteady(t, 10)
+		gap, failed, total, kinds := p.outage(at, time.Now())
+		close(stop)
+		t.Logf("figure: ha_outage_%s_ms=%d (failed probes %d of %d: %s; most network namespaces holding %s at once: %d; was %s on %s)",
+			name, gap.Milliseconds(), failed, total, kinds, ip, <-most, old.active.Name, old.active.Spec.NodeName)
+		var gone []*corev1.Pod
+		if replaced {
+			gone = append(gone, old.active)
+		}
+		cur = waitPair(t, svc, ip, gone...)
+		g.Expect(cur.active.Spec.NodeName).NotTo(Equal(old.active.Spec.NodeName), "after %s the address moved to the other node", name)
+	}
+
+	deletePod := func(active *corev1.Pod) time.Time {
+		at := time.Now()
+		g.Expect(k8s.Delete(ctx, active)).To(Succeed())
+		return at
+	}
+	// The node steps need the active off the control-plane node (which cannot be failed).
+	offControlPlane := func(name string) {
+		if cur.active.Spec.NodeName == controlPlane {
+			step(name, true, deletePod)
+		}
+	}
+
+	step("pod_deleted", true, deletePod)
+	step("pod_killed", false, func(active *corev1.Pod) time.Time {
+		pid, err := lbpodPID(active)
+		g.Expect(err).NotTo(HaveOccurred())
+		at := time.Now()
+		out, err := run("kill", "-9", pid)
+		g.Expect(err).NotTo(HaveOccurred(), out)
+		return at
+	})
+
+	offControlPlane("pod_deleted_again")
+	target := cur.active.Spec.NodeName
+	g.Expect(nodes).To(ContainElement(target))
+	step("node_failed", false, func(*corev1.Pod) time.Time {
+		at, _ := nodeAction(t, "fail", target)
+		t.Cleanup(func() {
+			_, _ = run(filepath.Join(repoRoot, "hack", "cluster", "node.sh"), "recover", strings.TrimPrefix(target, "lbsvc-node"))
+		})
+		return at
+	})
+	// Recovery: the frozen old active wakes up and must step down, not fight.
+	stop := make(chan struct{})
+	most := maxHolders(ip, stop)
+	recoveredAt, _ := nodeAction(t, "recover", target)
+	g.Eventually(nodeReady).WithArguments(ctx, target).WithTimeout(2 * time.Minute).WithPolling(time.Second).Should(BeTrue())
+	cur = waitPair(t, svc, ip)
+	close(stop)
+	gap, failed, total, kinds := p.outage(recoveredAt, time.Now())
+	t.Logf("figure: ha_node_recovered most_holders=%d outage_ms=%d (failed probes %d of %d: %s)", <-most, gap.Milliseconds(), failed, total, kinds)
+
+	offControlPlane("pod_deleted_before_drain")
+	drained := cur.active.Spec.NodeName
+	old := cur
+	stop = make(chan struct{})
+	most = maxHolders(ip, stop)
+	drainedAt, _ := nodeAction(t, "drain", drained)
+	t.Cleanup(func() { _, _ = run(kubectl, "uncordon", drained) })
+	// With the node cordoned the replacement shares the other node (the spread counts only nodes
+	// the pod may use), so there is no pair on two nodes to wait for: the holder is checked.
+	waitMoved(t, ip, drained)
+	p.waitAnswered(t, time.Now(), time.Minute)
+	p.waitSteady(t, 10)
+	close(stop)
+	gap, failed, total, kinds = p.outage(drainedAt, time.Now())
+	t.Logf("figure: ha_outage_node_drained_ms=%d (failed probes %d of %d: %s; most holders at once: %d; was %s on %s)",
+		gap.Milliseconds(), failed, total, kinds, <-most, old.active.Name, drained)
+	kube(t, "uncordon", drained)
+
+	// Idle: the only write an lb pod may make is its Service's Lease (its Role allows nothing
+	// else), and it writes it only at a takeover. Count them over 60 s.
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: svc.Namespace, Name: lbv1.DeploymentPrefix + svc.Name}
+	g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
+	before := lease.ResourceVersion
+	g.Consistently(func() (string, error) {
+		err := k8s.Get(ctx, key, lease)
+		return lease.ResourceVersion, err
+	}).WithTimeout(60*time.Second).WithPolling(time.Second).Should(Equal(before), "an idle Service's lb pods wrote its Lease")
+	t.Logf("figure: ha_idle_api_writes_per_service_per_60s=0 (Lease %s unchanged at resourceVersion %s, transitions %d; the lb pods' Role allows no other write)",
+		key.Name, before, deref(lease.Spec.LeaseTransitions))
+}
+
+func deref(p *int32) int32 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}
