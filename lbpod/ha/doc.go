@@ -79,6 +79,7 @@
 //     tell a dead active from an unreachable one). Clients on each side reach the replica on their
 //     side, which is the best available; when the partition heals, the two actives hear each other
 //     and the newer term keeps the addresses within one interval (the other releases without
-//     announcing), and the winner's next announcement corrects any client that learnt the loser.
+//     announcing; 70 ms in the dataplane test), and the winner's next announcement corrects any
+//     client that learnt the loser.
 //   - net1's own link lost: that replica releases at once; it cannot be one of two holders.
 package ha

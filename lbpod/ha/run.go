@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"time"
 )
 
@@ -88,11 +87,18 @@ type runner struct {
 	stopRecv context.CancelFunc
 	linkUp   bool
 	ready    bool
+	links    *linkProbe
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
 
 func (r *runner) run(ctx context.Context) error {
+	links, err := newLinkProbe()
+	if err != nil {
+		return fmt.Errorf("ha: %w", err)
+	}
+	r.links = links
+	defer links.close()
 	defer r.closeConn()
 	out := r.handle(Event{Kind: Start, Now: r.now()})
 	r.linkUp, r.ready = true, true
@@ -135,7 +141,7 @@ func (r *runner) run(ctx context.Context) error {
 // is (back) up or was recreated with another index; then it polls the holder's readiness. It runs at every wake, at most one interval
 // apart, so a cut link is noticed within one interval.
 func (r *runner) pollLink(out Output) Output {
-	index, up := linkState(r.opts.Interface)
+	index, up := r.links.state(r.opts.Interface)
 	if up && r.conn != nil && r.conn.ifindex != index {
 		r.closeConn() // net1 was recreated: the socket is bound to the old one
 	}
@@ -198,10 +204,7 @@ func (r *runner) closeConn() {
 func (r *runner) receive(ctx context.Context, c *conn) {
 	buf := make([]byte, 1500)
 	for ctx.Err() == nil {
-		a, err := c.recv(buf, time.Now().Add(time.Second))
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			continue
-		}
+		a, err := c.recv(buf)
 		if errors.Is(err, errNotAdvert) {
 			continue // the filter keeps these out; a kernel without it lets them through
 		}

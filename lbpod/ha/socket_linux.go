@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -96,11 +95,9 @@ func (c *conn) send(a Advert) error {
 	return sendErr
 }
 
-// recv reads the next advert; a frame that does not parse is returned as an error.
-func (c *conn) recv(buf []byte, deadline time.Time) (Advert, error) {
-	if err := c.f.SetReadDeadline(deadline); err != nil {
-		return Advert{}, err
-	}
+// recv reads the next advert, blocking until one comes or c is closed; a frame that does not
+// parse is returned as an error.
+func (c *conn) recv(buf []byte) (Advert, error) {
 	n, err := c.f.Read(buf)
 	if err != nil {
 		return Advert{}, err
@@ -110,26 +107,33 @@ func (c *conn) recv(buf []byte, deadline time.Time) (Advert, error) {
 
 func (c *conn) close() error { return c.f.Close() }
 
-// linkState reads ifname's index and whether it is up with a carrier (IFF_UP and IFF_RUNNING),
-// with two ioctls: it runs at every wake, ten times a second, and a netlink dump of every link
-// would cost the standby more than all its other work.
-func linkState(ifname string) (index int, up bool) {
+// linkProbe reads an interface's index and whether it is up with a carrier (IFF_UP and
+// IFF_RUNNING) with two ioctls on a socket kept open: it runs at every wake, ten times a second,
+// and a netlink dump of every link would cost a standby more than all its other work.
+type linkProbe struct{ fd int }
+
+func newLinkProbe() (*linkProbe, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return 0, false
+		return nil, err
 	}
-	defer unix.Close(fd)
+	return &linkProbe{fd: fd}, nil
+}
+
+func (p *linkProbe) state(ifname string) (index int, up bool) {
 	ifr, err := unix.NewIfreq(ifname)
 	if err != nil {
 		return 0, false
 	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+	if err := unix.IoctlIfreq(p.fd, unix.SIOCGIFINDEX, ifr); err != nil {
 		return 0, false
 	}
 	index = int(ifr.Uint32())
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+	if err := unix.IoctlIfreq(p.fd, unix.SIOCGIFFLAGS, ifr); err != nil {
 		return 0, false
 	}
 	flags := ifr.Uint16()
 	return index, flags&unix.IFF_UP != 0 && flags&unix.IFF_RUNNING != 0
 }
+
+func (p *linkProbe) close() { unix.Close(p.fd) }

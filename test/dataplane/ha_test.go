@@ -516,6 +516,22 @@ func haCases(start func(tp *haTopology, r string) *haReplica) []haCase {
 					t.Errorf("a's log does not say it was frozen")
 				}
 			}},
+		{name: "partition",
+			// The switch port stops forwarding, the link stays up: a cannot tell, and stays active
+			// on its side while b takes over on the client's side.
+			disrupt: func(tp *haTopology, _ *haReplica) {
+				mustRun(tp.t, "bridge", "-n", tp.underlay, "link", "set", "dev", "pa", "state", "0")
+			},
+			restore: func(t *testing.T, tp *haTopology, a *haReplica) {
+				if a.role() != "active" {
+					t.Errorf("a behind an invisible partition is %s, want still active", a.role())
+				}
+				mustRun(t, "bridge", "-n", tp.underlay, "link", "set", "dev", "pa", "state", "3")
+				healed := time.Now()
+				// Healed: a hears b's newer term at b's next advert and lets go, without announcing.
+				waitFor(t, 5*time.Second, "a steps down after the partition heals", func() bool { return !tp.holds("a") && a.role() == "standby" })
+				t.Logf("figure: ha_partition_heal_to_one_holder_ms=%d", time.Since(healed).Milliseconds())
+			}},
 		{name: "linkdown",
 			disrupt: func(tp *haTopology, _ *haReplica) {
 				mustRun(tp.t, "ip", "-n", tp.node["a"], "link", "set", "up0", "down")
