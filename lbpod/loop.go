@@ -317,7 +317,8 @@ func (l *Loop) Run(ctx context.Context) error {
 		announced = false // the start burst was sent
 		wasActive = l.Active()
 	)
-	reconcile := func(trigger string, causes []string) {
+	// reconcile reports whether the apply failed.
+	reconcile := func(trigger string, causes []string) (failed bool) {
 		l.mu.Lock()
 		svc, svcErr := l.svc, l.svcErr
 		l.mu.Unlock()
@@ -326,7 +327,7 @@ func (l *Loop) Run(ctx context.Context) error {
 				log.Error("not ready", "reason", svcErr.Error())
 			}
 			l.setHeld(false)
-			return
+			return false
 		}
 		active := l.Active()
 		fresh := trigger == "retry" || (trigger == "resync" && (tablesDirty || !tablesKnown))
@@ -374,6 +375,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		}
 		wasActive = active
 		lastSeen = now
+		return res.Err != nil
 	}
 	for {
 		select {
@@ -383,7 +385,12 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-l.changed:
 			reconcile("service", nil)
 		case <-l.activeChanged:
-			reconcile("active", nil)
+			if reconcile("active", nil) {
+				// Letting go of the last IPv4 address makes the kernel flush net1's IPv4 routes
+				// (table 100 too) just after the plan ran: put them back at once rather than after
+				// the retry's backoff, so that the new standby is ready to take over again.
+				reconcile("retry", nil)
+			}
 		case <-kernel:
 			// Our own changes echo back as events: wait for the burst to end, then look once.
 			if debounce == nil {
