@@ -211,6 +211,10 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if apierrors.IsConflict(err) {
 		return ctrl.Result{Requeue: true}, nil
 	}
+	if errors.Is(err, errServiceGone) {
+		// The deletion's own event brings the pass that lets the Service go.
+		return ctrl.Result{}, nil
+	}
 	if errors.Is(err, errStrayPods) {
 		return ctrl.Result{RequeueAfter: drainRecheck}, nil
 	}
@@ -381,7 +385,9 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 	}
 	deploy, foreign, err := r.applyObjects(ctx, svc, params)
 	if err != nil {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonApplyFailed, actionApply, "%s", BoundedMessage(err.Error()))
+		if !errors.Is(err, errServiceGone) {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, ReasonApplyFailed, actionApply, "%s", BoundedMessage(err.Error()))
+		}
 		return err
 	}
 	if foreign != "" {
@@ -735,6 +741,22 @@ func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Servic
 		return nil, "", err
 	}
 	cur := &appsv1.Deployment{}
+	confirmed := false
+	confirm := func() error {
+		if confirmed {
+			return nil
+		}
+		live := &corev1.Service{}
+		err := r.Reader.Get(ctx, client.ObjectKeyFromObject(svc), live)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
+		if err != nil || live.UID != svc.UID || !live.DeletionTimestamp.IsZero() {
+			return errServiceGone
+		}
+		confirmed = true
+		return nil
+	}
 	objs := []struct{ desired, cur client.Object }{{sa, &corev1.ServiceAccount{}}, {role, &rbacv1.Role{}}, {rb, &rbacv1.RoleBinding{}}}
 	// With standbys: the Lease before the pods that write it, the budget beside them. With one
 	// lb pod neither exists (a budget would block every drain), and one left over goes.
@@ -747,14 +769,14 @@ func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Servic
 		objs = append(objs, struct{ desired, cur client.Object }{pdb, &policyv1.PodDisruptionBudget{}})
 	}
 	for _, o := range objs {
-		foreign, err := r.ensure(ctx, svc, o.desired, o.cur)
+		foreign, err := r.ensure(ctx, svc, o.desired, o.cur, confirm)
 		if err != nil || foreign != "" {
 			return nil, foreign, err
 		}
 	}
 	if p.replicas() == 1 {
 		for _, o := range r.perServiceObjects(svc)[4:] {
-			if err := r.deleteOwned(ctx, svc, o); err != nil {
+			if err := r.deleteOwned(ctx, svc, o, false); err != nil {
 				return nil, "", err
 			}
 		}
@@ -765,16 +787,26 @@ func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Servic
 	return cur, "", nil
 }
 
+// errServiceGone: the API server no longer has the Service this pass read from the cache.
+var errServiceGone = errors.New("the service is gone or being deleted")
+
 // ensure creates desired, or server-side applies it (field manager lbsvc-operator, forced, so
 // hand edits to the fields we own are reverted) when the current object differs from it. An
-// object of that name that is not ours is left alone and its name returned.
-func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, desired, cur client.Object) (string, error) {
+// object of that name that is not ours is left alone and its name returned. Before it creates
+// anything, confirm must say that the Service still lives: a pass whose Service writes were all
+// no-ops may have read a Service the cache still shows after its deletion, and a Deployment
+// created then would never be deleted by us (no pass comes back for a gone Service) and would
+// hold its address draining for ever where no garbage collector runs.
+func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, desired, cur client.Object, confirm func() error) (string, error) {
 	key := client.ObjectKeyFromObject(desired)
 	what := fmt.Sprintf("%s %s/%s", kindOf(desired), key.Namespace, key.Name)
 	err := r.Client.Get(ctx, key, cur)
 	switch {
 	case apierrors.IsNotFound(err):
 		// Not in our (label-selected) cache: create it; if that name is taken, see by whom.
+		if err := confirm(); err != nil {
+			return "", err
+		}
 		create := desired.DeepCopyObject().(client.Object)
 		err = r.Client.Create(ctx, create, client.FieldOwner(FieldOwner))
 		if err == nil {
@@ -871,21 +903,28 @@ func subset(want, have map[string]string) bool {
 	return true
 }
 
-// deleteObjects deletes our per-Service objects (those our cache holds, so carrying our labels).
+// deleteObjects deletes our per-Service objects (those that carry our owner reference, labels or
+// annotation).
 // Background propagation: the name is free at once for a Service created again, and the drain of
 // the addresses waits for the ReplicaSets and pods the garbage collector removes after it.
 func (r *ServiceReconciler) deleteObjects(ctx context.Context, svc *corev1.Service) error {
 	for _, obj := range r.perServiceObjects(svc) {
-		if err := r.deleteOwned(ctx, svc, obj); err != nil {
+		if err := r.deleteOwned(ctx, svc, obj, true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// deleteOwned deletes obj (named, empty) if our cache holds it and it is svc's.
-func (r *ServiceReconciler) deleteOwned(ctx context.Context, svc *corev1.Service, obj client.Object) error {
+// deleteOwned deletes obj (named, empty) if it is svc's. With askAPI, an object our cache does
+// not show is looked up on the API server too: the cache may not show yet what the previous pass
+// created a moment ago, and once the Service is let go no pass comes back for it (a Deployment
+// missed here would ask for its address for ever: the drain waits for it).
+func (r *ServiceReconciler) deleteOwned(ctx context.Context, svc *corev1.Service, obj client.Object, askAPI bool) error {
 	err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if apierrors.IsNotFound(err) && askAPI {
+		err = r.Reader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	}
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -165,18 +165,30 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	cond := metav1.Condition{Type: ConditionSubnetReady, Status: metav1.ConditionTrue, Reason: ReasonSubnetValid,
 		Message: "subnet is valid", ObservedGeneration: subnet.Generation}
 	cfg, verr := ValidateSubnet(subnet, all.Items)
+	var ref *Refusal
+	if verr != nil {
+		if !errors.As(verr, &ref) {
+			return ctrl.Result{}, verr
+		}
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, BoundedMessage(ref.Message)
+	}
+	old := meta.FindStatusCondition(subnet.Status.Conditions, ConditionSubnetReady)
+	countersOnly := len(subnet.Status.Conditions) == 1 && old != nil && old.Status == cond.Status && old.Reason == cond.Reason &&
+		old.Message == cond.Message && subnet.Status.ObservedGeneration == subnet.Generation
+	if countersOnly {
+		// Decided before counting: counting lists every IP object of the Subnet, and a burst of
+		// claims wakes this reconciler once per claim (1000 lists of 1000 objects for 1000
+		// Services in make bench-operator, 39 % of the operator's allocations).
+		if d := r.counterDelay(subnet.Name, time.Now()); d > 0 {
+			return ctrl.Result{RequeueAfter: d}, nil
+		}
+	}
 	held, _, draining, err := r.ipsOf(ctx, subnet.Name)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	var usage ipam.Usage
-	if verr != nil {
-		var ref *Refusal
-		if !errors.As(verr, &ref) {
-			return ctrl.Result{}, verr
-		}
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, BoundedMessage(ref.Message)
-		old := meta.FindStatusCondition(subnet.Status.Conditions, ConditionSubnetReady)
+	if ref != nil {
 		if old == nil || old.Reason != ref.Reason || old.Message != cond.Message {
 			r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, ref.Reason, actionValidate, "%s", cond.Message)
 		}
@@ -198,14 +210,6 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	subnet.Status.ObservedGeneration = subnet.Generation
 	if subnetStatusEqual(before.Status, subnet.Status) {
 		return ctrl.Result{}, nil
-	}
-	countersOnly := slices.EqualFunc(before.Status.Conditions, subnet.Status.Conditions, func(x, y metav1.Condition) bool {
-		return x.Type == y.Type && x.Status == y.Status && x.Reason == y.Reason && x.Message == y.Message
-	}) && before.Status.ObservedGeneration == subnet.Status.ObservedGeneration
-	if countersOnly {
-		if d := r.counterDelay(subnet.Name, time.Now()); d > 0 {
-			return ctrl.Result{RequeueAfter: d}, nil
-		}
 	}
 	if err := r.Client.Status().Patch(ctx, subnet, client.MergeFrom(before)); err != nil {
 		return ctrl.Result{}, fmt.Errorf("patch subnet %q status: %w", subnet.Name, err)
