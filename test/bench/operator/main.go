@@ -290,8 +290,16 @@ func measureFloor(ctx context.Context, c client.Client, cfg config) (time.Durati
 	if len(list.Items) != cfg.n {
 		return 0, fmt.Errorf("floor: listed %d services, want %d", len(list.Items), cfg.n)
 	}
-	if err := c.DeleteAllOf(ctx, &corev1.Service{}, client.InNamespace("bench-floor")); err != nil {
-		return 0, fmt.Errorf("floor: delete its Services: %w", err)
+	// One by one in parallel: a collection delete of 10,000 Services outlasts the API server's
+	// request timeout.
+	if err := parallel(ctx, cfg.n, cfg.workers, func(i int) error {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-floor", Name: "svc-" + strconv.Itoa(i)}}
+		if err := c.Delete(ctx, svc); err != nil {
+			return fmt.Errorf("floor: delete service %s: %w", svc.Name, err)
+		}
+		return nil
+	}); err != nil {
+		return 0, err
 	}
 	return floor, nil
 }
