@@ -162,7 +162,12 @@ func FuzzDecideActive(f *testing.F) {
 	f.Fuzz(func(t *testing.T, holder, names, nodes string, ready uint8, was string) {
 		var pods []corev1.Pod
 		nodeList := splitList(nodes)
+		seenName := map[string]bool{}
 		for i, n := range splitList(names) {
+			if seenName[n] {
+				continue // pod names are unique in a namespace
+			}
+			seenName[n] = true
 			node := ""
 			if i < len(nodeList) {
 				node = nodeList[i]
@@ -186,8 +191,20 @@ func FuzzDecideActive(f *testing.F) {
 		if active > 1 {
 			t.Fatalf("%d pods labelled active: %+v", active, got.Roles)
 		}
-		if got.ActivePod != "" && in.Lease != nil && got.ActivePod != "default/"+holder {
+		if got.ActivePod != "" && leaseHolder(in.Lease) != "" && got.ActivePod != "default/"+holder {
 			t.Fatalf("shown %q, lease names %q", got.ActivePod, holder)
+		}
+		if got.ActivePod != "" && leaseHolder(in.Lease) == "" {
+			// No record: only a Ready pod, and only when it is the one live pod that is Ready.
+			ready := 0
+			for i := range pods {
+				if podReady(&pods[i]) {
+					ready++
+				}
+			}
+			if ready != 1 {
+				t.Fatalf("shown %q without a record, with %d Ready pods", got.ActivePod, ready)
+			}
 		}
 		if (got.ActivePod == "") != (got.Condition.Status == metav1.ConditionFalse) {
 			t.Fatalf("holder %q with condition %+v", got.ActivePod, got.Condition)
