@@ -63,7 +63,7 @@ func ChooseSubnet(svc *corev1.Service, provider string, subnets []lbv1.Subnet) (
 	if name := svc.Annotations[lbv1.ProviderAnnotation(provider, lbv1.LogicalSwitchAnnotationSuffix)]; name != "" {
 		i := slices.IndexFunc(subnets, func(s lbv1.Subnet) bool { return s.Name == name })
 		if i < 0 {
-			return nil, &Refusal{ReasonSubnetNotFound, fmt.Sprintf("subnet %q named by annotation %s does not exist",
+			return nil, &Refusal{ReasonSubnetNotFound, fmt.Sprintf("subnet %q named by annotation %s does not exist: create it, or correct or remove the annotation",
 				name, lbv1.ProviderAnnotation(provider, lbv1.LogicalSwitchAnnotationSuffix))}
 		}
 		if subnets[i].Spec.Provider != provider {
@@ -82,7 +82,7 @@ func ChooseSubnet(svc *corev1.Service, provider string, subnets []lbv1.Subnet) (
 	}
 	switch len(matches) {
 	case 0:
-		return nil, &Refusal{ReasonSubnetNotFound, fmt.Sprintf("no subnet has provider %q", provider)}
+		return nil, &Refusal{ReasonSubnetNotFound, fmt.Sprintf("no subnet has provider %q: create a Subnet with spec.provider %q", provider, provider)}
 	case 1:
 		return chosen, namespaceAllowed(chosen, svc.Namespace)
 	}

@@ -83,10 +83,10 @@ func TestChooseSubnet(t *testing.T) {
 		wantMsg    string
 	}{
 		"only one":   {subnets: []lbv1.Subnet{subnet("a", p), subnet("x", "other.net")}, want: "a"},
-		"none":       {subnets: []lbv1.Subnet{subnet("x", "other.net")}, wantReason: ReasonSubnetNotFound, wantMsg: `no subnet has provider "nad.net"`},
+		"none":       {subnets: []lbv1.Subnet{subnet("x", "other.net")}, wantReason: ReasonSubnetNotFound, wantMsg: `no subnet has provider "nad.net": create a Subnet with spec.provider "nad.net"`},
 		"ambiguous":  {subnets: []lbv1.Subnet{subnet("b", p), subnet("a", p)}, wantReason: ReasonSubnetAmbiguous, wantMsg: `subnets a, b all have provider "nad.net": name one with annotation ` + ls},
 		"named":      {ann: map[string]string{ls: "b"}, subnets: []lbv1.Subnet{subnet("a", p), subnet("b", p)}, want: "b"},
-		"named gone": {ann: map[string]string{ls: "c"}, subnets: []lbv1.Subnet{subnet("a", p)}, wantReason: ReasonSubnetNotFound, wantMsg: `subnet "c" named by annotation ` + ls + ` does not exist`},
+		"named gone": {ann: map[string]string{ls: "c"}, subnets: []lbv1.Subnet{subnet("a", p)}, wantReason: ReasonSubnetNotFound, wantMsg: `subnet "c" named by annotation ` + ls + ` does not exist: create it, or correct or remove the annotation`},
 		"named, other provider": {ann: map[string]string{ls: "x"}, subnets: []lbv1.Subnet{subnet("x", "other.net")},
 			wantReason: ReasonSubnetProviderMismatch, wantMsg: `subnet "x" has provider "other.net", not "nad.net"`},
 		"namespace allowed": {subnets: []lbv1.Subnet{subnet("a", p, "x", "ns")}, want: "a"},

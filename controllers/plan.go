@@ -114,7 +114,7 @@ func DecideService(in ServiceInputs) Plan {
 		return refuse(err.(*Refusal))
 	}
 	if !in.NADFound {
-		return refuse(&Refusal{ReasonNADNotFound, fmt.Sprintf("network attachment definition %s/%s (provider %q) does not exist", nadNS, nadName, provider)})
+		return refuse(&Refusal{ReasonNADNotFound, fmt.Sprintf("network attachment definition %s/%s (provider %q) does not exist: create it, or correct the annotation %s (<nad name>.<nad namespace>)", nadNS, nadName, provider, lbv1.AttachmentProviderAnnotation)})
 	}
 	subnet, err := ChooseSubnet(svc, provider, in.Subnets)
 	if err != nil {

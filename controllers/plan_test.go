@@ -149,7 +149,7 @@ func TestDecideService(t *testing.T) {
 		"NAD gone: refused": {
 			in: ServiceInputs{Service: planService(), Subnets: []lbv1.Subnet{sn}},
 			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonNADNotFound,
-				`network attachment definition kube-system/nad (provider "nad.kube-system") does not exist`}},
+				`network attachment definition kube-system/nad (provider "nad.kube-system") does not exist: create it, or correct the annotation ovn.kubernetes.io/attachmentprovider (<nad name>.<nad namespace>)`}},
 		},
 		"object in the way: refused before anything is claimed": {
 			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{sn}, ForeignObject: "Deployment team/lb-svc-web"},
