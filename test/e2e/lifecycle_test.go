@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -99,11 +100,9 @@ func TestDynamicServicePortChanges(t *testing.T) {
 
 	// Port added: live without a new lb pod or a restart. The latency is a figure, not an
 	// assertion (no test asserts wall-clock times on this shared machine).
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
 	// (Not 8081: the lb pod's own health server listens there.)
-	svc.Spec.Ports = append(svc.Spec.Ports, servicePort(8090))
 	changed := time.Now()
-	g.Expect(k8s.Update(ctx, svc)).To(Succeed())
+	updateService(t, svc, func(s *corev1.Service) { s.Spec.Ports = append(s.Spec.Ports, servicePort(8090)) })
 	added := timeUntilCurl(t, "http://"+ip+":8090/", changed, 10*time.Second)
 	t.Logf("figure: port 8090 added -> answering: %v", added.Round(10*time.Millisecond))
 	same, err := lbPod(ctx, svc.Namespace, svc.Name)
@@ -114,9 +113,7 @@ func TestDynamicServicePortChanges(t *testing.T) {
 	}
 
 	// Port removed: stops answering; the other port keeps working.
-	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
-	svc.Spec.Ports = svc.Spec.Ports[:1]
-	g.Expect(k8s.Update(ctx, svc)).To(Succeed())
+	updateService(t, svc, func(s *corev1.Service) { s.Spec.Ports = s.Spec.Ports[:1] })
 	g.Eventually(func() error {
 		_, err := curlFromClient("http://" + ip + ":8090/")
 		return err
@@ -264,4 +261,20 @@ func TestUDPThroughLBAddress(t *testing.T) {
 		out, err := run("nsenter", "--net=/run/netns/"+clientNetns, "bash", "-c", script)
 		return strings.TrimSpace(out), err
 	}).WithTimeout(time.Minute).WithPolling(200 * time.Millisecond).Should(BeElementOf(backends))
+}
+
+// updateService changes svc on the API server, retrying on a conflict: the operator writes the
+// Service too (status, annotations such as lbsvc.io/active-node), so a read-modify-write races it.
+func updateService(t *testing.T, svc *corev1.Service, change func(*corev1.Service)) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := k8s.Get(context.Background(), client.ObjectKeyFromObject(svc), svc); err != nil {
+			return err
+		}
+		change(svc)
+		return k8s.Update(context.Background(), svc)
+	})
+	if err != nil {
+		t.Fatalf("update service %s/%s: %v", svc.Namespace, svc.Name, err)
+	}
 }
