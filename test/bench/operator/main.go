@@ -598,11 +598,16 @@ func apiMetrics(ctx context.Context, cfg *rest.Config) (map[string]requestStat, 
 	}
 	out := map[string]requestStat{}
 	key := func(l map[string]string) (string, bool) {
-		// The API server's own writes (ClusterIP IPAddress objects), leader election and the
-		// bench's namespaces are not the operator's per-Service work.
+		// The API server's own writes (ClusterIP IPAddress objects), leader election's renewals
+		// and the bench's namespaces are not the operator's per-Service work. A Lease created is:
+		// each Service with standby lb pods gets one.
 		switch l["resource"] {
-		case "", "namespaces", "leases", "ipaddresses":
+		case "", "namespaces", "ipaddresses":
 			return "", false
+		case "leases":
+			if l["verb"] != "POST" {
+				return "", false
+			}
 		}
 		k := l["verb"] + " " + l["resource"]
 		if l["subresource"] != "" {
