@@ -65,9 +65,7 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		podNS = svc.Namespace
 	}
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(podNS), client.MatchingLabels{
-		lbv1.ServiceLabel: svc.Name, lbv1.ServiceNamespaceLabel: svc.Namespace, lbv1.ServiceUIDLabel: string(svc.UID),
-	}); err != nil {
+	if err := r.Client.List(ctx, &pods, client.InNamespace(podNS), client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
 		return ctrl.Result{}, err
 	}
 	plan := DecideActive(ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items, Addresses: svc.Annotations[lbv1.AllocatedIPsAnnotation]})

@@ -311,6 +311,11 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		{Name: lbv1.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: lbv1.EnvNodeName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 	}
+	if p.replicas() > 1 {
+		// The Lease's name, given rather than derived from the pod's: a pod's generated name is
+		// cut to 58 characters, so a long Deployment name is not a prefix of it.
+		env = append(env, corev1.EnvVar{Name: lbv1.EnvLease, Value: p.name()})
+	}
 	mounts := []corev1.VolumeMount{{Name: runVolumeName, MountPath: runMountPath}}
 	resources := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{

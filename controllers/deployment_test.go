@@ -413,8 +413,9 @@ func TestBuildStandbys(t *testing.T) {
 	if got := d.Spec.Template.Spec.TopologySpreadConstraints; !reflect.DeepEqual(got, wantSpread) {
 		t.Errorf("spread\n got %+v\nwant %+v", got, wantSpread)
 	}
-	if env := d.Spec.Template.Spec.Containers[0].Env; env[6].Name != "LBPOD_REPLICAS" || env[6].Value != "2" {
-		t.Errorf("replicas env %+v", env[6])
+	if env := d.Spec.Template.Spec.Containers[0].Env; env[6].Name != "LBPOD_REPLICAS" || env[6].Value != "2" ||
+		env[len(env)-1] != (corev1.EnvVar{Name: "LBPOD_LEASE", Value: "lb-svc-test-service"}) {
+		t.Errorf("replicas env %+v, lease env %+v", env[6], env[len(env)-1])
 	}
 	role, err := BuildRole(p)
 	if err != nil {

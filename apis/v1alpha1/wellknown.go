@@ -60,6 +60,9 @@ const (
 	// sender identity and for what the pod reports.
 	EnvPodName  = "LBPOD_POD_NAME"
 	EnvNodeName = "LBPOD_NODE_NAME"
+	// EnvLease names the Service's Lease (in EnvNamespace), where the replica that takes the
+	// address over records itself; set only with standbys.
+	EnvLease = "LBPOD_LEASE"
 )
 
 // ReplicasAnnotation on a Service sets how many lb pods serve it (1 to MaxReplicas); it

@@ -93,24 +93,17 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 }
 
 // newRecorder returns the Lease recorder, or nil when there is no API to write to (--service-file)
-// or no pod name to record (outside a cluster).
+// or no pod or Lease name (outside a cluster).
 func newRecorder(o options, log *slog.Logger) (*leaseRecorder, error) {
-	if o.serviceFile != "" || o.podName == "" {
-		log.Info("takeovers are not recorded in a Lease", "why", "no API (--service-file) or no --pod-name")
+	if o.serviceFile != "" || o.podName == "" || o.leaseName == "" {
+		log.Info("takeovers are not recorded in a Lease", "why", "no API (--service-file), no --pod-name or no --lease-name")
 		return nil, nil
-	}
-	name := o.leaseName
-	if name == "" {
-		var err error
-		if name, err = leaseName(o.podName); err != nil {
-			return nil, err
-		}
 	}
 	client, err := newClient(o)
 	if err != nil {
 		return nil, err
 	}
-	return newLeaseRecorder(client, o.namespace, name, o.podName, log), nil
+	return newLeaseRecorder(client, o.namespace, o.leaseName, o.podName, log), nil
 }
 
 // loopHolder is the election's Holder: it switches the loop between active and standby and waits

@@ -91,21 +91,3 @@ func TestLoopHolder(t *testing.T) {
 		t.Fatalf("a standby announced: %v", err)
 	}
 }
-
-func TestLeaseName(t *testing.T) {
-	for pod, want := range map[string]string{
-		"lb-svc-web-7d9f8b6c5d-x2k4q":                 "lb-svc-web",
-		"lb-svc-team-a-web-0123abcd-7d9f8b6c5d-x2k4q": "lb-svc-team-a-web-0123abcd",
-		"web-":  `pod name "web-" is not a Deployment's pod name (<deployment>-<hash>-<suffix>); set --lease-name`,
-		"a-b-c": "a", // any three parts pass: a wrong name shows as a failed write
-		"x":     `pod name "x" is not a Deployment's pod name (<deployment>-<hash>-<suffix>); set --lease-name`,
-	} {
-		got, err := leaseName(pod)
-		if err != nil {
-			got = err.Error()
-		}
-		if got != want {
-			t.Errorf("leaseName(%q) = %q, want %q", pod, got, want)
-		}
-	}
-}

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -34,17 +32,6 @@ type leaseRecorder struct {
 func newLeaseRecorder(client kubernetes.Interface, namespace, name, identity string, log *slog.Logger) *leaseRecorder {
 	return &leaseRecorder{client: client, namespace: namespace, name: name, identity: identity,
 		log: log.With("lease", namespace+"/"+name), kick: make(chan struct{}, 1), retryMax: 10 * time.Second}
-}
-
-// leaseName is the Service's Lease, named like its Deployment (the operator creates both): a
-// Deployment's pod is "<deployment>-<pod template hash>-<suffix>", so the name is the pod's name
-// without its last two parts.
-func leaseName(podName string) (string, error) {
-	parts := strings.Split(podName, "-")
-	if len(parts) < 3 || parts[len(parts)-1] == "" || parts[len(parts)-2] == "" {
-		return "", fmt.Errorf("pod name %q is not a Deployment's pod name (<deployment>-<hash>-<suffix>); set --lease-name", podName)
-	}
-	return strings.Join(parts[:len(parts)-2], "-"), nil
 }
 
 // onRole is the election's OnChange: becoming active asks for a write.

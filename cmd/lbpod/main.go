@@ -66,7 +66,7 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.DurationVar(&o.ha.interval, "ha-interval", ha.DefaultInterval, "election: advert interval (the dead interval is 3 of them)")
 	fs.UintVar(&o.ha.priority, "ha-priority", ha.DefaultPriority, "election: priority, 0 to 255 (ties with an older active are not preempted)")
 	fs.StringVar(&o.podName, "pod-name", os.Getenv(v1alpha1.EnvPodName), "this pod's name, recorded in the Service's Lease when it takes the addresses over (env "+v1alpha1.EnvPodName+")")
-	fs.StringVar(&o.leaseName, "lease-name", "", "the Service's Lease (in the Service's namespace); default: the Deployment's name, from --pod-name")
+	fs.StringVar(&o.leaseName, "lease-name", os.Getenv(v1alpha1.EnvLease), "the Service's Lease (in the Service's namespace), where a takeover is recorded (env "+v1alpha1.EnvLease+")")
 	fs.DurationVar(&o.ha.lease, "ha-lease", time.Second, "election: kernel lifetime of the held addresses, renewed with every advert, so that they lapse when this process stops (0: permanent)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

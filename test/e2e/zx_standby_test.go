@@ -35,14 +35,13 @@ import (
 type tcpProber struct {
 	mu     sync.Mutex
 	probes []probe
-	errs   map[string]int
 	stop   chan struct{}
 	done   chan struct{}
 }
 
 func startTCPProber(t *testing.T, addr string) *tcpProber {
 	t.Helper()
-	p := &tcpProber{errs: map[string]int{}, stop: make(chan struct{}), done: make(chan struct{})}
+	p := &tcpProber{stop: make(chan struct{}), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go func() {
 		defer close(p.done)
@@ -63,10 +62,11 @@ func startTCPProber(t *testing.T, addr string) *tcpProber {
 			at := time.Now()
 			err := httpOnce(addr)
 			p.mu.Lock()
-			p.probes = append(p.probes, probe{at: at, ok: err == nil})
+			pr := probe{at: at, ok: err == nil}
 			if err != nil {
-				p.errs[errKind(err)]++
+				pr.kind = errKind(err)
 			}
+			p.probes = append(p.probes, pr)
 			p.mu.Unlock()
 			select {
 			case <-p.stop:
@@ -144,11 +144,12 @@ func isErrno(err error, e syscall.Errno) bool {
 // outage is the longest time without an answer around from: from the start of the last
 // successful probe before the first failure at or after from, to the start of the next
 // successful one. Zero when no probe failed.
-func (p *tcpProber) outage(from, until time.Time) (gap time.Duration, failed, total int, kinds string) {
+func (p *tcpProber) outage(from, until time.Time) (gap time.Duration, failed, total int, why string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var lastOK time.Time
 	inGap := false
+	kinds := map[string]int{}
 	for _, pr := range p.probes {
 		if pr.at.Before(from.Add(-time.Second)) || pr.at.After(until) {
 			continue
@@ -167,17 +168,15 @@ func (p *tcpProber) outage(from, until time.Time) (gap time.Duration, failed, to
 			lastOK = pr.at
 		case !pr.at.Before(from):
 			failed++
+			kinds[pr.kind]++
 			inGap = true
 		}
 	}
 	var ks []string
-	for k, n := range p.errs {
+	for k, n := range kinds {
 		ks = append(ks, fmt.Sprintf("%s=%d", k, n))
 	}
 	sort.Strings(ks)
-	for k := range p.errs {
-		delete(p.errs, k)
-	}
 	return gap, failed, total, strings.Join(ks, ",")
 }
 

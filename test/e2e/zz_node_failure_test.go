@@ -50,8 +50,9 @@ func nodeAction(t *testing.T, action, node string) (time.Time, string) {
 
 // probe is one curl of the client loop.
 type probe struct {
-	at time.Time
-	ok bool
+	at   time.Time
+	ok   bool
+	kind string // why it failed (errKind), for the figures
 }
 
 // prober curls url from the client every 200 ms (each try bounded by curl's 1 s) until stopped.
