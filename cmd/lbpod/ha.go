@@ -125,8 +125,10 @@ type loopHolder struct {
 	// an advert sent as active, which calls Renew).
 	active    bool
 	confirmed time.Time
-	renewed   time.Time // the last lease renewal
-	// dead is the election's dead interval: an active older than this may have been frozen.
+	renewed   time.Time     // the last lease renewal
+	lifetime  time.Duration // the kernel lifetime it set
+	// dead is the election's dead interval as this replica last advertised it (ha.Leaser): an
+	// active not confirmed for longer may have been frozen and replaced.
 	dead time.Duration
 	now  func() time.Time // time.Now; tests step it
 }
@@ -159,7 +161,7 @@ func (h *loopHolder) confirm(active bool) {
 	if active {
 		h.confirmed = h.now()
 	} else {
-		h.renewed = time.Time{} // the next takeover puts the lease on at its first advert
+		h.renewed, h.lifetime = time.Time{}, 0 // the next takeover puts the lease on at its first advert
 	}
 }
 
@@ -204,15 +206,27 @@ func (h *loopHolder) Ready() bool {
 	return ready
 }
 
+// addressLifetime is the kernel lifetime of the held addresses: the lease, or holdFor and half a
+// second (the renewals' period and then some) in whole seconds, whichever is longer.
+func addressLifetime(lease, holdFor time.Duration) time.Duration {
+	return max(lease, (holdFor + time.Second/2 + time.Second - 1).Truncate(time.Second))
+}
+
 // Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
 // for announce, and, every quarter of the lease, replaces the addresses with a fresh lifetime.
-// (Not at every advert: each replace is a netlink event the loop's kernel watch looks at.)
-func (h *loopHolder) Renew() {
+// (Not at every advert: each replace is a netlink event the loop's kernel watch looks at.) The
+// lifetime is the lease, or holdFor and half a second more (in whole seconds) when the election
+// has stretched its dead interval on a starved node; a longer lifetime is put on at once.
+func (h *loopHolder) Renew(holdFor time.Duration) {
 	h.confirm(true)
 	h.mu.Lock()
-	due := h.lease > 0 && h.now().Sub(h.renewed) >= h.lease/4
+	if holdFor > 0 {
+		h.dead = holdFor
+	}
+	lifetime := addressLifetime(h.lease, holdFor)
+	due := h.lease > 0 && (h.now().Sub(h.renewed) >= h.lease/4 || lifetime > h.lifetime)
 	if due {
-		h.renewed = h.now()
+		h.renewed, h.lifetime = h.now(), lifetime
 	}
 	h.mu.Unlock()
 	if !due {
@@ -223,7 +237,7 @@ func (h *loopHolder) Renew() {
 		h.log.Warn("lease", "err", err)
 		return
 	}
-	secs := int(h.lease / time.Second)
+	secs := int(lifetime / time.Second)
 	for _, p := range h.addrs {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
 			ValidLft: secs, PreferedLft: secs}

@@ -76,7 +76,7 @@ func TestLoopHolder(t *testing.T) {
 	if err := h.announce("lbsvc-test-none", network.Addresses); err != nil {
 		t.Fatalf("an active not confirmed for the dead interval (frozen?) announced: %v", err)
 	}
-	h.Renew() // the next advert confirms it again
+	h.Renew(300 * time.Millisecond) // the next advert confirms it again
 	if err := h.announce("lbsvc-test-none", network.Addresses); err == nil {
 		t.Fatal("an active confirmed by Renew did not announce")
 	}
@@ -89,5 +89,19 @@ func TestLoopHolder(t *testing.T) {
 	}
 	if err := h.announce("lbsvc-test-none", network.Addresses); err != nil {
 		t.Fatalf("a standby announced: %v", err)
+	}
+}
+
+func TestAddressLifetime(t *testing.T) {
+	for _, tc := range []struct{ lease, holdFor, want time.Duration }{
+		{time.Second, 300 * time.Millisecond, time.Second},     // calm: the lease
+		{time.Second, 500 * time.Millisecond, time.Second},     // exactly a second
+		{time.Second, 501 * time.Millisecond, 2 * time.Second}, // stretched: above holdFor
+		{time.Second, 3300 * time.Millisecond, 4 * time.Second},
+		{5 * time.Second, 3300 * time.Millisecond, 5 * time.Second},
+	} {
+		if got := addressLifetime(tc.lease, tc.holdFor); got != tc.want {
+			t.Errorf("addressLifetime(%s, %s) = %s, want %s", tc.lease, tc.holdFor, got, tc.want)
+		}
 	}
 }

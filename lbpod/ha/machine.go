@@ -51,6 +51,10 @@ type Config struct {
 	// Preempt: a standby with a higher priority than the active takes over. Off by default, as in
 	// VRRP practice: a move costs announcements and a possible lost packet, for nothing gained.
 	Preempt bool
+	// MaxSlack bounds how far the dead interval stretches after this replica, or the active it
+	// listens to, was seen late (see Machine.Slack); DefaultMaxSlack when zero, never stretched
+	// when negative.
+	MaxSlack time.Duration
 }
 
 // Defaults: 100 ms adverts and 3 missed ones make a 300 ms dead interval (plus skew), the VRRP
@@ -59,6 +63,19 @@ const (
 	DefaultInterval    = 100 * time.Millisecond
 	DefaultDeadAdverts = 3
 	DefaultPriority    = 100
+	// DefaultMaxSlack: a starved node stretches the dead interval to at most 3.3 s. Past that
+	// the replicas take over from each other again (each takeover is one Lease write), which is
+	// the honest answer to a node that cannot run a process for seconds at a time.
+	DefaultMaxSlack = 3 * time.Second
+)
+
+// Slack tuning. A gap is late when it exceeds the interval by more than lateAfter of an interval
+// (timer jitter of a few milliseconds is not starvation); the slack then becomes twice the
+// lateness, so the same gap once more is absorbed with room to spare; it decays by one
+// slackDecay-th of the time that passes, so a single 1 s stall is forgotten in about 40 s.
+const (
+	lateAfter  = 4 // a quarter interval
+	slackDecay = 20
 )
 
 func (c Config) withDefaults() Config {
@@ -68,6 +85,9 @@ func (c Config) withDefaults() Config {
 	c.Interval = min(c.Interval, MaxInterval)
 	if c.DeadAdverts <= 0 {
 		c.DeadAdverts = DefaultDeadAdverts
+	}
+	if c.MaxSlack == 0 {
+		c.MaxSlack = DefaultMaxSlack
 	}
 	return c
 }
@@ -193,6 +213,17 @@ type Machine struct {
 	// nextAdvert: an active's (or a resigning one's) next send; resignUntil: when a resigning
 	// replica lets go even without having heard its successor.
 	nextAdvert, resignUntil time.Duration
+	// slack stretches the dead interval after lateness was seen (see Slack).
+	slack time.Duration
+	// heardFrom and heardAt: the sender and time of the last advert heard, to measure the gap to
+	// the next one from the same active.
+	heardFrom ID
+	heardAt   time.Duration
+	// sentAt and sent: when our last advert went out and the interval it carried; prevSent the
+	// one before (a standby that missed the last one goes by it).
+	sentAt          time.Duration
+	sent, prevSent  time.Duration
+	sentSinceActive bool
 }
 
 // NewMachine returns a machine for cfg; feed it Start first.
@@ -211,13 +242,80 @@ func (m *Machine) Term() uint64 {
 	return m.maxTerm
 }
 
-// deadInterval is how long without an advert before an active is considered gone.
+// deadInterval is how long a standby waits without an advert before it considers the active
+// gone: the dead adverts at the active's advertised interval (which carries the active's own
+// slack), plus our slack (our own lateness, and the gaps we saw between the active's adverts).
 func (m *Machine) deadInterval() time.Duration {
 	iv := m.cfg.Interval
 	if m.peerInterval > iv {
 		iv = m.peerInterval
 	}
+	return time.Duration(m.cfg.DeadAdverts)*iv + m.slack
+}
+
+// Slack is how much the dead interval is stretched now. The fixed VRRP figures assume a replica
+// runs within a fraction of the interval; on a starved node (hundreds of pods on two cores, a
+// noisy neighbour) an active that cannot run for 400 ms would be replaced by a standby that is
+// just as starved, the two would take turns, and every turn costs announcements and a Lease
+// write. So every replica measures lateness: its own (the time between two of its inputs beyond
+// the interval: it never sleeps longer) and, as a standby, the gaps between the active's adverts.
+// The active advertises a longer interval by its slack, so the standbys wait longer for it; a
+// standby adds its own slack to its wait. Slack decays as time passes, so failover returns to
+// its sub-second figure once the node is calm. Safety is unchanged: the active steps down when it
+// was frozen for longer than the shortest dead interval it advertised lately.
+func (m *Machine) Slack() time.Duration { return m.slack }
+
+// advertisedInterval is what an active puts in its adverts: its interval plus its slack spread
+// over the dead adverts, in whole milliseconds rounded up (the wire's unit).
+func (m *Machine) advertisedInterval() time.Duration {
+	d := time.Duration(m.cfg.DeadAdverts)
+	iv := m.cfg.Interval + (m.slack+d-1)/d
+	return min((iv + time.Millisecond - 1).Truncate(time.Millisecond), MaxInterval)
+}
+
+// HoldFor is how long the standbys will wait, at the least, before they take over from this
+// replica as active: the dead adverts at the shorter of the intervals it advertised last (a
+// standby that missed the last advert goes by the one before). A holder that keeps the
+// addresses on a kernel lifetime keeps it longer than this, so a starved but live active does
+// not lose them before anyone else may take them.
+func (m *Machine) HoldFor() time.Duration {
+	iv := m.cfg.Interval
+	if m.sentSinceActive {
+		iv = m.sent
+		if m.prevSent > 0 {
+			iv = min(iv, m.prevSent)
+		}
+	}
 	return time.Duration(m.cfg.DeadAdverts) * iv
+}
+
+// observe updates the slack with one gap: how long since the last input (or between two adverts
+// of the same active), against the interval.
+func (m *Machine) observe(gap time.Duration) {
+	if m.cfg.MaxSlack < 0 {
+		return
+	}
+	// A gap longer than the longest dead interval we would ever allow is a freeze (SIGSTOP, a
+	// paused VM), not starvation: it teaches nothing about how late this node runs.
+	if gap > time.Duration(m.cfg.DeadAdverts)*m.cfg.Interval+m.cfg.MaxSlack {
+		return
+	}
+	if late := gap - m.cfg.Interval; late > m.cfg.Interval/lateAfter {
+		m.slack = max(m.slack, min(2*late, m.cfg.MaxSlack))
+	}
+}
+
+// decay lets the slack shrink by a slackDecay-th of the time passed.
+func (m *Machine) decay(elapsed time.Duration) {
+	m.slack = max(0, m.slack-elapsed/slackDecay)
+}
+
+// ClaimDue says whether a Tick at now would make this standby take over. The runner then first
+// reads every advert already waiting in its socket: after a stall the timer and the socket are
+// ready at the same time, and a replica must not take over from an active whose adverts it has
+// simply not read yet.
+func (m *Machine) ClaimDue(now time.Duration) bool {
+	return m.role == Standby && m.started && m.mayClaim() && now >= m.deadline
 }
 
 // skew staggers the standbys so that two of them rarely claim at the same moment: higher priority
@@ -248,9 +346,17 @@ func (m *Machine) beats(a Advert) bool {
 	return false
 }
 
-func (m *Machine) advert(resigning bool) *Advert {
+// advert is the advert to send now; it records when and with which interval, for HoldFor.
+func (m *Machine) advert(now time.Duration, resigning bool) *Advert {
+	iv := m.advertisedInterval()
+	if m.sentSinceActive {
+		m.prevSent = m.sent
+	} else {
+		m.prevSent = 0
+	}
+	m.sentAt, m.sent, m.sentSinceActive = now, iv, true
 	return &Advert{Group: m.cfg.Group, Term: m.term, Priority: m.cfg.Priority, Sender: m.cfg.ID,
-		Resigning: resigning, Interval: m.cfg.Interval}
+		Resigning: resigning, Interval: iv}
 }
 
 // Handle applies one event and says what to do.
@@ -270,8 +376,14 @@ func (m *Machine) Handle(ev Event) Output {
 		// Whatever an earlier incarnation of this replica left on net1 goes (kill -9 leaves the
 		// addresses in the pod's network namespace).
 		out.Hold, out.Reason = Release, "started: standby until no active is heard for the dead interval"
-	} else if now-m.lastNow > m.deadInterval() {
-		m.frozen(now, &out)
+	} else {
+		gap := now - m.lastNow
+		m.decay(gap)
+		if m.wasFrozen(now) {
+			m.frozen(now, &out)
+		}
+		// After the frozen check: a gap is judged by the dead interval the others knew of.
+		m.observe(gap)
 	}
 	m.lastNow = now
 
@@ -310,11 +422,24 @@ func (m *Machine) Handle(ev Event) Output {
 	return out
 }
 
+// wasFrozen: the gap since our last input is longer than the others would wait. For a holder
+// that is measured from its last advert, against the dead interval it advertised (HoldFor): a
+// standby that heard that advert may take over once it has passed.
+func (m *Machine) wasFrozen(now time.Duration) bool {
+	if m.role.holds() && m.sentSinceActive {
+		return now-m.sentAt > m.HoldFor()
+	}
+	return now-m.lastNow > m.deadInterval()
+}
+
 // frozen: nothing reached us for longer than the dead interval although we never sleep more than
 // one interval. Others have had time to take over with a newer term: an active steps down without
 // waiting to hear them (it must not fight), and a standby listens again before it may claim.
 func (m *Machine) frozen(now time.Duration, out *Output) {
 	gap := (now - m.lastNow).Round(time.Millisecond)
+	if m.role.holds() && m.sentSinceActive {
+		gap = (now - m.sentAt).Round(time.Millisecond)
+	}
 	switch m.role {
 	case Active:
 		m.stepDown(now, out, fmt.Sprintf("frozen for %s, longer than the dead interval: stepping down", gap))
@@ -337,14 +462,14 @@ func (m *Machine) tick(now time.Duration, out *Output) {
 		}
 	case Active:
 		if now >= m.nextAdvert {
-			out.Send = m.advert(false)
+			out.Send = m.advert(now, false)
 			m.nextAdvert = now + m.cfg.Interval
 		}
 	case Resigning:
 		if now >= m.resignUntil {
 			m.stop(out, "resigned: one interval passed without a successor's advert")
 		} else if now >= m.nextAdvert {
-			out.Send = m.advert(true)
+			out.Send = m.advert(now, true)
 			m.nextAdvert = now + m.cfg.Interval/4
 		}
 	}
@@ -357,6 +482,10 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 	m.maxTerm = max(m.maxTerm, a.Term)
 	switch m.role {
 	case Standby:
+		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning {
+			m.observe(now - m.heardAt)
+		}
+		m.heardFrom, m.heardAt = a.Sender, now
 		m.lastHeard, m.heardActive = now, true
 		if a.Interval > 0 {
 			m.peerInterval = a.Interval
@@ -382,7 +511,7 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 			return
 		}
 		// We win: say so at once rather than at the next interval, so the other steps down now.
-		out.Send = m.advert(false)
+		out.Send = m.advert(now, false)
 		m.nextAdvert = now + m.cfg.Interval
 	case Resigning:
 		if !a.Resigning {
@@ -397,7 +526,7 @@ func (m *Machine) shutdown(now time.Duration, out *Output) {
 		m.role = Resigning
 		m.resignUntil = now + m.cfg.Interval
 		m.nextAdvert = now + m.cfg.Interval/4
-		out.Send = m.advert(true)
+		out.Send = m.advert(now, true)
 		out.Reason = "shutting down: resigning, keeping the addresses until a successor advertises"
 	case Standby:
 		m.stop(out, "shutting down as standby")
@@ -413,7 +542,7 @@ func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
 	m.role = Active
 	m.resigned = false
 	m.nextAdvert = now + m.cfg.Interval
-	out.Hold, out.Send = Take, m.advert(false)
+	out.Hold, out.Send = Take, m.advert(now, false)
 	out.Reason = fmt.Sprintf("%s: active with term %d", why, m.term)
 	if m.heardActive {
 		out.Failover = now - m.lastHeard
@@ -422,6 +551,7 @@ func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
 
 func (m *Machine) stepDown(now time.Duration, out *Output, why string) {
 	m.role = Standby
+	m.sentSinceActive = false
 	m.deadline = now + m.deadInterval() + m.skew()
 	out.Hold, out.Reason = Release, why
 }
@@ -431,6 +561,7 @@ func (m *Machine) stop(out *Output, why string) {
 		out.Hold = Release
 	}
 	m.role = Stopped
+	m.sentSinceActive = false
 	out.Reason = why
 }
 

@@ -205,6 +205,11 @@ func TestMachine(t *testing.T) {
 			if cfg.Priority == 0 {
 				cfg.Priority = DefaultPriority
 			}
+			if cfg.MaxSlack == 0 {
+				// These cases pin the fixed VRRP figures with inputs far apart; TestSlack covers how
+				// lateness stretches them.
+				cfg.MaxSlack = -1
+			}
 			m := NewMachine(cfg)
 			for i, s := range tc.steps {
 				out := m.Handle(s.ev)
@@ -224,4 +229,125 @@ func TestMachine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSlack: lateness stretches the dead interval (on both sides), the active advertises it, the
+// slack decays, and a holder still steps down when it was frozen past what it advertised.
+func TestSlack(t *testing.T) {
+	mustOut := func(t *testing.T, m *Machine, ev Event, role Role, hold Hold, sendInterval int) Output {
+		t.Helper()
+		out := m.Handle(ev)
+		if out.Role != role || out.Hold != hold {
+			t.Fatalf("%s at %s: role %s hold %s, want %s %s (reason %q)", ev.Kind, ev.Now, out.Role, out.Hold, role, hold, out.Reason)
+		}
+		switch {
+		case sendInterval == 0 && out.Send != nil:
+			t.Fatalf("%s at %s: sent %+v, want nothing", ev.Kind, ev.Now, *out.Send)
+		case sendInterval != 0 && (out.Send == nil || out.Send.Interval != ms(sendInterval)):
+			t.Fatalf("%s at %s: sent %+v, want an advert with interval %dms", ev.Kind, ev.Now, out.Send, sendInterval)
+		}
+		return out
+	}
+	active := func(t *testing.T) *Machine {
+		m := NewMachine(Config{ID: idA, Group: group, Priority: DefaultPriority})
+		for _, s := range activeAt315 {
+			m.Handle(s.ev)
+		}
+		if m.Role() != Active || m.Slack() != 0 {
+			t.Fatalf("setup: role %s slack %s, want active with no slack", m.Role(), m.Slack())
+		}
+		return m
+	}
+
+	t.Run("a late active advertises a longer interval, which decays", func(t *testing.T) {
+		m := active(t)
+		mustOut(t, m, at(Tick, 415), Active, Keep, 100)
+		// 200 ms since the last input: 100 ms late; slack twice that.
+		mustOut(t, m, at(Tick, 615), Active, Keep, 167) // 100 + ceil(200/3)
+		if m.Slack() != ms(200) || m.HoldFor() != ms(300) {
+			t.Fatalf("slack %s hold-for %s, want 200ms and 300ms (the shorter of the last two adverts)", m.Slack(), m.HoldFor())
+		}
+		mustOut(t, m, at(Tick, 715), Active, Keep, 165) // decayed by 100/20 ms: 195 ms
+		if m.HoldFor() != ms(495) {
+			t.Fatalf("hold-for %s, want 495ms (3 × 165ms)", m.HoldFor())
+		}
+		// 485 ms of silence is within what it advertised: it goes on, with more slack.
+		mustOut(t, m, at(Tick, 1200), Active, Keep, 357) // slack 2 × 385 = 770 ms
+		for now := 1300; now <= 30000; now += 100 {
+			m.Handle(at(Tick, now))
+		}
+		if m.Slack() != 0 {
+			t.Fatalf("slack %s after 29 s of on-time adverts, want 0", m.Slack())
+		}
+		mustOut(t, m, at(Tick, 30100), Active, Keep, 100)
+	})
+
+	t.Run("frozen past what it advertised: the active steps down", func(t *testing.T) {
+		m := active(t)
+		mustOut(t, m, at(Tick, 415), Active, Keep, 100)
+		mustOut(t, m, at(Tick, 615), Active, Keep, 167)
+		mustOut(t, m, at(Tick, 715), Active, Keep, 165)
+		out := mustOut(t, m, at(Tick, 1211), Standby, Release, 0) // 496 ms > 3 × 165 ms
+		if !strings.Contains(out.Reason, "frozen for 496ms") {
+			t.Fatalf("reason %q, want it to say frozen for 496ms", out.Reason)
+		}
+	})
+
+	t.Run("a standby stretches its wait after gaps between the active's adverts", func(t *testing.T) {
+		m := NewMachine(Config{ID: idA, Group: group, Priority: DefaultPriority})
+		m.Handle(at(Start, 0))
+		for now := 50; now <= 250; now += 100 {
+			out := mustOut(t, m, recv(now, from(idB, 1)), Standby, Keep, 0)
+			if want := ms(now + 300 + 15); m.deadline != want || out.Wake != ms(now+100) {
+				t.Fatalf("at %dms: deadline %s wake %s, want %s and %dms", now, m.deadline, out.Wake, want, now+100)
+			}
+		}
+		// Ticks on time, then an advert 250 ms after the last: 150 ms late, slack 300 ms.
+		m.Handle(at(Tick, 350))
+		m.Handle(recv(500, from(idB, 1)))
+		if m.Slack() != ms(300) || m.deadline != ms(500+300+300+15) {
+			t.Fatalf("slack %s deadline %s, want 300ms and 1.115s", m.Slack(), m.deadline)
+		}
+		// The active's own stretched interval adds to it.
+		a := from(idB, 1)
+		a.Interval = ms(200)
+		m.Handle(at(Tick, 600))
+		m.Handle(recv(650, a))
+		if want := ms(650) + 3*ms(200) + m.Slack() + ms(15); m.deadline != want {
+			t.Fatalf("deadline %s, want %s", m.deadline, want)
+		}
+		if m.ClaimDue(m.deadline-time.Millisecond) || !m.ClaimDue(m.deadline) {
+			t.Fatalf("ClaimDue around the deadline %s: want false just before, true at it", m.deadline)
+		}
+		// It wakes every interval (on time: no more slack) and takes over at the deadline.
+		now := ms(650)
+		for ; now+DefaultInterval < m.deadline; now += DefaultInterval {
+			mustOut(t, m, Event{Kind: Tick, Now: now + DefaultInterval}, Standby, Keep, 0)
+		}
+		d := m.deadline
+		out := m.Handle(Event{Kind: Tick, Now: d})
+		if out.Role != Active || out.Hold != Take || out.Failover != d-ms(650) {
+			t.Fatalf("tick at the deadline %s: %+v, want a takeover with failover %s", d, out, d-ms(650))
+		}
+	})
+
+	t.Run("MaxSlack bounds it; negative turns it off", func(t *testing.T) {
+		m := NewMachine(Config{ID: idA, Group: group, MaxSlack: ms(500)})
+		m.Handle(at(Start, 0))
+		m.Handle(at(Tick, 290)) // 190 ms late
+		if m.Slack() != ms(380) {
+			t.Fatalf("slack %s, want 380ms", m.Slack())
+		}
+		m.Handle(at(Tick, 580)) // would be 380 ms again, less decay
+		m.Handle(at(Tick, 880))
+		if m.Slack() > ms(500) || m.Slack() < ms(380) {
+			t.Fatalf("slack %s, want at most MaxSlack 500ms", m.Slack())
+		}
+		off := NewMachine(Config{ID: idA, Group: group, MaxSlack: -1})
+		off.Handle(at(Start, 0))
+		off.Handle(at(Tick, 290))
+		if off.Slack() != 0 {
+			t.Fatalf("slack %s with MaxSlack -1, want 0", off.Slack())
+		}
+	})
 }

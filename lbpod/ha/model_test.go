@@ -247,3 +247,65 @@ func TestModelScenarios(t *testing.T) {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}
 }
+
+// TestStarvationDoesNotFlap runs two replicas on a starved node: each stalls for 300 to 500 ms
+// once a second (hundreds of pods on two cores), out of phase. With the fixed VRRP figures
+// (MaxSlack -1) every stall of the active longer than the dead interval hands the addresses to
+// the other replica, about once a second; with the slack the first stalls teach both replicas
+// how late the node runs and the active keeps the addresses. Safety is checked as in the model
+// (a stalled replica counts as not hearing), and at the end exactly one holds.
+func TestStarvationDoesNotFlap(t *testing.T) {
+	stalls := []time.Duration{380 * time.Millisecond, 420 * time.Millisecond, 300 * time.Millisecond,
+		500 * time.Millisecond, 450 * time.Millisecond}
+	takeovers := func(maxSlack time.Duration) int {
+		s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 7}
+		n := 0
+		for i := range 2 {
+			s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
+			r := s.replicas[i]
+			r.m = NewMachine(Config{ID: r.id, Group: group, Priority: DefaultPriority, MaxSlack: maxSlack})
+			r.alive, r.reported = true, true
+			s.handle(i, Event{Kind: Start, Now: s.now})
+		}
+		before := make([]Role, 2)
+		for end := 60 * time.Second; s.now < end; s.now += time.Millisecond {
+			for i, r := range s.replicas {
+				second, within := s.now/time.Second, s.now%time.Second
+				start := time.Duration(i) * 500 * time.Millisecond // out of phase
+				stall := stalls[(int(second)+i)%len(stalls)]
+				r.frozen = s.now > 2*time.Second && within >= start && within < start+stall
+			}
+			s.step()
+			for i, r := range s.replicas {
+				if role := r.m.Role(); role != before[i] {
+					if role == Active && s.now > 2*time.Second { // after the first election settled
+						n++
+					}
+					before[i] = role
+				}
+			}
+		}
+		for _, r := range s.replicas {
+			r.frozen = false
+		}
+		s.run(5 * time.Second)
+		holders := 0
+		for _, r := range s.replicas {
+			if r.m.Role().holds() {
+				holders++
+			}
+		}
+		if holders != 1 {
+			t.Fatalf("MaxSlack %s: %d holders once the starvation ended, want 1", maxSlack, holders)
+		}
+		return n
+	}
+	fixed, adaptive := takeovers(-1), takeovers(0)
+	t.Logf("takeovers in 60 s: fixed dead interval %d, with slack %d", fixed, adaptive)
+	if fixed < 30 {
+		t.Errorf("fixed dead interval: %d takeovers in 60 s, want at least 30 (the scenario must starve it)", fixed)
+	}
+	if adaptive > 1 {
+		t.Errorf("with slack: %d takeovers in 60 s, want at most 1 (the first stall, then the slack holds)", adaptive)
+	}
+}

@@ -24,8 +24,14 @@ type Holder interface {
 // network namespace left behind, SIGSTOP, a hung process), the kernel itself removes the
 // addresses, and the dead replica's kernel stops answering ARP for them. The lifetime must be
 // longer than the dead interval, so a live active never loses them between two renewals.
+//
+// holdFor is how long the standbys wait, at the least, before they may take over (Machine.HoldFor:
+// the dead interval as this active advertised it, stretched on a starved node). A lifetime shorter
+// than that would drop the addresses of a live but late active with nobody yet allowed to take
+// them: the holder keeps the lifetime above it, and treats an active whose last renewal is older
+// than it as possibly frozen.
 type Leaser interface {
-	Renew()
+	Renew(holdFor time.Duration)
 }
 
 // Readier is an optional extension of Holder: Ready says whether the data path could serve the
@@ -69,7 +75,8 @@ func Run(ctx context.Context, o Options, holder Holder) error {
 		copy(cfg.ID[:], ifi.HardwareAddr)
 	}
 	r := &runner{opts: o, cfg: cfg, log: log.With("id", cfg.ID.String(), "group", cfg.Group.String()),
-		holder: holder, adverts: make(chan Advert, 64), m: NewMachine(cfg), origin: time.Now()}
+		holder: holder, adverts: make(chan Advert, 64), m: NewMachine(cfg), origin: time.Now(),
+		buf: make([]byte, 1500)}
 	return r.run(ctx)
 }
 
@@ -88,6 +95,7 @@ type runner struct {
 	linkUp   bool
 	ready    bool
 	links    *linkProbe
+	buf      []byte // for drain
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
@@ -123,6 +131,9 @@ func (r *runner) run(ctx context.Context) error {
 			}
 		case <-timer.C:
 			out = r.pollLink(out)
+			if !out.Done && r.m.ClaimDue(r.now()) {
+				out = r.drain(out)
+			}
 			if !out.Done {
 				out = r.handle(Event{Kind: Tick, Now: r.now()})
 			}
@@ -135,6 +146,35 @@ func (r *runner) run(ctx context.Context) error {
 		timer.Reset(time.Until(r.origin.Add(out.Wake)))
 	}
 	return nil
+}
+
+// drain feeds the adverts already waiting, in the channel and in the socket, before a standby
+// decides to take over. After a stall (a starved CPU) the timer and the socket are ready at once,
+// and select picks either: without this, a standby would take over from an active whose adverts
+// it has received but not read.
+func (r *runner) drain(out Output) Output {
+	var waiting []Advert
+	for more := true; more; {
+		select {
+		case a := <-r.adverts:
+			waiting = append(waiting, a)
+		default:
+			more = false
+		}
+	}
+	if r.conn != nil {
+		waiting = append(waiting, r.conn.pending(r.buf, 64)...)
+	}
+	for _, a := range waiting {
+		if out.Done {
+			break
+		}
+		if r.opts.Metrics != nil {
+			r.opts.Metrics.AdvertsReceived.Inc()
+		}
+		out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
+	}
+	return out
 }
 
 // pollLink feeds LinkDown/LinkUp when net1's carrier changed, and (re)opens the socket when net1
@@ -235,7 +275,7 @@ func (r *runner) handle(ev Event) Output {
 	}
 	if out.Send != nil {
 		if l, ok := r.holder.(Leaser); ok && out.Role == Active {
-			l.Renew()
+			l.Renew(r.m.HoldFor())
 		}
 		r.sendAdvert(*out.Send)
 	}

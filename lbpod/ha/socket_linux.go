@@ -14,6 +14,9 @@ import (
 type conn struct {
 	f       *os.File
 	ifindex int
+	// fd is f's descriptor, for pending: reads through f hold f's read lock while they wait, so
+	// a second reader must go to the descriptor itself. It is valid until close.
+	fd int
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -74,7 +77,7 @@ func listen(ifname string, g Group) (*conn, error) {
 		return fail("join "+MulticastMAC.String(), err)
 	}
 	// Non-blocking, so the runtime poller serves reads and Close unblocks them.
-	return &conn{f: os.NewFile(uintptr(fd), "ha-"+ifname), ifindex: ifi.Index}, nil
+	return &conn{f: os.NewFile(uintptr(fd), "ha-"+ifname), ifindex: ifi.Index, fd: fd}, nil
 }
 
 // send multicasts one advert.
@@ -103,6 +106,23 @@ func (c *conn) recv(buf []byte) (Advert, error) {
 		return Advert{}, err
 	}
 	return ParseAdvert(buf[:n])
+}
+
+// pending reads, without waiting, the adverts already queued in the socket (at most max), for a
+// standby about to take over after a stall: see Machine.ClaimDue. It runs on the goroutine that
+// closes c, so the descriptor cannot be closed under it.
+func (c *conn) pending(buf []byte, max int) []Advert {
+	var got []Advert
+	for range max {
+		n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
+		if err != nil {
+			break // EAGAIN: nothing more queued
+		}
+		if a, err := ParseAdvert(buf[:n]); err == nil {
+			got = append(got, a)
+		}
+	}
+	return got
 }
 
 func (c *conn) close() error { return c.f.Close() }

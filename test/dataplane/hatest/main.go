@@ -100,8 +100,9 @@ type holder struct {
 	confirmed time.Time
 }
 
-// Renew confirms the role and extends the addresses' kernel lifetime (ha.Leaser).
-func (h *holder) Renew() {
+// Renew confirms the role and extends the addresses' kernel lifetime (ha.Leaser). This harness
+// keeps its fixed lease: its runs are short and never starved long enough to stretch holdFor.
+func (h *holder) Renew(time.Duration) {
 	h.mu.Lock()
 	h.confirmed = time.Now()
 	h.mu.Unlock()
