@@ -12,6 +12,7 @@ type Metrics struct {
 	AdvertsReceived prometheus.Counter
 	SendErrors      prometheus.Counter
 	LastFailover    prometheus.Gauge
+	Slack           prometheus.Gauge
 }
 
 // NewMetrics builds the metrics, all at zero.
@@ -31,10 +32,12 @@ func NewMetrics() *Metrics {
 			Help: "Adverts that could not be sent (net1 down or missing)."}),
 		LastFailover: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_last_failover_seconds",
 			Help: "At the last takeover: seconds from the previous active's last advert (or resignation) to this replica becoming active."}),
+		Slack: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_slack_seconds",
+			Help: "How far the dead interval is stretched now because this replica or its active ran late (a starved node); 0 on a calm one."}),
 	}
 }
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover}
+	return []prometheus.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover, m.Slack}
 }

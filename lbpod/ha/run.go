@@ -282,6 +282,7 @@ func (r *runner) handle(ev Event) Output {
 	mt := r.opts.Metrics
 	if mt != nil {
 		mt.Term.Set(float64(r.m.Term()))
+		mt.Slack.Set(r.m.Slack().Seconds())
 		if out.Role.holds() {
 			mt.Active.Set(1)
 		} else {
