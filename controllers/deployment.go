@@ -326,11 +326,15 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 	}
 	// Every probe field is set (the API server would default the zero ones), so that the current
 	// object compares equal to the desired one and an unchanged Service writes nothing. Readiness
-	// every second: the pod shows Ready about a second after it serves.
-	probe := func(path string, period int32) *corev1.Probe {
+	// every second: the pod shows Ready about a second after it serves. Liveness is patient (a
+	// minute of unanswered probes, 5 s each): the kernel forwards for a starved lbpod, and a
+	// restart costs a whole apply and, with standbys, an election. Measured with 100 Services on a
+	// 2-core node: with kubelet's 1 s timeout and 3 failures, lb pods were restarted 1 to 5 times
+	// each while the node was busy starting them, and every restart made the node busier.
+	probe := func(path string, period, timeout, failures int32) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
 			Path: path, Port: intstr.FromInt32(probePort), Scheme: corev1.URISchemeHTTP,
-		}}, TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: 3}
+		}}, TimeoutSeconds: timeout, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: failures}
 	}
 
 	podLabels := p.labels()
@@ -375,8 +379,8 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 						VolumeMounts:    mounts,
 						Resources:       resources,
 						SecurityContext: containerSecurityContext(),
-						ReadinessProbe:  probe("/readyz", 1),
-						LivenessProbe:   probe("/healthz", 10),
+						ReadinessProbe:  probe("/readyz", 1, 2, 3),
+						LivenessProbe:   probe("/healthz", 10, 5, 6),
 					}},
 					// iptables takes its lock file under /run, and the root filesystem is read-only.
 					Volumes: []corev1.Volume{{Name: runVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},

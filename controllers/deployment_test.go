@@ -106,13 +106,13 @@ func TestBuildDeploymentSeed(t *testing.T) {
 	mounts := []corev1.VolumeMount{{Name: "run", MountPath: "/run"}}
 	wantInit := []corev1.Container{{Name: "init", Image: "localhost/lbsvc-lbpod:dev", Command: []string{"/usr/local/bin/lbpod", "init"},
 		Env: wantEnv, VolumeMounts: mounts, Resources: wantRes, SecurityContext: wantSC}}
-	probe := func(path string, period int32) *corev1.Probe {
+	probe := func(path string, period, timeout, failures int32) *corev1.Probe {
 		return &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: path, Port: intstr.FromInt32(8081), Scheme: "HTTP"}},
-			TimeoutSeconds: 1, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: 3}
+			TimeoutSeconds: timeout, PeriodSeconds: period, SuccessThreshold: 1, FailureThreshold: failures}
 	}
 	wantMain := []corev1.Container{{Name: "lbpod", Image: "localhost/lbsvc-lbpod:dev", Command: []string{"/usr/local/bin/lbpod"},
 		Env: wantEnv, VolumeMounts: mounts, Resources: wantRes, SecurityContext: wantSC,
-		ReadinessProbe: probe("/readyz", 1), LivenessProbe: probe("/healthz", 10)}}
+		ReadinessProbe: probe("/readyz", 1, 2, 3), LivenessProbe: probe("/healthz", 10, 5, 6)}}
 	if !reflect.DeepEqual(spec.InitContainers, wantInit) {
 		t.Errorf("init containers:\n got %+v\nwant %+v", spec.InitContainers, wantInit)
 	}
