@@ -45,6 +45,21 @@ settled() {
   n=$("$K" -n "$NS" get service -o jsonpath='{range .items[*]}{.metadata.annotations.lbsvc\.io/active-node}{"\n"}{end}' | grep -c . || true)
   [ "$n" -ge "$1" ]
 }
+transitions() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.spec.leaseTransitions}{"\n"}{end}' | awk '{s += $1} END {print s + 0}'; }
+calm() {
+  local last now since=$SECONDS
+  last=$(transitions)
+  for _ in $(seq 1 120); do
+    sleep 5
+    now=$(transitions)
+    if [ "$now" != "$last" ]; then last=$now; since=$SECONDS; fi
+    if [ $((SECONDS - since)) -ge "${CALM:-20}" ]; then
+      echo "batch up to $1: calm at $(cut -d' ' -f1 /proc/loadavg) load, $now Lease transitions so far, $((SECONDS - t0)) s"
+      return 0
+    fi
+  done
+  echo "batch up to $1: Leases still changing after 600 s ($now transitions)"
+}
 # In batches (BATCH, default 10): two lb pods start per Service, and a 2-core machine that
 # starts a hundred pods at once starves them all (the elections' 300 ms dead interval with it).
 t0=$SECONDS
@@ -56,8 +71,10 @@ while [ "$created" -lt "$N" ]; do
   created=$upto
   for _ in $(seq 1 600); do settled "$created" && break; sleep 1; done
   settled "$created" || { echo "only some of $created Services have an active lb pod after 600 s" >&2; exit 1; }
+  # And calm: no Lease written for CALM seconds (default 20), up to 600 s, before the next batch,
+  # so that each batch starts on a node that has finished starting the last one.
+  calm "$created"
 done
-transitions() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.spec.leaseTransitions}{"\n"}{end}' | awk '{s += $1} END {print s + 0}'; }
 echo "figure: ha_idle_services=$N lb_pods=$("$K" -n "$NS" get pod --no-headers | grep -c Running) settled_in_s=$((SECONDS - t0)) lease_transitions_while_starting=$(transitions)"
 
 leases() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}' | sort; }

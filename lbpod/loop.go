@@ -287,7 +287,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	cfg := l.cfg
 	log := cfg.Log
 	ifaces := []string{cfg.Names.Interface, cfg.Names.Uplink}
-	kernel := watchKernel(ctx, log, ifaces...)
+	kernel := watchKernel(ctx, log, cfg.Network.Addresses, ifaces...)
 	// With iptables-nft the kernel announces every ruleset change: a resync reads the iptables
 	// tables only after one (idle, it reads nothing but the links, rules and routes). Otherwise
 	// every resync reads them.

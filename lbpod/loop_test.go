@@ -2,7 +2,11 @@ package lbpod
 
 import (
 	"errors"
+	"net"
+	"net/netip"
 	"testing"
+
+	"github.com/vishvananda/netlink"
 )
 
 func TestVerdict(t *testing.T) {
@@ -52,6 +56,27 @@ func TestShouldAnnounce(t *testing.T) {
 	for name, tc := range cases {
 		if got := ShouldAnnounce(tc.res, tc.active, tc.wasActive, tc.announced, tc.before, tc.now); got != tc.want {
 			t.Errorf("%s: ShouldAnnounce = %t, want %t", name, got, tc.want)
+		}
+	}
+}
+
+func TestRenewalIsNotDrift(t *testing.T) {
+	held := []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16"), netip.MustParsePrefix("fd00::18/64")}
+	upd := func(ip string, add bool) netlink.AddrUpdate {
+		return netlink.AddrUpdate{LinkAddress: net.IPNet{IP: net.ParseIP(ip)}, NewAddr: add}
+	}
+	for _, tc := range []struct {
+		u    netlink.AddrUpdate
+		want bool
+	}{
+		{upd("172.18.0.18", true), true}, // IPv4 in its 16-byte form, as net.ParseIP gives it
+		{upd("fd00::18", true), true},
+		{upd("172.18.0.18", false), false}, // lapsed or deleted: a repair
+		{upd("172.18.0.19", true), false},  // someone else's address
+		{upd("10.0.0.1", true), false},
+	} {
+		if got := renewal(tc.u, held); got != tc.want {
+			t.Errorf("renewal(%s new=%t) = %t, want %t", tc.u.LinkAddress.IP, tc.u.NewAddr, got, tc.want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -16,7 +17,7 @@ import (
 // watchKernel signals the link and address changes that matter (net1 or eth0 recreated, up or
 // down, a new MAC; a global address added or removed) so that they are repaired at once rather
 // than at the next resync. Link-local addresses come and go with IPv6 DAD and are not ours.
-func watchKernel(ctx context.Context, log *slog.Logger, ifaces ...string) <-chan struct{} {
+func watchKernel(ctx context.Context, log *slog.Logger, held []netip.Prefix, ifaces ...string) <-chan struct{} {
 	out := make(chan struct{}, 1)
 	links := make(chan netlink.LinkUpdate, 64)
 	addrs := make(chan netlink.AddrUpdate, 64)
@@ -57,7 +58,7 @@ func watchKernel(ctx context.Context, log *slog.Logger, ifaces ...string) <-chan
 					addrs = nil
 					continue
 				}
-				if !u.LinkAddress.IP.IsLinkLocalUnicast() {
+				if !u.LinkAddress.IP.IsLinkLocalUnicast() && !renewal(u, held) {
 					notify()
 				}
 			}
@@ -67,6 +68,27 @@ func watchKernel(ctx context.Context, log *slog.Logger, ifaces ...string) <-chan
 		}
 	}()
 	return out
+}
+
+// renewal says whether u is the LB address being added or replaced: with standbys the active
+// renews the address's kernel lifetime four times a second, and each renewal is an RTM_NEWADDR
+// that would otherwise wake the loop for a snapshot that finds nothing changed. Taking the
+// address is the loop's own change (it snapshots after it); a removal (lifetime lapsed, deleted
+// by hand) still wakes it.
+func renewal(u netlink.AddrUpdate, held []netip.Prefix) bool {
+	if !u.NewAddr {
+		return false
+	}
+	a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
+	if !ok {
+		return false
+	}
+	for _, p := range held {
+		if p.Addr() == a.Unmap() {
+			return true
+		}
+	}
+	return false
 }
 
 // LinkSnapshot is what the kernel watch compares: an interface's index, MAC, up flag and global

@@ -131,6 +131,9 @@ type loopHolder struct {
 	// active not confirmed for longer may have been frozen and replaced.
 	dead time.Duration
 	now  func() time.Time // time.Now; tests step it
+	// nl is Renew's netlink socket, opened at the first renewal (Renew runs on the election's
+	// goroutine only).
+	nl *netlink.Handle
 }
 
 func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHolder {
@@ -232,7 +235,17 @@ func (h *loopHolder) Renew(holdFor time.Duration) {
 	if !due {
 		return
 	}
-	link, err := netlink.LinkByName(h.iface)
+	// One netlink socket kept for the renewals (the package functions open one per call: eight
+	// sockets a second per active lb pod).
+	if h.nl == nil {
+		nl, err := netlink.NewHandle()
+		if err != nil {
+			h.log.Warn("lease", "err", err)
+			return
+		}
+		h.nl = nl
+	}
+	link, err := h.nl.LinkByName(h.iface)
 	if err != nil {
 		h.log.Warn("lease", "err", err)
 		return
@@ -244,7 +257,7 @@ func (h *loopHolder) Renew(holdFor time.Duration) {
 		if p.Addr().Is6() {
 			a.Flags = unix.IFA_F_NODAD // as the loop adds it: usable at once
 		}
-		if err := netlink.AddrReplace(link, a); err != nil {
+		if err := h.nl.AddrReplace(link, a); err != nil {
 			h.log.Warn("lease", "addr", p, "err", err)
 		}
 	}

@@ -30,13 +30,13 @@
 //     adverts and keeps the addresses; a standby takes over after its skew only (tens of
 //     milliseconds, not the dead interval); the resigning replica releases when it hears the
 //     successor's advert, or after one interval if nobody takes over. Make before break.
-//   - Frozen (SIGSTOP, a paused VM, a starved CPU): the machine never sleeps longer than one
-//     interval, so a gap longer than the dead interval between two of its inputs means it was
-//     stopped. An active then releases at once, before it sends anything; the others had time to
+//   - Frozen (SIGSTOP, a paused VM, a starved CPU): the machine knows when it asked to be woken
+//     (an active every interval, a standby at its deadline), so an input later than that by more
+//     than the dead interval means it was stopped. An active then releases at once, before it sends anything; the others had time to
 //     take over with a newer term, and it must not fight them. A frozen standby listens again.
 //   - Starved, not frozen (hundreds of pods on two cores): the fixed figures assume a replica runs
-//     within a fraction of the interval. Each replica measures its lateness (the time between
-//     two of its inputs beyond the interval; as a standby also the gaps between the active's
+//     within a fraction of the interval. Each replica measures its lateness (how long after the
+//     wake time it asked for an input came; as a standby also the gaps between the active's
 //     adverts) and keeps a slack of twice the worst lateness seen, at most Config.MaxSlack (3 s),
 //     decaying by a twentieth of the time that passes. The active advertises its interval
 //     stretched by its slack, so the standbys wait longer for it; a standby adds its own slack

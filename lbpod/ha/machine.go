@@ -178,9 +178,10 @@ type Output struct {
 	Send *Advert
 	// Role after the event.
 	Role Role
-	// Wake is when the machine wants the next Tick (same clock as Event.Now). It is never more than
-	// one interval away, so that a gap between inputs longer than the dead interval means the
-	// process was frozen (SIGSTOP, a paused VM, CPU starvation), not idle.
+	// Wake is when the machine wants the next Tick (same clock as Event.Now): an active's next
+	// advert, a standby's deadline. An input that comes later than it is lateness, and lateness
+	// beyond the dead interval means the process was frozen (SIGSTOP, a paused VM, CPU
+	// starvation), not idle.
 	Wake time.Duration
 	// Reason says why Hold or Role changed, for the log and the Event; empty when nothing did.
 	Reason string
@@ -215,6 +216,8 @@ type Machine struct {
 	nextAdvert, resignUntil time.Duration
 	// slack stretches the dead interval after lateness was seen (see Slack).
 	slack time.Duration
+	// wakeAt is the wake time the last Output asked for: an input later than it is lateness.
+	wakeAt time.Duration
 	// heardFrom and heardAt: the sender and time of the last advert heard, to measure the gap to
 	// the next one from the same active.
 	heardFrom ID
@@ -257,8 +260,8 @@ func (m *Machine) deadInterval() time.Duration {
 // runs within a fraction of the interval; on a starved node (hundreds of pods on two cores, a
 // noisy neighbour) an active that cannot run for 400 ms would be replaced by a standby that is
 // just as starved, the two would take turns, and every turn costs announcements and a Lease
-// write. So every replica measures lateness: its own (the time between two of its inputs beyond
-// the interval: it never sleeps longer) and, as a standby, the gaps between the active's adverts.
+// write. So every replica measures lateness: its own (how long after the wake time it asked for an
+// input came) and, as a standby, the gaps between the active's adverts beyond the interval.
 // The active advertises a longer interval by its slack, so the standbys wait longer for it; a
 // standby adds its own slack to its wait. Slack decays as time passes, so failover returns to
 // its sub-second figure once the node is calm. Safety is unchanged: the active steps down when it
@@ -289,18 +292,18 @@ func (m *Machine) HoldFor() time.Duration {
 	return time.Duration(m.cfg.DeadAdverts) * iv
 }
 
-// observe updates the slack with one gap: how long since the last input (or between two adverts
-// of the same active), against the interval.
-func (m *Machine) observe(gap time.Duration) {
+// observe updates the slack with one lateness: how long after its wake time an input came (our
+// own lateness), or how much longer than the interval the active took between two adverts.
+func (m *Machine) observe(late time.Duration) {
 	if m.cfg.MaxSlack < 0 {
 		return
 	}
-	// A gap longer than the longest dead interval we would ever allow is a freeze (SIGSTOP, a
-	// paused VM), not starvation: it teaches nothing about how late this node runs.
-	if gap > time.Duration(m.cfg.DeadAdverts)*m.cfg.Interval+m.cfg.MaxSlack {
+	// Later than the longest dead interval we would ever allow is a freeze (SIGSTOP, a paused
+	// VM), not starvation: it teaches nothing about how late this node runs.
+	if late > time.Duration(m.cfg.DeadAdverts)*m.cfg.Interval+m.cfg.MaxSlack {
 		return
 	}
-	if late := gap - m.cfg.Interval; late > m.cfg.Interval/lateAfter {
+	if late > m.cfg.Interval/lateAfter {
 		m.slack = max(m.slack, min(2*late, m.cfg.MaxSlack))
 	}
 }
@@ -377,13 +380,12 @@ func (m *Machine) Handle(ev Event) Output {
 		// addresses in the pod's network namespace).
 		out.Hold, out.Reason = Release, "started: standby until no active is heard for the dead interval"
 	} else {
-		gap := now - m.lastNow
-		m.decay(gap)
+		m.decay(now - m.lastNow)
 		if m.wasFrozen(now) {
 			m.frozen(now, &out)
 		}
-		// After the frozen check: a gap is judged by the dead interval the others knew of.
-		m.observe(gap)
+		// After the frozen check: lateness is judged by the dead interval the others knew of.
+		m.observe(now - m.wakeAt)
 	}
 	m.lastNow = now
 
@@ -419,17 +421,19 @@ func (m *Machine) Handle(ev Event) Output {
 	out.Role = m.role
 	out.Done = m.role == Stopped
 	out.Wake = m.wake(now)
+	m.wakeAt = out.Wake
 	return out
 }
 
-// wasFrozen: the gap since our last input is longer than the others would wait. For a holder
-// that is measured from its last advert, against the dead interval it advertised (HoldFor): a
-// standby that heard that advert may take over once it has passed.
+// wasFrozen: we ran later than the others would wait. For a holder that is measured from its
+// last advert, against the dead interval it advertised (HoldFor): a standby that heard that
+// advert may take over once it has passed. Otherwise it is how late we woke: a standby's wait
+// began at an advert it heard, and the time it did not run is time it did not listen.
 func (m *Machine) wasFrozen(now time.Duration) bool {
 	if m.role.holds() && m.sentSinceActive {
 		return now-m.sentAt > m.HoldFor()
 	}
-	return now-m.lastNow > m.deadInterval()
+	return now-m.wakeAt > m.deadInterval()
 }
 
 // frozen: nothing reached us for longer than the dead interval although we never sleep more than
@@ -483,7 +487,7 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 	switch m.role {
 	case Standby:
 		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning {
-			m.observe(now - m.heardAt)
+			m.observe(now - m.heardAt - m.cfg.Interval)
 		}
 		m.heardFrom, m.heardAt = a.Sender, now
 		m.lastHeard, m.heardActive = now, true
@@ -565,13 +569,17 @@ func (m *Machine) stop(out *Output, why string) {
 	out.Reason = why
 }
 
-// wake is the next time the machine needs a Tick: never more than one interval away (see Output.Wake).
+// wake is the next time the machine needs a Tick (see Output.Wake): an active's next advert, a
+// standby's deadline, at most one interval away otherwise.
 func (m *Machine) wake(now time.Duration) time.Duration {
 	w := now + m.cfg.Interval
 	switch m.role {
 	case Standby:
+		// A standby that may claim sleeps until its deadline: every advert moves it, so a
+		// standby wakes for adverts only, not also for a timer that would fire between two of
+		// them (with hundreds of lb pods on a node, each wake is paid in CPU).
 		if m.mayClaim() {
-			w = min(w, m.deadline)
+			w = m.deadline
 		}
 	case Active:
 		w = min(w, m.nextAdvert)

@@ -66,9 +66,9 @@ func describeSend(a *Advert) string {
 
 // activeAt315 brings A from start to active (term 1) at 315 ms, hearing nobody.
 var activeAt315 = []step{
-	{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-	{ev: at(Tick, 100), role: Standby, wake: 200},
-	{ev: at(Tick, 200), role: Standby, wake: 300},
+	{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+	{ev: at(Tick, 100), role: Standby, wake: 315},
+	{ev: at(Tick, 200), role: Standby, wake: 315},
 	{ev: at(Tick, 300), role: Standby, wake: 315},
 	{ev: at(Tick, 315), hold: Take, send: "term 1", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 1"},
 }
@@ -84,14 +84,14 @@ func TestMachine(t *testing.T) {
 			step{ev: at(Tick, 415), send: "term 1", role: Active, wake: 515},
 		)},
 		"an advert keeps a standby waiting; its silence makes it take over with the next term": {steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-			{ev: recv(50, from(idB, 4)), role: Standby, wake: 150},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 4)), role: Standby, wake: 365},
 			{ev: at(Tick, 350), role: Standby, wake: 365},
 			{ev: at(Tick, 365), hold: Take, send: "term 5", role: Active, wake: 465, failover: 315, reason: "active with term 5"},
 		}},
 		"a resignation makes the standby take over after its skew only": {steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-			{ev: recv(50, from(idB, 2)), role: Standby, wake: 150},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 2)), role: Standby, wake: 365},
 			{ev: recv(120, resigning(from(idB, 2))), role: Standby, wake: 135},
 			{ev: at(Tick, 135), hold: Take, send: "term 3", role: Active, wake: 235, failover: 15, reason: "the active resigned: active with term 3"},
 		}},
@@ -99,31 +99,31 @@ func TestMachine(t *testing.T) {
 			step{ev: recv(330, from(idB, 0)), send: "term 1", role: Active, wake: 430},
 		)},
 		"an active steps down for a newer term": {steps: append(activeAt315[:5:5],
-			step{ev: recv(330, from(idB, 2)), hold: Release, role: Standby, wake: 430, reason: "02:00:00:00:00:03 is active with term 2 (ours 1): stepping down"},
-			step{ev: at(Tick, 430), role: Standby, wake: 530},
-			step{ev: at(Tick, 530), role: Standby, wake: 630},
+			step{ev: recv(330, from(idB, 2)), hold: Release, role: Standby, wake: 645, reason: "02:00:00:00:00:03 is active with term 2 (ours 1): stepping down"},
+			step{ev: at(Tick, 430), role: Standby, wake: 645},
+			step{ev: at(Tick, 530), role: Standby, wake: 645},
 			step{ev: at(Tick, 630), role: Standby, wake: 645},
 			step{ev: at(Tick, 645), hold: Take, send: "term 3", role: Active, wake: 745, failover: 315, reason: "no advert for the dead interval: active with term 3"},
 		)},
 		"same term: the higher priority wins": {cfg: Config{Priority: 99}, steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-			{ev: at(Tick, 200), role: Standby, wake: 300},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: at(Tick, 200), role: Standby, wake: 315},
 			{ev: at(Tick, 315), hold: Take, send: "term 1", role: Active, wake: 415, reason: "active with term 1"},
-			{ev: recv(320, from(idB, 1)), hold: Release, role: Standby, wake: 420, reason: "stepping down"},
+			{ev: recv(320, from(idB, 1)), hold: Release, role: Standby, wake: 635, reason: "stepping down"},
 		}},
 		"same term and priority: the higher ID wins": {steps: append(activeAt315[:5:5],
 			step{ev: recv(320, from(idB, 1)), send: "term 1", role: Active, wake: 420},
-			step{ev: recv(330, from(ID{2, 0, 0, 0, 0, 6}, 1)), hold: Release, role: Standby, wake: 430, reason: "stepping down"},
+			step{ev: recv(330, from(ID{2, 0, 0, 0, 0, 6}, 1)), hold: Release, role: Standby, wake: 645, reason: "stepping down"},
 		)},
 		"frozen active: steps down at the first tick after the gap, sends nothing": {steps: append(activeAt315[:5:5],
-			step{ev: at(Tick, 1000), hold: Release, role: Standby, wake: 1100, reason: "frozen for 685ms, longer than the dead interval: stepping down"},
+			step{ev: at(Tick, 1000), hold: Release, role: Standby, wake: 1315, reason: "frozen for 685ms, longer than the dead interval: stepping down"},
 		)},
 		"frozen active: steps down even when the first thing it hears is an older term": {steps: append(activeAt315[:5:5],
-			step{ev: recv(700, from(idB, 0)), hold: Release, role: Standby, wake: 800, reason: "frozen for 385ms"},
+			step{ev: recv(700, from(idB, 0)), hold: Release, role: Standby, wake: 1015, reason: "frozen for 385ms"},
 		)},
 		"frozen standby: listens a whole dead interval again before claiming": {steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-			{ev: at(Tick, 900), role: Standby, wake: 1000},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: at(Tick, 900), role: Standby, wake: 1215},
 			{ev: at(Tick, 1200), role: Standby, wake: 1215},
 			{ev: at(Tick, 1215), hold: Take, send: "term 1", role: Active, wake: 1315, reason: "active with term 1"},
 		}},
@@ -142,20 +142,20 @@ func TestMachine(t *testing.T) {
 			step{ev: at(Tick, 450), hold: Release, role: Stopped, wake: 450, reason: "resigned: one interval passed"},
 		)},
 		"SIGTERM on a standby: stops, holds nothing": {steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: at(Shutdown, 10), role: Stopped, wake: 10, reason: "shutting down as standby"},
 		}},
 		"link down: the active lets go; no claim while down; after link up a whole dead interval": {steps: append(activeAt315[:5:5],
 			step{ev: at(LinkDown, 350), hold: Release, role: Standby, wake: 450, reason: "net1 lost its link"},
 			step{ev: at(Tick, 700), role: Standby, wake: 800},
-			step{ev: at(LinkUp, 750), role: Standby, wake: 850},
-			step{ev: at(Tick, 850), role: Standby, wake: 950},
-			step{ev: at(Tick, 950), role: Standby, wake: 1050},
+			step{ev: at(LinkUp, 750), role: Standby, wake: 1065},
+			step{ev: at(Tick, 850), role: Standby, wake: 1065},
+			step{ev: at(Tick, 950), role: Standby, wake: 1065},
 			step{ev: at(Tick, 1064), role: Standby, wake: 1065},
 			step{ev: at(Tick, 1065), hold: Take, send: "term 2", role: Active, wake: 1165, reason: "active with term 2"},
 		)},
 		"a standby not ready does not claim; it claims at the first tick once ready": {steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: at(NotReady, 1), role: Standby, wake: 101},
 			{ev: at(Tick, 101), role: Standby, wake: 201},
 			{ev: at(Tick, 201), role: Standby, wake: 301},
@@ -170,30 +170,30 @@ func TestMachine(t *testing.T) {
 			step{ev: at(Tick, 415), send: "term 1", role: Active, wake: 515},
 		)},
 		"preempt: a higher priority standby takes over from a lower active": {cfg: Config{Priority: 200, Preempt: true}, steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 305, reason: "started"},
 			{ev: recv(50, from(idB, 7)), hold: Take, send: "term 8", role: Active, wake: 150, failover: 0, reason: "preempting 02:00:00:00:00:03 (priority 100 < 200)"},
 		}},
 		"no preemption by default": {cfg: Config{Priority: 200}, steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-			{ev: recv(50, from(idB, 7)), role: Standby, wake: 150},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 305, reason: "started"},
+			{ev: recv(50, from(idB, 7)), role: Standby, wake: 355},
 		}},
 		"own adverts and other groups are ignored": {steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-			{ev: recv(50, from(idA, 9)), role: Standby, wake: 150},
-			{ev: recv(60, Advert{Group: Group{1}, Term: 9, Sender: idB}), role: Standby, wake: 160},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idA, 9)), role: Standby, wake: 315},
+			{ev: recv(60, Advert{Group: Group{1}, Term: 9, Sender: idB}), role: Standby, wake: 315},
 			{ev: at(Tick, 315), hold: Take, send: "term 1", role: Active, wake: 415, reason: "active with term 1"},
 		}},
 		"a clock that goes back stands still": {steps: append(activeAt315[:5:5],
 			step{ev: at(Tick, 200), role: Active, wake: 415},
 		)},
 		"a slower active's advertised interval sets the dead interval": {steps: []step{
-			{ev: at(Start, 0), hold: Release, role: Standby, wake: 100, reason: "started"},
-			{ev: recv(50, Advert{Group: group, Term: 1, Priority: 100, Sender: idB, Interval: ms(200)}), role: Standby, wake: 150},
-			{ev: at(Tick, 150), role: Standby, wake: 250},
-			{ev: at(Tick, 250), role: Standby, wake: 350},
-			{ev: at(Tick, 350), role: Standby, wake: 450},
-			{ev: at(Tick, 450), role: Standby, wake: 550},
-			{ev: at(Tick, 550), role: Standby, wake: 650},
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, Advert{Group: group, Term: 1, Priority: 100, Sender: idB, Interval: ms(200)}), role: Standby, wake: 665},
+			{ev: at(Tick, 150), role: Standby, wake: 665},
+			{ev: at(Tick, 250), role: Standby, wake: 665},
+			{ev: at(Tick, 350), role: Standby, wake: 665},
+			{ev: at(Tick, 450), role: Standby, wake: 665},
+			{ev: at(Tick, 550), role: Standby, wake: 665},
 			{ev: at(Tick, 650), role: Standby, wake: 665},
 			{ev: at(Tick, 665), hold: Take, send: "term 2", role: Active, wake: 765, failover: 615, reason: "active with term 2"},
 		}},
@@ -298,8 +298,8 @@ func TestSlack(t *testing.T) {
 		m.Handle(at(Start, 0))
 		for now := 50; now <= 250; now += 100 {
 			out := mustOut(t, m, recv(now, from(idB, 1)), Standby, Keep, 0)
-			if want := ms(now + 300 + 15); m.deadline != want || out.Wake != ms(now+100) {
-				t.Fatalf("at %dms: deadline %s wake %s, want %s and %dms", now, m.deadline, out.Wake, want, now+100)
+			if want := ms(now + 300 + 15); m.deadline != want || out.Wake != want {
+				t.Fatalf("at %dms: deadline %s wake %s, want both %s (a standby sleeps until its deadline)", now, m.deadline, out.Wake, want)
 			}
 		}
 		// Ticks on time, then an advert 250 ms after the last: 150 ms late, slack 300 ms.
@@ -332,19 +332,21 @@ func TestSlack(t *testing.T) {
 	})
 
 	t.Run("MaxSlack bounds it; negative turns it off", func(t *testing.T) {
+		// Not ready: it asks to be woken every interval.
 		m := NewMachine(Config{ID: idA, Group: group, MaxSlack: ms(500)})
 		m.Handle(at(Start, 0))
-		m.Handle(at(Tick, 290)) // 190 ms late
+		m.Handle(at(NotReady, 0))
+		m.Handle(at(Tick, 290)) // woken 190 ms after the 100 ms it asked for
 		if m.Slack() != ms(380) {
 			t.Fatalf("slack %s, want 380ms", m.Slack())
 		}
-		m.Handle(at(Tick, 580)) // would be 380 ms again, less decay
-		m.Handle(at(Tick, 880))
-		if m.Slack() > ms(500) || m.Slack() < ms(380) {
-			t.Fatalf("slack %s, want at most MaxSlack 500ms", m.Slack())
+		m.Handle(at(Tick, 790)) // 400 ms late: twice that is 800 ms, bounded to 500 ms
+		if m.Slack() != ms(500) {
+			t.Fatalf("slack %s, want MaxSlack 500ms", m.Slack())
 		}
 		off := NewMachine(Config{ID: idA, Group: group, MaxSlack: -1})
 		off.Handle(at(Start, 0))
+		off.Handle(at(NotReady, 0))
 		off.Handle(at(Tick, 290))
 		if off.Slack() != 0 {
 			t.Fatalf("slack %s with MaxSlack -1, want 0", off.Slack())
