@@ -133,7 +133,10 @@ func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	}
 	res.Changes = plan.Changes
 	start = time.Now()
-	err = a.Execute(plan.Ops)
+	forgetting, err := a.run(plan.Ops)
+	// The conntrack walk (best effort, after the rules it serves are in) runs on beside the
+	// verification; Apply returns only once it is done.
+	defer forgetting()
 	res.Execute = time.Since(start)
 	var refused *RestoreError
 	if err != nil && !fresh && errors.As(err, &refused) {
@@ -346,11 +349,27 @@ func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[
 // PlanSync did. Consecutive restores of different families run side by side: they touch
 // separate tables, and each costs mostly its binary's start-up and parsing.
 func (a *Applier) Execute(ops []Op) error {
+	forgetting, err := a.run(ops)
+	forgetting()
+	return err
+}
+
+// run is Execute, except that the conntrack deletions (ForgetFlowsOp: best effort, and a walk
+// of the whole conntrack table that takes ~10 ms on a busy host) run in the background from
+// where the plan puts them; forgetting waits for them.
+func (a *Applier) run(ops []Op) (forgetting func(), err error) {
+	var bg sync.WaitGroup
+	forgetting = bg.Wait
 	for i := 0; i < len(ops); {
+		if o, ok := ops[i].(ForgetFlowsOp); ok {
+			bg.Go(func() { a.execute(o) })
+			i++
+			continue
+		}
 		n := parallelRestores(ops[i:])
 		if n < 2 {
 			if err := a.execute(ops[i]); err != nil {
-				return err
+				return forgetting, err
 			}
 			i++
 			continue
@@ -363,12 +382,12 @@ func (a *Applier) Execute(ops []Op) error {
 		wg.Wait()
 		for _, err := range errs {
 			if err != nil {
-				return err
+				return forgetting, err
 			}
 		}
 		i += n
 	}
-	return nil
+	return forgetting, nil
 }
 
 // parallelRestores is how many operations at the start of ops are restores of distinct
