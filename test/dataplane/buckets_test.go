@@ -3,8 +3,6 @@
 package dataplane
 
 import (
-	"bufio"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,17 +42,7 @@ func TestBucketedPorts(t *testing.T) {
 			"-A LBSVC-SERVICES-TCP-1 -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80\n" +
 			"-A LBSVC-SERVICES-TCP-1 -d 172.18.0.18/32 -p tcp -m tcp --dport 81 -j DNAT --to-destination 10.109.201.193:81\n"))
 
-	held, err := dialIn(t, tp.client, "tcp", lbAddr(lbIPv4, echoPort), time.Second)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer held.Close()
-	reader := bufio.NewReader(held)
-	exchange := func(line string) {
-		t.Helper()
-		g.Expect(held.SetDeadline(time.Now().Add(time.Second))).To(Succeed())
-		_, err := fmt.Fprintln(held, line)
-		g.Expect(err).NotTo(HaveOccurred())
-		g.Expect(reader.ReadString('\n')).To(Equal(echoReply(echoPort, line)))
-	}
+	exchange := holdEcho(t, g, tp)
 	exchange("before")
 
 	// 8443 goes into a new bucket (8384:8447), 10199 leaves one that keeps other ports.
