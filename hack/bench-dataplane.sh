@@ -27,7 +27,7 @@ metric() { # benchmark-name-regex unit
 }
 echo
 echo "== lbpod data path ($(uname -r), $(nproc) cores, $(iptables -V))"
-printf '%-58s %s\n' \
+printf '%-66s %s\n' \
 	"throughput via LB address (Gbit/s)" "$(metric '^BenchmarkThroughput' lb-Gbit/s)" \
 	"  baseline: straight through the pod, routed (Gbit/s)" "$(metric '^BenchmarkThroughput' straight-Gbit/s)" \
 	"  ratio (target >= 0.95)" "$(metric '^BenchmarkThroughput' ratio)" \
@@ -36,14 +36,15 @@ printf '%-58s %s\n' \
 	"  ratio (target >= 0.90)" "$(metric '^BenchmarkConnRate' ratio)" \
 	"idle CPU of one lbpod over 60 s (ms, 10 ports)" "$(metric '^BenchmarkIdleCPU' idle-cpu-ms-per-60s)"
 for backend in nft legacy; do
-	printf '%-58s %s\n' \
+	printf '%-66s %s\n' \
 		"[$backend] apply 1 port from scratch (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1-" from-scratch-ms)" \
 		"[$backend] apply 100 ports from scratch (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=100-" from-scratch-ms)" \
 		"[$backend] apply 1000 ports from scratch (ms, target < 100)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" from-scratch-ms)" \
 		"[$backend]   floor: bare iptables-restore of those rules (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-restore-1000-ms)" \
 		"[$backend]   floor: bare iptables-save of them (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-save-1000-ms)" \
 		"[$backend] change one port among 1000 (ms, target < 10)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-ms)" \
-		"[$backend]   of which until the rules are in the kernel (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-in-kernel-ms)"
+		"[$backend]   of which until the rules are in the kernel (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-in-kernel-ms)" \
+		"[$backend]   floor: bare iptables-restore deleting and adding one rule (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-change-one-ms)"
 done
 echo "(apply times: medians of 5 runs of lbpod's own, from its log: read and plan, execute, and the verifying read-back;"
 echo " the floors are the back end's binaries alone on the same 1000 rules, timed in the same run)"

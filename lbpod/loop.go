@@ -338,7 +338,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		if len(res.Changes) > 0 {
 			a := res.Applied
 			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond),
-				"read", a.Read.Round(time.Microsecond), "execute", a.Execute.Round(time.Microsecond), "verify", a.Verify.Round(time.Microsecond), "saves", a.Saves)
+				"read", a.Read.Round(time.Microsecond), "execute", a.Execute.Round(time.Microsecond), "verify", a.Verify.Round(time.Microsecond), "saves", a.Saves, "lists", a.Lists)
 			if trigger == "resync" {
 				for _, c := range res.Changes {
 					causes = append(causes, c.Kind)

@@ -69,6 +69,11 @@ type RestoreOp struct {
 	// Table names the tables written, comma-separated ("nat,filter").
 	Table   string
 	Payload string
+	// Chains are the chains of ours the payload writes; unless Whole, they are all it changes,
+	// so verifying reads back only them.
+	Chains []ChainRef
+	// Whole is set when the payload also changes a built-in chain or deletes a chain.
+	Whole bool
 }
 
 // ForgetFlowsOp deletes the UDP and SCTP conntrack entries to the LB address that the new rules
@@ -176,6 +181,7 @@ type Plan struct {
 // the routes. Stale objects are removed, missing ones added, nothing else is touched.
 func PlanSync(k Kernel, st State) (Plan, error) {
 	var p Plan
+	var forget []Op
 	for _, t := range st.IPTables {
 		saved, ok := k.IPTables[t.Family]
 		if !ok {
@@ -190,14 +196,17 @@ func PlanSync(k Kernel, st State) (Plan, error) {
 			for _, table := range rp.Tables {
 				payload.WriteString(rp.Payloads[table])
 			}
-			p.Ops = append(p.Ops, RestoreOp{Family: t.Family, Table: strings.Join(rp.Tables, ","), Payload: payload.String()})
+			p.Ops = append(p.Ops, RestoreOp{Family: t.Family, Table: strings.Join(rp.Tables, ","), Payload: payload.String(), Chains: rp.Written, Whole: rp.Whole})
 		}
-		if rp.NATChanged {
+		if rp.FlowsChanged {
 			if fp, ok := flowPolicyOf(t); ok {
-				p.Ops = append(p.Ops, ForgetFlowsOp{Family: t.Family, Flows: fp})
+				forget = append(forget, ForgetFlowsOp{Family: t.Family, Flows: fp})
 			}
 		}
 	}
+	// Each family's flows are forgotten after all the restores: the restores then follow one
+	// another, and the Applier runs them side by side (one per family, independent).
+	p.Ops = append(p.Ops, forget...)
 	if !k.Link.Exists {
 		return p, fmt.Errorf("interface %q not found (is the NetworkAttachmentDefinition attached?)", st.Interface)
 	}

@@ -75,15 +75,15 @@ func TestPlanSync(t *testing.T) {
 		want   []string
 	}{
 		"converged: nothing to do": {},
-		"from scratch: iptables first, then conntrack, link, address, rules, device routes before gateway routes": {
+		"from scratch: iptables first (the families side by side), then conntrack, link, address, rules, device routes before gateway routes": {
 			kernel: func(k *Kernel) {
 				*k = Kernel{Link: Link{Name: "net1", Exists: true}, Indexes: k.Indexes,
 					IPTables: map[Family]Saved{IPv4: mustSave(t, "*nat\n:PREROUTING ACCEPT\nCOMMIT\n"), IPv6: mustSave(t, "*filter\nCOMMIT\n")}}
 			},
 			want: []string{
 				"iptables-restore --noflush -t nat,filter",
-				"conntrack -D (IPv4) to 172.18.0.18: keep all sources, ports [udp/53->10.109.201.193:53]",
 				"ip6tables-restore --noflush -t filter",
+				"conntrack -D (IPv4) to 172.18.0.18: keep all sources, ports [udp/53->10.109.201.193:53]",
 				"ip link set net1 up",
 				"ip addr add 172.18.0.18/16 dev net1",
 				"ip rule add pref 32764 iif eth0 lookup 100",

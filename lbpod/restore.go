@@ -59,9 +59,22 @@ type RestorePlan struct {
 	Tables []string
 	// Changes describes each difference, for the log and the dry run.
 	Changes []Change
-	// NATChanged is set when a nat chain of ours changes: the caller then forgets the UDP and
-	// SCTP conntrack entries the new rules would not translate the same way.
-	NATChanged bool
+	// FlowsChanged is set when a nat change may translate UDP or SCTP differently: the caller
+	// then forgets the conntrack entries the new rules would not translate the same way. A
+	// change of TCP DNAT rules only does not set it: FlowPolicy.Stale never deletes TCP
+	// entries, and walking the conntrack table costs ~10 ms on a busy host.
+	FlowsChanged bool
+	// Written lists the chains the payloads declare, patch or refill, in payload order.
+	Written []ChainRef
+	// Whole is set when the payloads also change a built-in chain (a jump) or delete a chain:
+	// then reading back only the Written chains would not show all of the change.
+	Whole bool
+}
+
+// ChainRef names one chain of one table.
+type ChainRef struct {
+	Table string
+	Chain string
 }
 
 // PlanRestore compares what iptables-save printed with the wanted chains and jumps of one family.
@@ -90,9 +103,10 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 		if exists && slices.Equal(have, wantSpecs) {
 			continue
 		}
-		if c.Table == "nat" {
-			p.NATChanged = true
+		if c.Table == "nat" && !tcpOnly(c.Name, have, wantSpecs) {
+			p.FlowsChanged = true
 		}
+		p.Written = append(p.Written, ChainRef{Table: c.Table, Chain: c.Name})
 		b := body(c.Table)
 		haveSet, wantSet := setOf(have), setOf(wantSpecs)
 		patch := exists && patchable(have, wantSpecs)
@@ -138,7 +152,10 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 		}
 		line := fmt.Sprintf("-A %s -j %s", j.From, j.To)
 		if count != 1 && j.Table == "nat" {
-			p.NATChanged = true
+			p.FlowsChanged = true
+		}
+		if count != 1 {
+			p.Whole = true
 		}
 		switch {
 		case count == 0:
@@ -152,10 +169,74 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 			}
 		}
 	}
+	// Bucket chains no longer wanted (a bucket emptied, or the Service went back to a flat
+	// LBSVC-SERVICES): emptied and deleted last, after the rules that jumped to them were
+	// rewritten in the same transaction, so nothing ever jumps to a missing chain.
+	wanted := map[ChainRef]bool{}
+	for _, c := range want.Chains {
+		wanted[ChainRef{Table: c.Table, Chain: c.Name}] = true
+	}
+	var stale []string
+	for name := range saved["nat"] {
+		if !wanted[ChainRef{Table: "nat", Chain: ChainServices}] {
+			break // LBSVC-SERVICES, which may jump to them, is not ours to rewrite here
+		}
+		if strings.HasPrefix(name, ChainServices+"-") && !wanted[ChainRef{Table: "nat", Chain: name}] {
+			stale = append(stale, name)
+		}
+	}
+	slices.Sort(stale)
+	for _, name := range stale {
+		fmt.Fprintf(body("nat"), "-F %s\n-X %s\n", name, name)
+		p.Changes = append(p.Changes, Change{Kind: "chain", What: fmt.Sprintf("%s -t nat -X %s", cmd, name)})
+		p.Whole = true
+		if !tcpOnly(name, saved["nat"][name], nil) {
+			p.FlowsChanged = true
+		}
+	}
 	for _, t := range p.Tables {
 		p.Payloads[t] = "*" + t + "\n" + decls[t].String() + bodies[t].String() + "COMMIT\n"
 	}
 	return p
+}
+
+// tcpOnly reports whether changing a nat chain from have to want touches TCP DNAT only: the
+// chain is LBSVC-SERVICES or a bucket, and every rule added or removed matches -p tcp (a mere
+// reorder changes nothing there: the rules match disjoint ports). It is pure.
+func tcpOnly(chain string, have, want []string) bool {
+	if chain != ChainServices && !strings.HasPrefix(chain, ChainServices+"-") {
+		return false
+	}
+	haveSet, wantSet := setOf(have), setOf(want)
+	for _, side := range [][]string{have, want} {
+		for _, spec := range side {
+			if haveSet[spec] && wantSet[spec] {
+				continue
+			}
+			if !strings.Contains(" "+spec+" ", " -p tcp ") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// ParseChain reads what `iptables -t <table> -S <chain>` printed: the chain's rules in order,
+// as ParseSave keeps them ("-A <chain> " cut off). Lines for other chains are an error, since
+// then the text is not that chain's listing.
+func ParseChain(chain, text string) ([]string, error) {
+	var rules []string
+	for n, line := range strings.Split(text, "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "", line == "-N "+chain, strings.HasPrefix(line, "-P "+chain+" "):
+		case strings.HasPrefix(line, "-A "+chain+" "):
+			rules = append(rules, strings.TrimPrefix(line, "-A "+chain+" "))
+		default:
+			return nil, fmt.Errorf("iptables -S %s line %d: not a rule of that chain: %q", chain, n+1, firstLine(line))
+		}
+	}
+	return rules, nil
 }
 
 // patchable reports whether want is have with some rules deleted and new ones appended at the

@@ -47,17 +47,17 @@ func TestPlanRestore(t *testing.T) {
 		Jumps:  []Jump{{Table: "nat", From: "PREROUTING", To: ChainServices}},
 	}
 	tests := []struct {
-		name       string
-		saved      string
-		payloads   map[string]string
-		changes    []string
-		natChanged bool
+		name         string
+		saved        string
+		payloads     map[string]string
+		changes      []string
+		flowsChanged bool
 	}{{
 		name:  "from scratch",
 		saved: "*nat\n:PREROUTING ACCEPT [0:0]\nCOMMIT\n",
 		payloads: map[string]string{"nat": "*nat\n:LBSVC-SERVICES - [0:0]\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") +
 			"\n-I PREROUTING 1 -j LBSVC-SERVICES\nCOMMIT\n"},
-		natChanged: true,
+		flowsChanged: true,
 		changes: []string{
 			"+chain iptables -t nat -N LBSVC-SERVICES",
 			"+iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat81, " "),
@@ -79,14 +79,14 @@ func TestPlanRestore(t *testing.T) {
 			"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " "),
 			"-jump iptables -t nat -A PREROUTING -j LBSVC-SERVICES (duplicate)",
 		},
-		natChanged: true,
+		flowsChanged: true,
 	}, {
 		name: "a stale rule before the wanted one: deleted",
 		saved: "*nat\n:LBSVC-SERVICES - [0:0]\n-A PREROUTING -j LBSVC-SERVICES\n" +
 			"-A LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") + "\nCOMMIT\n",
-		payloads:   map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n"},
-		changes:    []string{"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " ")},
-		natChanged: true,
+		payloads:     map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n"},
+		changes:      []string{"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " ")},
+		flowsChanged: true,
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,8 +105,8 @@ func TestPlanRestore(t *testing.T) {
 			if !reflect.DeepEqual(changes, tc.changes) {
 				t.Errorf("changes:\n got %q\nwant %q", changes, tc.changes)
 			}
-			if p.NATChanged != tc.natChanged {
-				t.Errorf("NATChanged = %t, want %t", p.NATChanged, tc.natChanged)
+			if p.FlowsChanged != tc.flowsChanged {
+				t.Errorf("FlowsChanged = %t, want %t", p.FlowsChanged, tc.flowsChanged)
 			}
 		})
 	}

@@ -266,9 +266,10 @@ func BenchmarkApply(b *testing.B) {
 						// Until the new rules are in the kernel (what a client sees); the rest is
 						// lbpod reading them back to verify.
 						figures["change-one-of-1000-in-kernel-ms"] = append(figures["change-one-of-1000-in-kernel-ms"], change.read+change.execute)
-						restore, save := tp.iptablesFloor(backend)
+						restore, save, changeOne := tp.iptablesFloor(backend)
 						figures["floor-restore-1000-ms"] = append(figures["floor-restore-1000-ms"], restore)
 						figures["floor-save-1000-ms"] = append(figures["floor-save-1000-ms"], save)
+						figures["floor-change-one-ms"] = append(figures["floor-change-one-ms"], changeOne)
 					}
 					// Stopped now, so that it does not run beside the next measurement.
 					tp.lbpod.stop(b)
@@ -282,25 +283,37 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
-// iptablesFloor replays the lb pod's IPv4 tables (1000 DNAT rules and the rest) into a fresh
-// namespace with the back end's own iptables-restore, and lists them once with its
-// iptables-save, both timed inside that namespace: what the binaries alone cost for the work
-// lbpod's apply and verify do.
-func (tp *topology) iptablesFloor(backend string) (restore, save time.Duration) {
+// iptablesFloor replays the lb pod's IPv4 tables (1000 DNAT rules and the rest, in the chains
+// lbpod laid them out in) into a fresh namespace with the back end's own iptables-restore,
+// lists them once with its iptables-save, and runs the smallest transaction that changes one
+// port: delete one DNAT rule and append it again, in its chain. All three are timed inside that
+// namespace: what the binaries alone cost for the work lbpod's apply and verify do (with
+// iptables-nft, a transaction that deletes a rule also waits for the kernel to release it).
+func (tp *topology) iptablesFloor(backend string) (restore, save, change time.Duration) {
 	tp.t.Helper()
-	rules := filepath.Join(tp.t.TempDir(), "rules")
-	if err := os.WriteFile(rules, []byte(tp.exec(tp.lb, "iptables-"+backend+"-save")), 0o644); err != nil {
-		tp.t.Fatal(err)
+	dir := tp.t.TempDir()
+	saved := tp.exec(tp.lb, "iptables-"+backend+"-save")
+	rules, changeOne := filepath.Join(dir, "rules"), filepath.Join(dir, "change")
+	dnat := regexp.MustCompile(`(?m)^-A (\S+) (.* --dport 10998 -j DNAT .*)$`).FindStringSubmatch(saved)
+	if dnat == nil {
+		tp.t.Fatalf("no DNAT rule for port 10998 in:\n%s", saved)
+	}
+	payload := fmt.Sprintf("*nat\n-D %s %s\n-A %s %s\nCOMMIT\n", dnat[1], dnat[2], dnat[1], dnat[2])
+	for path, text := range map[string]string{rules: saved, changeOne: payload} {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			tp.t.Fatal(err)
+		}
 	}
 	ns := "lbt-f-" + tp.suffix
 	mustRun(tp.t, "ip", "netns", "add", ns)
 	defer mustRun(tp.t, "ip", "netns", "del", ns)
-	script := `s=$(date +%s%N); iptables-` + backend + `-restore --noflush "$1"; m=$(date +%s%N); iptables-` + backend + `-save >/dev/null; e=$(date +%s%N); echo $((m-s)) $((e-m))`
-	var r, sv int64
-	if _, err := fmt.Sscan(tp.exec(ns, "bash", "-c", script, "floor", rules), &r, &sv); err != nil {
+	script := `b=iptables-` + backend + `; s=$(date +%s%N); $b-restore --noflush "$1"; m=$(date +%s%N); $b-save >/dev/null; e=$(date +%s%N); ` +
+		`$b-restore --noflush "$2"; c=$(date +%s%N); echo $((m-s)) $((e-m)) $((c-e))`
+	var r, sv, ch int64
+	if _, err := fmt.Sscan(tp.exec(ns, "bash", "-c", script, "floor", rules, changeOne), &r, &sv, &ch); err != nil {
 		tp.t.Fatal(err)
 	}
-	return time.Duration(r), time.Duration(sv)
+	return time.Duration(r), time.Duration(sv), time.Duration(ch)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

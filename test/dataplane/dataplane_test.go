@@ -82,22 +82,29 @@ func TestTCPUDPAndSCTPRulesIPv4(t *testing.T) {
 	g.Expect(nat).NotTo(ContainSubstring("8080"), "DNAT must go to the Service port, never the targetPort")
 }
 
-// A port added while lbpod runs is served within 1 s, a removed one is refused within 1 s, and a
-// TCP connection held open on an unchanged port keeps working across both changes.
-func TestPortChangesKeepEstablishedFlows(t *testing.T) {
-	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
-
+// holdEcho opens a TCP connection from the client to the echo port on the LB address, closed
+// when the test ends, and returns a function that sends one line on it and expects its echo
+// within 1 s.
+func holdEcho(t *testing.T, g Gomega, tp *topology) func(line string) {
 	held, err := dialIn(t, tp.client, "tcp", lbAddr(lbIPv4, echoPort), time.Second)
 	g.Expect(err).NotTo(HaveOccurred())
-	defer held.Close()
+	t.Cleanup(func() { held.Close() })
 	reader := bufio.NewReader(held)
-	exchange := func(line string) {
+	return func(line string) {
 		t.Helper()
 		g.Expect(held.SetDeadline(time.Now().Add(time.Second))).To(Succeed())
 		_, err := fmt.Fprintln(held, line)
 		g.Expect(err).NotTo(HaveOccurred())
 		g.Expect(reader.ReadString('\n')).To(Equal(echoReply(echoPort, line)))
 	}
+}
+
+// A port added while lbpod runs is served within 1 s, a removed one is refused within 1 s, and a
+// TCP connection held open on an unchanged port keeps working across both changes.
+func TestPortChangesKeepEstablishedFlows(t *testing.T) {
+	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
+
+	exchange := holdEcho(t, g, tp)
 	exchange("before")
 
 	g.Expect(httpGet(t, tp.client, lbAddr(lbIPv4, extraHTTPPort))).Error().To(Satisfy(isRefused))
