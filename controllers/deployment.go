@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -99,6 +100,9 @@ type LBPodParams struct {
 	// Replicas is the number of lb pods (0 means 1). With more than one, one pod holds the
 	// address and the others stand by, spread over nodes.
 	Replicas int32
+	// HAInterval is the standbys' advert interval (--lb-ha-interval); zero leaves the lb pod's
+	// default (100 ms).
+	HAInterval time.Duration
 }
 
 // replicas is p.Replicas with 0 read as 1.
@@ -315,6 +319,9 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		// The Lease's name, given rather than derived from the pod's: a pod's generated name is
 		// cut to 58 characters, so a long Deployment name is not a prefix of it.
 		env = append(env, corev1.EnvVar{Name: lbv1.EnvLease, Value: p.name()})
+		if p.HAInterval > 0 {
+			env = append(env, corev1.EnvVar{Name: lbv1.EnvHAInterval, Value: p.HAInterval.String()})
+		}
 	}
 	mounts := []corev1.VolumeMount{{Name: runVolumeName, MountPath: runMountPath}}
 	resources := corev1.ResourceRequirements{

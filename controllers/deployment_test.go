@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -417,6 +418,26 @@ func TestBuildStandbys(t *testing.T) {
 		env[len(env)-1] != (corev1.EnvVar{Name: "LBPOD_LEASE", Value: "lb-svc-test-service"}) {
 		t.Errorf("replicas env %+v, lease env %+v", env[6], env[len(env)-1])
 	}
+	// --lb-ha-interval reaches the lb pods with standbys only.
+	p.HAInterval = 250 * time.Millisecond
+	if d, err = BuildDeployment(p); err != nil {
+		t.Fatal(err)
+	}
+	if env := d.Spec.Template.Spec.Containers[0].Env; env[len(env)-1] != (corev1.EnvVar{Name: "LBPOD_HA_INTERVAL", Value: "250ms"}) {
+		t.Errorf("ha interval env %+v", env[len(env)-1])
+	}
+	one := p
+	one.Replicas = 1
+	if d1, err := BuildDeployment(one); err != nil {
+		t.Fatal(err)
+	} else {
+		for _, e := range d1.Spec.Template.Spec.Containers[0].Env {
+			if e.Name == "LBPOD_HA_INTERVAL" || e.Name == "LBPOD_LEASE" {
+				t.Errorf("one lb pod: env %+v, want no election settings", e)
+			}
+		}
+	}
+	p.HAInterval = 0
 	role, err := BuildRole(p)
 	if err != nil {
 		t.Fatal(err)

@@ -63,6 +63,9 @@ const (
 	// EnvLease names the Service's Lease (in EnvNamespace), where the replica that takes the
 	// address over records itself; set only with standbys.
 	EnvLease = "LBPOD_LEASE"
+	// EnvHAInterval is the election's advert interval (a Go duration, "100ms"); set only with
+	// standbys and only when --lb-ha-interval is not the lb pod's own default.
+	EnvHAInterval = "LBPOD_HA_INTERVAL"
 )
 
 // ReplicasAnnotation on a Service sets how many lb pods serve it (1 to MaxReplicas); it

@@ -27,11 +27,20 @@ func TestParseFlagsElection(t *testing.T) {
 	if o, err = parseFlags("lbpod", append(base, "--replicas", "1")); err != nil || o.haEnabled() {
 		t.Fatalf("--replicas 1 over the environment: %+v, %v", o.ha, err)
 	}
+	t.Setenv(v1alpha1.EnvHAInterval, "250ms")
+	if o, err = parseFlags("lbpod", base); err != nil || o.ha.interval != 250*time.Millisecond {
+		t.Fatalf("LBPOD_HA_INTERVAL=250ms: %+v, %v", o.ha, err)
+	}
+	if o, err = parseFlags("lbpod", append(base, "--ha-interval", "200ms")); err != nil || o.ha.interval != 200*time.Millisecond {
+		t.Fatalf("--ha-interval 200ms over the environment: %+v, %v", o.ha, err)
+	}
+	t.Setenv(v1alpha1.EnvHAInterval, "")
 	for args, want := range map[string]string{
 		"--replicas x":                   `replicas "x": not a number`,
 		"--replicas 0":                   "replicas 0: want 1 or more",
 		"--ha-priority 256":              "ha-priority 256: want 0 to 255",
 		"--ha-interval 0s":               "ha-interval 0s: want more than 0 and at most 1m5.535s",
+		"--ha-interval fast":             `ha-interval "fast": not a duration (like 100ms)`,
 		"--ha-lease 500ms":               "ha-lease 500ms: want 0 (none) or at least 1s and longer than 3 intervals",
 		"--ha-interval 1s --ha-lease 2s": "ha-lease 2s: want 0 (none) or at least 1s and longer than 3 intervals",
 	} {

@@ -64,7 +64,8 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.StringVar(&o.procSys, "proc-sys", "/proc/sys", "where the sysctls are")
 	replicas := envOr(v1alpha1.EnvReplicas, "1")
 	fs.StringVar(&replicas, "replicas", replicas, "how many lb pods serve the Service; with more than one they elect the holder of the addresses over net1 (env "+v1alpha1.EnvReplicas+")")
-	fs.DurationVar(&o.ha.interval, "ha-interval", ha.DefaultInterval, "election: advert interval (the dead interval is 3 of them)")
+	haInterval := envOr(v1alpha1.EnvHAInterval, ha.DefaultInterval.String())
+	fs.StringVar(&haInterval, "ha-interval", haInterval, "election: advert interval (the dead interval is 3 of them) (env "+v1alpha1.EnvHAInterval+")")
 	fs.UintVar(&o.ha.priority, "ha-priority", ha.DefaultPriority, "election: priority, 0 to 255 (ties with an older active are not preempted)")
 	fs.StringVar(&o.podName, "pod-name", os.Getenv(v1alpha1.EnvPodName), "this pod's name, recorded in the Service's Lease when it takes the addresses over (env "+v1alpha1.EnvPodName+")")
 	fs.StringVar(&o.leaseName, "lease-name", os.Getenv(v1alpha1.EnvLease), "the Service's Lease (in the Service's namespace), where a takeover is recorded (env "+v1alpha1.EnvLease+")")
@@ -75,6 +76,9 @@ func parseFlags(name string, args []string) (options, error) {
 	var err error
 	if o.ha.replicas, err = strconv.Atoi(replicas); err != nil {
 		return o, fmt.Errorf("replicas %q: not a number", replicas)
+	}
+	if o.ha.interval, err = time.ParseDuration(haInterval); err != nil {
+		return o, fmt.Errorf("ha-interval %q: not a duration (like 100ms)", haInterval)
 	}
 	if err := o.ha.validate(); err != nil {
 		return o, err

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -52,11 +53,14 @@ func run() error {
 		apiQPS            float64
 		apiBurst          int
 		lbReplicas        int
+		lbHAInterval      time.Duration
 	)
 	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
 	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
 	flag.IntVar(&lbReplicas, "lb-replicas", 2,
 		"lb pods per Service (1 to 5), unless its lbsvc.io/replicas annotation says otherwise. With more than one, one holds the address and the others stand by on other nodes, taking it over in well under a second.")
+	flag.DurationVar(&lbHAInterval, "lb-ha-interval", 100*time.Millisecond,
+		"With standbys: how often the active lb pod advertises (10ms to 1s); a standby takes over after 3 missed adverts. Longer costs the lb pods less CPU and a slower failover (about 3.3 intervals on a node failure).")
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
 		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
@@ -94,6 +98,12 @@ func run() error {
 		return fmt.Errorf("--lb-replicas %d: want 1 to %d", lbReplicas, lbv1.MaxReplicas)
 	}
 	opts.LBReplicas = int32(lbReplicas)
+	if lbHAInterval < 10*time.Millisecond || lbHAInterval > time.Second || lbHAInterval%time.Millisecond != 0 {
+		return fmt.Errorf("--lb-ha-interval %s: want 10ms to 1s in whole milliseconds", lbHAInterval)
+	}
+	if lbHAInterval != 100*time.Millisecond { // the lb pod's default: no env, so that Deployments stay as they were
+		opts.LBHAInterval = lbHAInterval
+	}
 	opts.ForwardingSysctls = sysctls
 	opts.MaxConcurrentReconciles = maxConcurrentRecs
 	opts.EnableLBSvc = enableLBSvc

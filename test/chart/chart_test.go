@@ -221,6 +221,7 @@ func TestValues(t *testing.T) {
 		want []string
 	}{
 		{"lb replicas", []string{"lbReplicas=2"}, []string{"--lb-replicas=2"}},
+		{"lb ha interval", []string{"lbHAInterval=200ms"}, []string{"--lb-ha-interval=200ms"}},
 		{"lb pod namespace", []string{"lbPodNamespace=lbsvc-lb"}, []string{"--lb-pod-namespace=lbsvc-lb"}},
 		{"attachment provider", []string{"defaultAttachmentProvider=underlay.default"}, []string{"--default-attachment-provider=underlay.default"}},
 		{"forwarding", []string{"forwardingSysctls=all"}, []string{"--forwarding-sysctls=all"}},
