@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -66,6 +67,7 @@ const provider = "lb-svc-attachment.bench"
 type config struct {
 	operatorBin  string
 	operatorArgs string
+	goMemLimit   string
 	n            int
 	workers      int
 	latencyRuns  int
@@ -79,6 +81,7 @@ func run() error {
 	var cfg config
 	flag.StringVar(&cfg.operatorBin, "operator", "bin/lbsvc-operator", "operator binary to run")
 	flag.StringVar(&cfg.operatorArgs, "operator-args", "", "more operator flags, space-separated")
+	flag.StringVar(&cfg.goMemLimit, "gomemlimit", "", "GOMEMLIMIT of the operator process, as the shipped Deployment sets it from its memory limit (e.g. 512MiB; empty: unset)")
 	flag.IntVar(&cfg.n, "n", 1000, "number of Services created at once")
 	flag.IntVar(&cfg.workers, "workers", 16, "parallel creators")
 	flag.IntVar(&cfg.latencyRuns, "latency", 100, "sequential creations timed after the burst (0: skip)")
@@ -365,13 +368,26 @@ func startOperator(ctx context.Context, env *envtest.Environment, c client.Clien
 	args = append(args, strings.Fields(cfg.operatorArgs)...)
 	cmd := exec.Command(cfg.operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Only the operator gets the soft limit, not the bench process measuring it.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMEMLIMIT=") })
+	if cfg.goMemLimit != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+cfg.goMemLimit)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cfg.operatorBin, err)
 	}
 	op := &operator{cmd: cmd, logPath: logFile.Name(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, exited: make(chan error, 1)}
 	go func() { op.exited <- cmd.Wait(); _ = logFile.Close() }()
-	fmt.Printf("operator: %s %s\n", cfg.operatorBin, strings.Join(args[2:], " "))
+	fmt.Printf("operator: GOMEMLIMIT=%s %s %s\n", cfg.goMemLimit, cfg.operatorBin, strings.Join(args[2:], " "))
+	fmt.Printf("figure: operator_gomemlimit=%s\n", orUnset(cfg.goMemLimit))
 	return op, nil
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return s
 }
 
 func (o *operator) stop() {
