@@ -41,8 +41,9 @@ func CacheOptions() cache.Options {
 
 // TrimForCache is the cache's transform: it drops managedFields (the server-side apply
 // bookkeeping, several KiB per object and never read here) and kubectl's last-applied
-// annotation from every object, and reduces an lb pod to what the IP controller reads (name,
-// namespace, UID, labels, owner, deletion, node). It returns the object it was given, changed in
+// annotation from every object, reduces an lb pod to what the IP controller reads (name,
+// namespace, UID, labels, owner, deletion, node), and replaces a Deployment's pod template with a
+// digest of its spec. It returns the object it was given, changed in
 // place: the informer hands each object to it once, before anyone else sees it, and a second
 // pass changes nothing.
 func TrimForCache(obj any) (any, error) {
@@ -59,8 +60,12 @@ func TrimForCache(obj any) (any, error) {
 			}
 		}
 	}
-	if pod, ok := obj.(*corev1.Pod); ok {
-		return trimPod(pod), nil
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return trimPod(o), nil
+	case *appsv1.Deployment:
+		// Only its digest stands for the template (see specdigest.go).
+		trimDeployment(o)
 	}
 	return obj, nil
 }

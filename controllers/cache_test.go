@@ -30,12 +30,14 @@ func TestTrimForCache(t *testing.T) {
 			in:   &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "sa", Annotations: map[string]string{lastAppliedAnnotation: "{}"}}},
 			want: &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "sa"}},
 		},
-		"deployment keeps spec and status": {
+		"deployment keeps status and all of its spec but the template, which its digest stands for": {
 			in: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-web", ManagedFields: managed},
-				Spec:   appsv1.DeploymentSpec{Replicas: ptr.To[int32](1)},
+				Spec:   deploySpec(),
 				Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}},
 			want: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-web"},
-				Spec:   appsv1.DeploymentSpec{Replicas: ptr.To[int32](1)},
+				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType},
+					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
+						cachedSpecDigestKey: specDigest(ptr.To(deploySpec()))}}}},
 				Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}},
 		},
 		"lb pod: identity, labels and node only": {
@@ -69,6 +71,14 @@ func TestTrimForCache(t *testing.T) {
 			}
 		})
 	}
+}
+
+func deploySpec() appsv1.DeploymentSpec {
+	return appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType},
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "lbpod", Image: "lbpod:dev"}}},
+		}}
 }
 
 // FuzzTrimForCache: whatever the labels and annotations, the trimmed Service keeps every label

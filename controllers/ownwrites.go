@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"reflect"
+	"slices"
 	"sync"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -68,6 +69,29 @@ func (w *ownWrites) isOwn(o client.Object) bool {
 	return false
 }
 
+// consume tells whether o is exactly the result of one of our writes and, if so, drops that
+// version: its echo comes once per watch, and each kind has one watch with this filter, so
+// keeping it would only hold memory (measured: 2.1 MiB of the 33 MiB live heap with 1000
+// Services, each object's last versions kept for its whole life). A version whose echo
+// arrived before the write returned stays, bounded by ownWritesKept.
+func (w *ownWrites) consume(o client.Object) bool {
+	rv := o.GetResourceVersion()
+	k := keyOf(o)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kept := w.rvs[k]
+	i := slices.Index(kept, rv)
+	if i < 0 {
+		return false
+	}
+	if len(kept) == 1 {
+		delete(w.rvs, k)
+		return true
+	}
+	w.rvs[k] = slices.Delete(kept, i, i+1)
+	return true
+}
+
 // forget drops what is kept for a deleted object.
 func (w *ownWrites) forget(o client.Object) {
 	w.mu.Lock()
@@ -78,8 +102,8 @@ func (w *ownWrites) forget(o client.Object) {
 // notOwn passes every event except a creation or update that is the echo of our own write.
 func (w *ownWrites) notOwn() predicate.Funcs {
 	return predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool { return !w.isOwn(e.Object) },
-		UpdateFunc: func(e event.UpdateEvent) bool { return !w.isOwn(e.ObjectNew) },
+		CreateFunc: func(e event.CreateEvent) bool { return !w.consume(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool { return !w.consume(e.ObjectNew) },
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			w.forget(e.Object)
 			return true

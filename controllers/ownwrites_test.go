@@ -67,6 +67,31 @@ func TestOwnWritesKeepsTheLastFew(t *testing.T) {
 	}
 }
 
+// The echo of a write is let through the filter's check once: the version is then dropped, so
+// that the versions of every object written are not kept for its whole life.
+func TestOwnWritesEchoConsumed(t *testing.T) {
+	own := newOwnWrites()
+	p := own.notOwn()
+	own.record(svcAt("a", "web", "10"))
+	own.record(svcAt("a", "web", "11"))
+	if p.Update(event.UpdateEvent{ObjectNew: svcAt("a", "web", "11")}) {
+		t.Fatal("echo of our write passed")
+	}
+	if got := own.rvs[keyOf(svcAt("a", "web", ""))]; len(got) != 1 || got[0] != "10" {
+		t.Fatalf("kept %v after the echo of 11, want [10]", got)
+	}
+	if p.Update(event.UpdateEvent{ObjectNew: svcAt("a", "web", "10")}) {
+		t.Fatal("echo of our earlier write passed")
+	}
+	if len(own.rvs) != 0 {
+		t.Fatalf("kept %v after every echo came back, want nothing", own.rvs)
+	}
+	// A second event at the same version (a re-list) is not ours any more: it passes.
+	if !p.Update(event.UpdateEvent{ObjectNew: svcAt("a", "web", "10")}) {
+		t.Fatal("a repeated event was filtered")
+	}
+}
+
 // versioning is a client.Client whose writes give the object the next resourceVersion, or fail.
 type versioning struct {
 	client.Client

@@ -92,6 +92,9 @@ type ServiceReconciler struct {
 	// own holds the versions Client wrote (Client records into it when Setup wrapped it); the
 	// watches drop the events that only echo them.
 	own *ownWrites
+	// specs remembers which live Deployment specs match which desired ones: the cache holds
+	// Deployments without their template (TrimForCache).
+	specs *specDigests
 }
 
 // indexServiceUID: the Service UID label of our Deployments, ServiceAccounts and pods, so that a
@@ -120,6 +123,9 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.own == nil {
 		r.own = newOwnWrites()
+	}
+	if r.specs == nil {
+		r.specs = newSpecDigests()
 	}
 	notOwn := builder.WithPredicates(r.own.notOwn())
 	servicesOf := func(providerOf func(client.Object) string) handler.MapFunc {
@@ -636,6 +642,9 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 		if !o.GetDeletionTimestamp().IsZero() {
 			continue
 		}
+		if _, ok := o.(*appsv1.Deployment); ok && r.specs != nil {
+			r.specs.forget(client.ObjectKeyFromObject(o))
+		}
 		if err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
 			return false, fmt.Errorf("delete %s %s/%s left from a previous lb pod namespace: %w", kindOf(o), o.GetNamespace(), o.GetName(), err)
 		}
@@ -812,6 +821,7 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 		create := desired.DeepCopyObject().(client.Object)
 		err = r.Client.Create(ctx, create, client.FieldOwner(FieldOwner))
 		if err == nil {
+			r.rememberSpec(desired, create)
 			return "", nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
@@ -824,14 +834,21 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 			return what, nil
 		}
 		if upToDate(desired, cur) {
+			r.rememberSpec(desired, cur)
 			return "", nil // ours, and our cache had not seen it yet
 		}
 	case err != nil:
 		return "", fmt.Errorf("get %s: %w", what, err)
 	case !ownedBy(cur, svc):
 		return what, nil
-	case upToDate(desired, cur):
-		return "", nil
+	default:
+		current, err := r.upToDate(ctx, desired, cur)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+		if current {
+			return "", nil
+		}
 	}
 	if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
@@ -847,6 +864,49 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 		return "", fmt.Errorf("apply %s: %w", what, err)
 	}
 	return "", nil
+}
+
+// upToDate is upToDate for a cached object. A Deployment comes from the cache without its
+// template: when its live spec is one already seen to match the desired spec, it is up to date;
+// else it is read from the API server and compared in full (once per Deployment and change).
+func (r *ServiceReconciler) upToDate(ctx context.Context, desired, cur client.Object) (bool, error) {
+	d, ok := desired.(*appsv1.Deployment)
+	c, _ := cur.(*appsv1.Deployment)
+	if !ok || c == nil || !templateTrimmed(c) {
+		return upToDate(desired, cur), nil
+	}
+	rest := d.DeepCopy()
+	rest.Spec.Template = corev1.PodTemplateSpec{}
+	if !upToDate(rest, c) {
+		return false, nil // metadata, owner, replicas, strategy or selector differ: no need to look further
+	}
+	key := client.ObjectKeyFromObject(c)
+	if r.specs.matches(key, specDigest(&d.Spec), liveSpecDigest(c)) {
+		return true, nil
+	}
+	full := &appsv1.Deployment{}
+	if err := r.Reader.Get(ctx, key, full); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("get: %w", err)
+	}
+	if !upToDate(desired, full) {
+		return false, nil
+	}
+	r.rememberSpec(desired, full)
+	return true, nil
+}
+
+// rememberSpec notes, for a Deployment, that live (a full object from the API server: our
+// create's answer or a read) matches desired, when it does.
+func (r *ServiceReconciler) rememberSpec(desired, live client.Object) {
+	d, ok := desired.(*appsv1.Deployment)
+	l, _ := live.(*appsv1.Deployment)
+	if !ok || l == nil || r.specs == nil || templateTrimmed(l) || !upToDate(d, l) {
+		return
+	}
+	r.specs.remember(client.ObjectKeyFromObject(l), specDigest(&d.Spec), specDigest(&l.Spec))
 }
 
 // dropRollingUpdate clears strategy.rollingUpdate before a Deployment goes back to Recreate (its
@@ -935,6 +995,9 @@ func (r *ServiceReconciler) deleteOwned(ctx context.Context, svc *corev1.Service
 	}
 	if !ownedBy(obj, svc) || !obj.GetDeletionTimestamp().IsZero() {
 		return nil
+	}
+	if _, ok := obj.(*appsv1.Deployment); ok && r.specs != nil {
+		r.specs.forget(client.ObjectKeyFromObject(obj))
 	}
 	if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground),
 		client.Preconditions{UID: ptrUID(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {

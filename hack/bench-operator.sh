@@ -9,12 +9,17 @@
 #   BENCH_SERVICES=10000   Services created at once (default 1000)
 #   BENCH_UNRELATED=5000   also 5000 unrelated ConfigMaps, pods and Deployments (each)
 #   BENCH_PROFILE=dir      CPU profile of the burst and heap profile after it, into dir
+#   BENCH_GOMEMLIMIT=512MiB the operator's GOMEMLIMIT, as the shipped Deployment sets it from its
+#                          memory limit (unset by default; GOMEMLIMIT of this shell is not passed on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${KUBEBUILDER_ASSETS:?set KUBEBUILDER_ASSETS (make bench-operator does)}"
 args=(-n "${BENCH_SERVICES:-1000}" -unrelated "${BENCH_UNRELATED:-0}")
 if [ -n "${BENCH_PROFILE:-}" ]; then
   args+=(-profile "$BENCH_PROFILE")
+fi
+if [ -n "${BENCH_GOMEMLIMIT:-}" ]; then
+  args+=(-gomemlimit "$BENCH_GOMEMLIMIT")
 fi
 if [ "${BENCH_SERVICES:-1000}" -gt 2000 ]; then
   args+=(-timeout 45m)

@@ -19,6 +19,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,10 +42,13 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -66,6 +71,7 @@ const provider = "lb-svc-attachment.bench"
 type config struct {
 	operatorBin  string
 	operatorArgs string
+	goMemLimit   string
 	n            int
 	workers      int
 	latencyRuns  int
@@ -79,6 +85,7 @@ func run() error {
 	var cfg config
 	flag.StringVar(&cfg.operatorBin, "operator", "bin/lbsvc-operator", "operator binary to run")
 	flag.StringVar(&cfg.operatorArgs, "operator-args", "", "more operator flags, space-separated")
+	flag.StringVar(&cfg.goMemLimit, "gomemlimit", "", "GOMEMLIMIT of the operator process, as the shipped Deployment sets it from its memory limit (e.g. 512MiB; empty: unset)")
 	flag.IntVar(&cfg.n, "n", 1000, "number of Services created at once")
 	flag.IntVar(&cfg.workers, "workers", 16, "parallel creators")
 	flag.IntVar(&cfg.latencyRuns, "latency", 100, "sequential creations timed after the burst (0: skip)")
@@ -157,11 +164,13 @@ func run() error {
 		return fmt.Errorf("operator never served the warm-up Service (log: %s): %w", op.logPath, err)
 	}
 
+	// Scraped before the API server's counters are read: the scrape's TokenReview and
+	// SubjectAccessReview are not the operator's work.
+	recBefore, recErr := op.reconciles(ctx)
 	before, err := apiMetrics(ctx, rc)
 	if err != nil {
 		return err
 	}
-	recBefore, recErr := op.reconciles(ctx)
 	var profDone chan error
 	if cfg.profileDir != "" {
 		profDone = make(chan error, 1)
@@ -310,7 +319,9 @@ type operator struct {
 	logPath     string
 	pprofAddr   string
 	metricsAddr string
-	exited      chan error
+	// metricsToken is the bearer token the metrics endpoint accepts (metricsToken).
+	metricsToken string
+	exited       chan error
 }
 
 func startOperator(ctx context.Context, env *envtest.Environment, c client.Client, cfg config) (*operator, error) {
@@ -343,6 +354,10 @@ func startOperator(ctx context.Context, env *envtest.Environment, c client.Clien
 			return nil, fmt.Errorf("create %s: %w", obj.GetName(), err)
 		}
 	}
+	token, err := metricsToken(ctx, c, env.Config)
+	if err != nil {
+		return nil, err
+	}
 	metricsAddr, err := freeLocalAddr()
 	if err != nil {
 		return nil, err
@@ -365,13 +380,26 @@ func startOperator(ctx context.Context, env *envtest.Environment, c client.Clien
 	args = append(args, strings.Fields(cfg.operatorArgs)...)
 	cmd := exec.Command(cfg.operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// Only the operator gets the soft limit, not the bench process measuring it.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMEMLIMIT=") })
+	if cfg.goMemLimit != "" {
+		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+cfg.goMemLimit)
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cfg.operatorBin, err)
 	}
-	op := &operator{cmd: cmd, logPath: logFile.Name(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, exited: make(chan error, 1)}
+	op := &operator{cmd: cmd, logPath: logFile.Name(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, metricsToken: token, exited: make(chan error, 1)}
 	go func() { op.exited <- cmd.Wait(); _ = logFile.Close() }()
-	fmt.Printf("operator: %s %s\n", cfg.operatorBin, strings.Join(args[2:], " "))
+	fmt.Printf("operator: GOMEMLIMIT=%s %s %s\n", cfg.goMemLimit, cfg.operatorBin, strings.Join(args[2:], " "))
+	fmt.Printf("figure: operator_gomemlimit=%s\n", orUnset(cfg.goMemLimit))
 	return op, nil
+}
+
+func orUnset(s string) string {
+	if s == "" {
+		return "unset"
+	}
+	return s
 }
 
 func (o *operator) stop() {
@@ -394,14 +422,50 @@ func (o *operator) alive() error {
 func (o *operator) peakKiB() int64 { return procStatus(o.cmd.Process.Pid, "VmHWM:") }
 func (o *operator) rssKiB() int64  { return procStatus(o.cmd.Process.Pid, "VmRSS:") }
 
+// metricsToken returns a bearer token that the operator's metrics endpoint accepts (it asks the
+// API server with a TokenReview and a SubjectAccessReview): a ServiceAccount's, bound to a
+// ClusterRole that may get /metrics, as a Prometheus' would be.
+func metricsToken(ctx context.Context, c client.Client, rc *rest.Config) (string, error) {
+	const name, ns = "bench-metrics-scraper", "bench"
+	for _, obj := range []client.Object{
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}},
+		&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Rules: []rbacv1.PolicyRule{{NonResourceURLs: []string{"/metrics"}, Verbs: []string{"get"}}}},
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}},
+	} {
+		if err := c.Create(ctx, obj); err != nil {
+			return "", fmt.Errorf("create %s: %w", obj.GetName(), err)
+		}
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return "", err
+	}
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", fmt.Errorf("token for %s: %w", name, err)
+	}
+	return tr.Status.Token, nil
+}
+
+// scrapeClient talks to the operator's metrics endpoint on loopback, whose certificate is
+// self-signed.
+var scrapeClient = &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+	TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // loopback, self-signed, bench only
+}}
+
 // reconciles reads the operator's controller_runtime_reconcile_total by "controller result"
-// (plain HTTP on loopback; an error when the endpoint is not served that way).
+// (HTTPS on loopback, with the bench scraper's token).
 func (o *operator) reconciles(ctx context.Context) (map[string]float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+o.metricsAddr+"/metrics", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+o.metricsAddr+"/metrics", nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req.Header.Set("Authorization", "Bearer "+o.metricsToken)
+	resp, err := scrapeClient.Do(req)
 	if err != nil {
 		return nil, err
 	}
