@@ -217,9 +217,8 @@ func addressLifetime(lease, holdFor time.Duration) time.Duration {
 
 // Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
 // for announce, and, every quarter of the lease, replaces the addresses with a fresh lifetime.
-// (Not at every advert: each replace is a netlink event the loop's kernel watch looks at.) The
-// lifetime is the lease, or holdFor and half a second more (in whole seconds) when the election
-// has stretched its dead interval on a starved node; a longer lifetime is put on at once.
+// (Not at every advert: each replace is a netlink event.) The lifetime is addressLifetime's; a
+// longer one, after the election stretched its dead interval on a starved node, is put on at once.
 func (h *loopHolder) Renew(holdFor time.Duration) {
 	h.confirm(true)
 	h.mu.Lock()

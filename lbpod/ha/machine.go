@@ -381,8 +381,8 @@ func (m *Machine) Handle(ev Event) Output {
 		out.Hold, out.Reason = Release, "started: standby until no active is heard for the dead interval"
 	} else {
 		m.decay(now - m.lastNow)
-		if m.wasFrozen(now) {
-			m.frozen(now, &out)
+		if gap, frozen := m.frozenFor(now); frozen {
+			m.frozen(now, gap, &out)
 		}
 		// After the frozen check: lateness is judged by the dead interval the others knew of.
 		m.observe(now - m.wakeAt)
@@ -425,25 +425,25 @@ func (m *Machine) Handle(ev Event) Output {
 	return out
 }
 
-// wasFrozen: we ran later than the others would wait. For a holder that is measured from its
-// last advert, against the dead interval it advertised (HoldFor): a standby that heard that
-// advert may take over once it has passed. Otherwise it is how late we woke: a standby's wait
-// began at an advert it heard, and the time it did not run is time it did not listen.
-func (m *Machine) wasFrozen(now time.Duration) bool {
+// frozenFor says whether we ran later than the others would wait, and by how much. For a holder
+// that is the time since its last advert, against the dead interval it advertised (HoldFor): a
+// standby that heard that advert may take over once it has passed. Otherwise it is how late we
+// woke: a standby's wait began at an advert it heard, and the time it did not run is time it did
+// not listen.
+func (m *Machine) frozenFor(now time.Duration) (gap time.Duration, frozen bool) {
 	if m.role.holds() && m.sentSinceActive {
-		return now-m.sentAt > m.HoldFor()
+		gap = now - m.sentAt
+		return gap, gap > m.HoldFor()
 	}
-	return now-m.wakeAt > m.deadInterval()
+	gap = now - m.wakeAt
+	return gap, gap > m.deadInterval()
 }
 
-// frozen: nothing reached us for longer than the dead interval although we never sleep more than
-// one interval. Others have had time to take over with a newer term: an active steps down without
-// waiting to hear them (it must not fight), and a standby listens again before it may claim.
-func (m *Machine) frozen(now time.Duration, out *Output) {
-	gap := (now - m.lastNow).Round(time.Millisecond)
-	if m.role.holds() && m.sentSinceActive {
-		gap = (now - m.sentAt).Round(time.Millisecond)
-	}
+// frozen: we did not run for longer than the others would wait (frozenFor). Others have had time
+// to take over with a newer term: an active steps down without waiting to hear them (it must not
+// fight), and a standby listens again before it may claim.
+func (m *Machine) frozen(now, gap time.Duration, out *Output) {
+	gap = gap.Round(time.Millisecond)
 	switch m.role {
 	case Active:
 		m.stepDown(now, out, fmt.Sprintf("frozen for %s, longer than the dead interval: stepping down", gap))

@@ -44,6 +44,7 @@ type sim struct {
 	rng      uint32
 	since    map[[2]int]time.Duration // when a pair started to both hold while hearing each other
 	log      []string
+	maxSlack time.Duration // the replicas' Config.MaxSlack
 }
 
 func (s *sim) rand(n uint32) uint32 {
@@ -77,7 +78,7 @@ func (s *sim) handle(i int, ev Event) {
 
 func (s *sim) start(i int) {
 	r := s.replicas[i]
-	r.m = NewMachine(Config{ID: r.id, Group: group, Priority: DefaultPriority})
+	r.m = NewMachine(Config{ID: r.id, Group: group, Priority: DefaultPriority, MaxSlack: s.maxSlack})
 	r.alive, r.frozen, r.inbox, r.reported, r.unreadyTold = true, false, nil, true, false
 	s.handle(i, Event{Kind: Start, Now: s.now})
 }
@@ -258,14 +259,11 @@ func TestStarvationDoesNotFlap(t *testing.T) {
 	stalls := []time.Duration{380 * time.Millisecond, 420 * time.Millisecond, 300 * time.Millisecond,
 		500 * time.Millisecond, 450 * time.Millisecond}
 	takeovers := func(maxSlack time.Duration) int {
-		s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 7}
+		s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 7, maxSlack: maxSlack}
 		n := 0
 		for i := range 2 {
 			s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
-			r := s.replicas[i]
-			r.m = NewMachine(Config{ID: r.id, Group: group, Priority: DefaultPriority, MaxSlack: maxSlack})
-			r.alive, r.reported = true, true
-			s.handle(i, Event{Kind: Start, Now: s.now})
+			s.start(i)
 		}
 		before := make([]Role, 2)
 		for end := 60 * time.Second; s.now < end; s.now += time.Millisecond {

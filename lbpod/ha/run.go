@@ -123,12 +123,7 @@ func (r *runner) run(ctx context.Context) error {
 			// The machine lets go after one interval at the latest; this bounds a stuck send.
 			hardStop = time.After(2 * r.cfg.Interval)
 		case a := <-r.adverts:
-			if r.opts.Metrics != nil {
-				r.opts.Metrics.AdvertsReceived.Inc()
-			}
-			if out = r.pollReady(out); !out.Done {
-				out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
-			}
+			out = r.received(out, a)
 		case <-timer.C:
 			out = r.pollLink(out)
 			if !out.Done && r.m.ClaimDue(r.now()) {
@@ -166,20 +161,27 @@ func (r *runner) drain(out Output) Output {
 		waiting = append(waiting, r.conn.pending(r.buf, 64)...)
 	}
 	for _, a := range waiting {
-		if out.Done {
-			break
-		}
-		if r.opts.Metrics != nil {
-			r.opts.Metrics.AdvertsReceived.Inc()
-		}
+		out = r.received(out, a)
+	}
+	return out
+}
+
+// received counts one advert and feeds it to the machine, after polling the readiness (see
+// pollReady).
+func (r *runner) received(out Output, a Advert) Output {
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.AdvertsReceived.Inc()
+	}
+	if out = r.pollReady(out); !out.Done {
 		out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
 	}
 	return out
 }
 
 // pollLink feeds LinkDown/LinkUp when net1's carrier changed, and (re)opens the socket when net1
-// is (back) up or was recreated with another index; then it polls the holder's readiness. It runs at every wake, at most one interval
-// apart, so a cut link is noticed within one interval.
+// is (back) up or was recreated with another index; then it polls the holder's readiness. It runs
+// at every wake: an active notices a cut link within one interval, a standby at the latest at its
+// deadline, before it would claim.
 func (r *runner) pollLink(out Output) Output {
 	index, up := r.links.state(r.opts.Interface)
 	if up && r.conn != nil && r.conn.ifindex != index {

@@ -128,8 +128,8 @@ func (c *conn) pending(buf []byte, max int) []Advert {
 func (c *conn) close() error { return c.f.Close() }
 
 // linkProbe reads an interface's index and whether it is up with a carrier (IFF_UP and
-// IFF_RUNNING) with two ioctls on a socket kept open: it runs at every wake, ten times a second,
-// and a netlink dump of every link would cost a standby more than all its other work.
+// IFF_RUNNING) with two ioctls on a socket kept open: it runs at every wake (an active's ten a
+// second), and a netlink dump of every link would cost more than all the election's other work.
 type linkProbe struct{ fd int }
 
 func newLinkProbe() (*linkProbe, error) {
