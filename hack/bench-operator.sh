@@ -11,12 +11,17 @@
 #   BENCH_PROFILE=dir      CPU profile of the burst and heap profile after it, into dir
 #   BENCH_GOMEMLIMIT=512MiB the operator's GOMEMLIMIT, as the shipped Deployment sets it from its
 #                          memory limit (unset by default; GOMEMLIMIT of this shell is not passed on)
+#   BENCH_GOGC=50          the operator's GOGC, as the shipped Deployment sets it (unset by default:
+#                          the runtime's 100; GOGC of this shell is not passed on)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${KUBEBUILDER_ASSETS:?set KUBEBUILDER_ASSETS (make bench-operator does)}"
 args=(-n "${BENCH_SERVICES:-1000}" -unrelated "${BENCH_UNRELATED:-0}")
 if [ -n "${BENCH_PROFILE:-}" ]; then
   args+=(-profile "$BENCH_PROFILE")
+fi
+if [ -n "${BENCH_GOGC:-}" ]; then
+  args+=(-gogc "$BENCH_GOGC")
 fi
 if [ -n "${BENCH_GOMEMLIMIT:-}" ]; then
   args+=(-gomemlimit "$BENCH_GOMEMLIMIT")

@@ -72,6 +72,7 @@ type config struct {
 	operatorBin  string
 	operatorArgs string
 	goMemLimit   string
+	goGC         string
 	n            int
 	workers      int
 	latencyRuns  int
@@ -85,6 +86,7 @@ func run() error {
 	var cfg config
 	flag.StringVar(&cfg.operatorBin, "operator", "bin/lbsvc-operator", "operator binary to run")
 	flag.StringVar(&cfg.operatorArgs, "operator-args", "", "more operator flags, space-separated")
+	flag.StringVar(&cfg.goGC, "gogc", "", "GOGC of the operator process, as the shipped Deployment sets it (empty: unset, the runtime's 100)")
 	flag.StringVar(&cfg.goMemLimit, "gomemlimit", "", "GOMEMLIMIT of the operator process, as the shipped Deployment sets it from its memory limit (e.g. 512MiB; empty: unset)")
 	flag.IntVar(&cfg.n, "n", 1000, "number of Services created at once")
 	flag.IntVar(&cfg.workers, "workers", 16, "parallel creators")
@@ -178,6 +180,7 @@ func run() error {
 			profDone <- op.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", cfg.profileSecs), filepath.Join(cfg.profileDir, "cpu.pprof"))
 		}()
 	}
+	cpu0 := op.cpuSeconds()
 	start := time.Now()
 	names, err := createServices(ctx, c, "bench", provider, cfg.n, cfg.workers)
 	if err != nil {
@@ -203,6 +206,7 @@ func run() error {
 	fig("burst_create_to_ingress_p50_ms", "%.0f", ms(percentile(lat, 50)))
 	fig("burst_create_to_ingress_p99_ms", "%.0f", ms(percentile(lat, 99)))
 	fig("peak_rss_after_burst_mib", "%.1f", float64(op.peakKiB())/1024)
+	fig("operator_cpu_seconds_burst", "%.2f", op.cpuSeconds()-cpu0)
 
 	// The operator finishes its per-Service objects after the last address shows: count its
 	// writes once they stop changing.
@@ -213,6 +217,9 @@ func run() error {
 	settled := time.Since(start)
 	fig("all_settled_seconds", "%.2f", settled.Seconds())
 	fig("rss_settled_mib", "%.1f", float64(op.rssKiB())/1024)
+	// The file-backed part is the binary's pages in use, which no GC setting changes.
+	fig("rss_settled_anon_mib", "%.1f", float64(procStatus(op.cmd.Process.Pid, "RssAnon:"))/1024)
+	fig("rss_settled_file_mib", "%.1f", float64(procStatus(op.cmd.Process.Pid, "RssFile:"))/1024)
 	if cfg.profileDir != "" {
 		if err := op.saveProfile(ctx, "/debug/pprof/heap?gc=1", filepath.Join(cfg.profileDir, "heap.pprof")); err != nil {
 			return err
@@ -381,17 +388,23 @@ func startOperator(ctx context.Context, env *envtest.Environment, c client.Clien
 	cmd := exec.Command(cfg.operatorBin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// Only the operator gets the soft limit, not the bench process measuring it.
-	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "GOMEMLIMIT=") })
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GOMEMLIMIT=") || strings.HasPrefix(kv, "GOGC=")
+	})
 	if cfg.goMemLimit != "" {
 		cmd.Env = append(cmd.Env, "GOMEMLIMIT="+cfg.goMemLimit)
+	}
+	if cfg.goGC != "" {
+		cmd.Env = append(cmd.Env, "GOGC="+cfg.goGC)
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", cfg.operatorBin, err)
 	}
 	op := &operator{cmd: cmd, logPath: logFile.Name(), pprofAddr: pprofAddr, metricsAddr: metricsAddr, metricsToken: token, exited: make(chan error, 1)}
 	go func() { op.exited <- cmd.Wait(); _ = logFile.Close() }()
-	fmt.Printf("operator: GOMEMLIMIT=%s %s %s\n", cfg.goMemLimit, cfg.operatorBin, strings.Join(args[2:], " "))
+	fmt.Printf("operator: GOMEMLIMIT=%s GOGC=%s %s %s\n", cfg.goMemLimit, cfg.goGC, cfg.operatorBin, strings.Join(args[2:], " "))
 	fmt.Printf("figure: operator_gomemlimit=%s\n", orUnset(cfg.goMemLimit))
+	fmt.Printf("figure: operator_gogc=%s\n", orUnset(cfg.goGC))
 	return op, nil
 }
 
@@ -421,6 +434,23 @@ func (o *operator) alive() error {
 
 func (o *operator) peakKiB() int64 { return procStatus(o.cmd.Process.Pid, "VmHWM:") }
 func (o *operator) rssKiB() int64  { return procStatus(o.cmd.Process.Pid, "VmRSS:") }
+
+// cpuSeconds is the CPU time (user + system) the operator process has used so far.
+func (o *operator) cpuSeconds() float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", o.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: count fields after its closing parenthesis.
+	_, rest, _ := strings.Cut(string(b), ") ")
+	f := strings.Fields(rest)
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100 // USER_HZ
+}
 
 // metricsToken returns a bearer token that the operator's metrics endpoint accepts (it asks the
 // API server with a TokenReview and a SubjectAccessReview): a ServiceAccount's, bound to a
