@@ -3,7 +3,6 @@ package main
 import (
 	"crypto/tls"
 
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -23,7 +22,7 @@ func metricsOptions(addr string) metricsserver.Options {
 	return metricsserver.Options{
 		BindAddress:    addr,
 		SecureServing:  true,
-		FilterProvider: filters.WithAuthenticationAndAuthorization,
+		FilterProvider: metricsAuthFilter,
 		TLSOpts:        []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }},
 	}
 }
