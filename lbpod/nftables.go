@@ -116,19 +116,21 @@ func desiredNFT(fam Family, iface string, lbIP, clusterIP netip.Addr, hasCluster
 		}
 		pre.Rules = slices.CompactFunc(pre.Rules, func(a, b NFTRule) bool { return a.Text == b.Text })
 	}
-	for _, proto := range []Protocol{TCP, UDP, SCTP} {
-		set := NFTSet{Name: nftSetName(proto), Protocol: proto}
-		if hasClusterIP {
-			for _, p := range uniquePorts(ports) {
-				if p.Protocol == proto {
-					set.Ports = append(set.Ports, uint16(p.Port))
-					if proto != TCP {
-						t.Flows.Targets[p] = netip.AddrPortFrom(clusterIP, uint16(p.Port))
-					}
-				}
+	byProto := map[Protocol][]uint16{}
+	if hasClusterIP {
+		for _, p := range ports {
+			byProto[p.Protocol] = append(byProto[p.Protocol], uint16(p.Port))
+			if p.Protocol != TCP {
+				t.Flows.Targets[p] = netip.AddrPortFrom(clusterIP, uint16(p.Port))
 			}
-			slices.Sort(set.Ports)
-			set.Ports = slices.Compact(set.Ports)
+		}
+	}
+	for _, proto := range []Protocol{TCP, UDP, SCTP} {
+		// Sorted and without repeats: the order of the Service's ports does not matter in a set.
+		set := NFTSet{Name: nftSetName(proto), Protocol: proto, Ports: byProto[proto]}
+		slices.Sort(set.Ports)
+		set.Ports = slices.Compact(set.Ports)
+		if hasClusterIP {
 			svc.Rules = append(svc.Rules, nftRule(nftL4Proto(proto), nftDportIn(set.Name), nftDNAT(fam, clusterIP)))
 		}
 		t.Sets = append(t.Sets, set)
