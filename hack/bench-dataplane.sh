@@ -3,7 +3,8 @@
 # iperf3 throughput and new TCP connections per second through the LB address (DNAT +
 # MASQUERADE) vs straight through the same lb pod by routing, the time lbpod takes to apply 1,
 # 100 and 1000 ports from scratch and to change one port among 1000 with each iptables back end
-# (beside the floor: the back end's own binaries on the same rules), and the CPU an idle lbpod
+# and with --rules nftables (beside the floor: the back end's own binaries on the same rules, or
+# bare netlink transactions), and the CPU an idle lbpod
 # uses in 60 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,5 +47,16 @@ for backend in nft legacy; do
 		"[$backend]   of which until the rules are in the kernel (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-in-kernel-ms)" \
 		"[$backend]   floor: bare iptables-restore deleting and adding one rule (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-change-one-ms)"
 done
+backend=nftables
+printf '%-66s %s\n' \
+	"[lbpod --rules nftables] apply 1 port from scratch (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1-" from-scratch-ms)" \
+	"[lbpod --rules nftables] apply 100 ports from scratch (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=100-" from-scratch-ms)" \
+	"[lbpod --rules nftables] apply 1000 ports from scratch (ms, target < 100)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" from-scratch-ms)" \
+	"[lbpod --rules nftables]   floor: one transaction, table + set of 1000 (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-restore-1000-ms)" \
+	"[lbpod --rules nftables]   floor: read the set of 1000 back (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-save-1000-ms)" \
+	"[lbpod --rules nftables] change one port among 1000 (ms, target < 10)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-ms)" \
+	"[lbpod --rules nftables]   of which until the rules are in the kernel (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-in-kernel-ms)" \
+	"[lbpod --rules nftables]   floor: one transaction deleting and adding one element (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-change-one-ms)"
 echo "(apply times: medians of 5 runs of lbpod's own, from its log: read and plan, execute, and the verifying read-back;"
-echo " the floors are the back end's binaries alone on the same 1000 rules, timed in the same run)"
+echo " the floors are the back end's binaries alone on the same 1000 rules, timed in the same run; for"
+echo " --rules nftables, bare google/nftables netlink transactions in a fresh namespace)"

@@ -17,8 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/nftables"
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netns"
+
+	"github.com/lbsvc/lbsvc-operator/lbpod"
 )
 
 // The benchmarks measure once per run (use -benchtime=1x) and report their figures as metrics;
@@ -236,11 +239,16 @@ func tcpPorts(first, n int) []servicePort {
 const applyRuns = 5
 
 // BenchmarkApply: how long lbpod takes (apply and verify, from its log) to install 1, 100 and
-// 1000 ports from scratch, and to change one port among 1000, with each iptables back end; and,
-// as the floor of the same run, what the back end's own binaries take for the 1000 rules.
+// 1000 ports from scratch, and to change one port among 1000, with each iptables back end and
+// the nftables rules back end; and, as the floor of the same run, what the back end's own
+// binaries take for the 1000 rules (for nftables: bare google/nftables transactions).
 // Medians of applyRuns runs.
 func BenchmarkApply(b *testing.B) {
-	for _, backend := range []string{"nft", "legacy"} {
+	for _, backend := range []string{"nft", "legacy", "nftables"} {
+		flags := []string{"--iptables", backend}
+		if backend == "nftables" {
+			flags = nftRules
+		}
 		for _, n := range []int{1, 100, 1000} {
 			b.Run(fmt.Sprintf("backend=%s/ports=%d", backend, n), func(b *testing.B) {
 				figures := map[string][]time.Duration{}
@@ -249,7 +257,7 @@ func BenchmarkApply(b *testing.B) {
 					tp := newTopology(b)
 					svc := filepath.Join(b.TempDir(), "svc.yaml")
 					writeService(b, svc, []string{clusterIPv4}, tcpPorts(10000, n), nil)
-					p := tp.startLBPod(svc, "v4", "--iptables", backend)
+					p := tp.startLBPod(svc, "v4", flags...)
 					g.Eventually(func() []time.Duration { return appliedTimes(p.logs.String()) }).
 						WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(1))
 					first := applyTimes(p.logs.String())[0]
@@ -266,7 +274,12 @@ func BenchmarkApply(b *testing.B) {
 						// Until the new rules are in the kernel (what a client sees); the rest is
 						// lbpod reading them back to verify.
 						figures["change-one-of-1000-in-kernel-ms"] = append(figures["change-one-of-1000-in-kernel-ms"], change.read+change.execute)
-						restore, save, changeOne := tp.iptablesFloor(backend)
+						var restore, save, changeOne time.Duration
+						if backend == "nftables" {
+							restore, save, changeOne = tp.nftFloor()
+						} else {
+							restore, save, changeOne = tp.iptablesFloor(backend)
+						}
 						figures["floor-restore-1000-ms"] = append(figures["floor-restore-1000-ms"], restore)
 						figures["floor-save-1000-ms"] = append(figures["floor-save-1000-ms"], save)
 						figures["floor-change-one-ms"] = append(figures["floor-change-one-ms"], changeOne)
@@ -314,6 +327,48 @@ func (tp *topology) iptablesFloor(backend string) (restore, save, change time.Du
 		tp.t.Fatal(err)
 	}
 	return time.Duration(r), time.Duration(sv), time.Duration(ch)
+}
+
+// nftFloor is iptablesFloor for the nftables back end, with bare google/nftables calls in a
+// fresh namespace: one transaction creating a table with a set of the 1000 ports (create), one
+// read of that set (read), and the smallest transaction that changes one port: one element
+// deleted and another added (change). What lbpod's apply and verify cannot go below.
+func (tp *topology) nftFloor() (create, read, change time.Duration) {
+	tp.t.Helper()
+	ns := "lbt-f-" + tp.suffix
+	mustRun(tp.t, "ip", "netns", "add", ns)
+	defer mustRun(tp.t, "ip", "netns", "del", ns)
+	conn := nftConn(tp.t, ns)
+	table := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: lbpod.NFTTable})
+	set := &nftables.Set{Table: table, Name: "tcp_ports", KeyType: nftables.TypeInetService}
+	var elems []nftables.SetElement
+	for p := 10000; p < 11000; p++ {
+		elems = append(elems, nftables.SetElement{Key: []byte{byte(p >> 8), byte(p)}})
+	}
+	if err := conn.AddSet(set, elems); err != nil {
+		tp.t.Fatal(err)
+	}
+	start := time.Now()
+	if err := conn.Flush(); err != nil {
+		tp.t.Fatal(err)
+	}
+	create = time.Since(start)
+	start = time.Now()
+	if got, err := conn.GetSetElements(set); err != nil || len(got) != 1000 {
+		tp.t.Fatalf("read back %d elements: %v", len(got), err)
+	}
+	read = time.Since(start)
+	if err := conn.SetDeleteElements(set, elems[998:999]); err != nil {
+		tp.t.Fatal(err)
+	}
+	if err := conn.SetAddElements(set, []nftables.SetElement{{Key: []byte{20000 >> 8, 20000 & 0xff}}}); err != nil {
+		tp.t.Fatal(err)
+	}
+	start = time.Now()
+	if err := conn.Flush(); err != nil {
+		tp.t.Fatal(err)
+	}
+	return create, read, time.Since(start)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
