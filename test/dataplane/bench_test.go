@@ -17,11 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netns"
-
-	"github.com/lbsvc/lbsvc-operator/lbpod"
 )
 
 // The benchmarks measure once per run (use -benchtime=1x) and report their figures as metrics;
@@ -327,48 +324,6 @@ func (tp *topology) iptablesFloor(backend string) (restore, save, change time.Du
 		tp.t.Fatal(err)
 	}
 	return time.Duration(r), time.Duration(sv), time.Duration(ch)
-}
-
-// nftFloor is iptablesFloor for the nftables back end, with bare google/nftables calls in a
-// fresh namespace: one transaction creating a table with a set of the 1000 ports (create), one
-// read of that set (read), and the smallest transaction that changes one port: one element
-// deleted and another added (change). What lbpod's apply and verify cannot go below.
-func (tp *topology) nftFloor() (create, read, change time.Duration) {
-	tp.t.Helper()
-	ns := "lbt-f-" + tp.suffix
-	mustRun(tp.t, "ip", "netns", "add", ns)
-	defer mustRun(tp.t, "ip", "netns", "del", ns)
-	conn := nftConn(tp.t, ns)
-	table := conn.AddTable(&nftables.Table{Family: nftables.TableFamilyIPv4, Name: lbpod.NFTTable})
-	set := &nftables.Set{Table: table, Name: "tcp_ports", KeyType: nftables.TypeInetService}
-	var elems []nftables.SetElement
-	for p := 10000; p < 11000; p++ {
-		elems = append(elems, nftables.SetElement{Key: []byte{byte(p >> 8), byte(p)}})
-	}
-	if err := conn.AddSet(set, elems); err != nil {
-		tp.t.Fatal(err)
-	}
-	start := time.Now()
-	if err := conn.Flush(); err != nil {
-		tp.t.Fatal(err)
-	}
-	create = time.Since(start)
-	start = time.Now()
-	if got, err := conn.GetSetElements(set); err != nil || len(got) != 1000 {
-		tp.t.Fatalf("read back %d elements: %v", len(got), err)
-	}
-	read = time.Since(start)
-	if err := conn.SetDeleteElements(set, elems[998:999]); err != nil {
-		tp.t.Fatal(err)
-	}
-	if err := conn.SetAddElements(set, []nftables.SetElement{{Key: []byte{20000 >> 8, 20000 & 0xff}}}); err != nil {
-		tp.t.Fatal(err)
-	}
-	start = time.Now()
-	if err := conn.Flush(); err != nil {
-		tp.t.Fatal(err)
-	}
-	return create, read, time.Since(start)
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
