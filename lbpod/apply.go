@@ -118,7 +118,8 @@ type Applied struct {
 	// Read, Execute and Verify are the time spent reading the kernel and planning, running the
 	// operations, and reading back what changed.
 	Read, Execute, Verify time.Duration
-	// Saves counts the iptables-save runs, Lists the single-chain listings (iptables -S).
+	// Saves counts the iptables-save runs, Lists the single-chain listings (iptables -S); with
+	// the nftables back end, the whole-table reads and the single-set reads.
 	Saves, Lists int
 }
 
