@@ -3,7 +3,8 @@
 # iperf3 throughput and new TCP connections per second through the LB address (DNAT +
 # MASQUERADE) vs straight through the same lb pod by routing, the time lbpod takes to apply 1,
 # 100 and 1000 ports from scratch and to change one port among 1000 with each iptables back end
-# (beside the floor: the back end's own binaries on the same rules), and the CPU an idle lbpod
+# and with --rules nftables (beside the floor: the back end's own binaries on the same rules, or
+# bare netlink transactions), and the CPU an idle lbpod
 # uses in 60 s.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,16 +36,24 @@ printf '%-66s %s\n' \
 	"  baseline: straight through the pod, routed" "$(metric '^BenchmarkConnRate' straight-conn/s)" \
 	"  ratio (target >= 0.90)" "$(metric '^BenchmarkConnRate' ratio)" \
 	"idle CPU of one lbpod over 60 s (ms, 10 ports)" "$(metric '^BenchmarkIdleCPU' idle-cpu-ms-per-60s)"
-for backend in nft legacy; do
+# rows LABEL BACKEND FLOOR-WRITE FLOOR-READ FLOOR-CHANGE: BenchmarkApply's figures of one back end,
+# the floors named as that back end measures them.
+rows() {
+	local label=$1 b="^BenchmarkApply/backend=$2/ports="
 	printf '%-66s %s\n' \
-		"[$backend] apply 1 port from scratch (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1-" from-scratch-ms)" \
-		"[$backend] apply 100 ports from scratch (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=100-" from-scratch-ms)" \
-		"[$backend] apply 1000 ports from scratch (ms, target < 100)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" from-scratch-ms)" \
-		"[$backend]   floor: bare iptables-restore of those rules (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-restore-1000-ms)" \
-		"[$backend]   floor: bare iptables-save of them (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-save-1000-ms)" \
-		"[$backend] change one port among 1000 (ms, target < 10)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-ms)" \
-		"[$backend]   of which until the rules are in the kernel (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" change-one-of-1000-in-kernel-ms)" \
-		"[$backend]   floor: bare iptables-restore deleting and adding one rule (ms)" "$(metric "^BenchmarkApply/backend=$backend/ports=1000-" floor-change-one-ms)"
+		"[$label] apply 1 port from scratch (ms)" "$(metric "${b}1-" from-scratch-ms)" \
+		"[$label] apply 100 ports from scratch (ms)" "$(metric "${b}100-" from-scratch-ms)" \
+		"[$label] apply 1000 ports from scratch (ms, target < 100)" "$(metric "${b}1000-" from-scratch-ms)" \
+		"[$label]   floor: $3 (ms)" "$(metric "${b}1000-" floor-restore-1000-ms)" \
+		"[$label]   floor: $4 (ms)" "$(metric "${b}1000-" floor-save-1000-ms)" \
+		"[$label] change one port among 1000 (ms, target < 10)" "$(metric "${b}1000-" change-one-of-1000-ms)" \
+		"[$label]   of which until the rules are in the kernel (ms)" "$(metric "${b}1000-" change-one-of-1000-in-kernel-ms)" \
+		"[$label]   floor: $5 (ms)" "$(metric "${b}1000-" floor-change-one-ms)"
+}
+for backend in nft legacy; do
+	rows "$backend" "$backend" "bare iptables-restore of those rules" "bare iptables-save of them" "bare iptables-restore deleting and adding one rule"
 done
+rows "rules=nftables" nftables "one transaction, table + set of 1000" "read the set of 1000 back" "one transaction deleting and adding one element"
 echo "(apply times: medians of 5 runs of lbpod's own, from its log: read and plan, execute, and the verifying read-back;"
-echo " the floors are the back end's binaries alone on the same 1000 rules, timed in the same run)"
+echo " the floors are the back end's binaries alone on the same 1000 rules, timed in the same run; for"
+echo " rules=nftables (lbpod --rules nftables), bare google/nftables netlink transactions in a fresh namespace)"

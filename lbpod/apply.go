@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/coreos/go-iptables/iptables"
+	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -40,8 +41,15 @@ func (c Change) String() string {
 	return sign + c.Kind + " " + c.What
 }
 
-// Applier brings the network namespace it runs in to a State, with netlink and iptables.
+// Applier brings the network namespace it runs in to a State, with netlink and iptables (or
+// nf_tables netlink: Rules).
 type Applier struct {
+	// Rules is the back end of the packet rules; the zero value is RulesIPTables.
+	Rules RulesBackend
+	// nft is the nf_tables netlink connection of the nftables back end.
+	nft *nftables.Conn
+	// nftSaved is, per family, our nftables table as last read or verified: like saved.
+	nftSaved map[Family]NFTKernel
 	// IPTables holds the iptables handle of each family the state may use.
 	IPTables map[Family]*iptables.IPTables
 	// Paths names the iptables binaries; their -save and -restore siblings apply the chains.
@@ -110,7 +118,8 @@ type Applied struct {
 	// Read, Execute and Verify are the time spent reading the kernel and planning, running the
 	// operations, and reading back what changed.
 	Read, Execute, Verify time.Duration
-	// Saves counts the iptables-save runs, Lists the single-chain listings (iptables -S).
+	// Saves counts the iptables-save runs, Lists the single-chain listings (iptables -S); with
+	// the nftables back end, the whole-table reads and the single-set reads.
 	Saves, Lists int
 }
 
@@ -121,6 +130,7 @@ type Applied struct {
 // read, since someone else may have changed the tables. One goroutine at a time: the loop's.
 func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	var res Applied
+	st = st.ForRules(a.backend())
 	start := time.Now()
 	k, err := a.read(st, fresh, nil, nil, &res)
 	if err != nil {
@@ -139,7 +149,8 @@ func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	defer forgetting()
 	res.Execute = time.Since(start)
 	var refused *RestoreError
-	if err != nil && !fresh && errors.As(err, &refused) {
+	var nftRefused *NFTablesError
+	if err != nil && !fresh && (errors.As(err, &refused) || errors.As(err, &nftRefused)) {
 		a.Log.Info("a transaction planned from the cached tables was refused; reading them again", "err", err)
 		again, err := a.Apply(st, true)
 		again.Changes = append(res.Changes, again.Changes...)
@@ -151,7 +162,9 @@ func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	}
 	start = time.Now()
 	whole, chains := VerifyReads(plan.Ops, a.chainReads())
-	k, err = a.read(st, false, whole, chains, &res)
+	nftWhole, nftSets := nftVerifyReads(plan.Ops)
+	maps.Copy(whole, nftWhole)
+	k, err = a.read(st, false, whole, chains, &res, nftSets)
 	if err == nil {
 		var check Plan
 		if check, err = PlanSync(k, st); err == nil && len(check.Changes) > 0 {
@@ -170,19 +183,43 @@ func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	return res, nil
 }
 
-// NFT reports whether the iptables binaries are the nftables back end, whose changes the
-// kernel announces (legacy and plain iptables: not known, so false).
+// NFT reports whether the rules live in nf_tables (the nftables back end, or the iptables
+// binaries of the nft flavour), whose changes the kernel announces (legacy and plain iptables:
+// not known, so false).
 func (a *Applier) NFT() bool {
-	return strings.HasSuffix(a.Paths.IPv4, "-nft") && strings.HasSuffix(a.Paths.IPv6, "-nft")
+	return a.backend() == RulesNFTables || strings.HasSuffix(a.Paths.IPv4, "-nft") && strings.HasSuffix(a.Paths.IPv6, "-nft")
+}
+
+func (a *Applier) backend() RulesBackend {
+	if a.Rules == "" {
+		return RulesIPTables
+	}
+	return a.Rules
 }
 
 // forget drops the cached tables: the next Apply reads them.
-func (a *Applier) forget() { a.saved = nil }
+func (a *Applier) forget() { a.saved, a.nftSaved = nil, nil }
+
+// nftVerifyReads decides what verifying a plan reads back of the nftables tables: the families
+// whose table was built or whose chains were rewritten, whole; of the others, only the sets
+// whose elements changed (one set of 1000 ports for one port changed). It is pure.
+func nftVerifyReads(ops []Op) (whole map[Family]bool, sets map[Family][]string) {
+	whole, sets = map[Family]bool{}, map[Family][]string{}
+	for _, op := range ops {
+		if o, ok := op.(NFTablesOp); ok {
+			maps.Copy(whole, o.Whole)
+			for f, s := range o.Sets {
+				sets[f] = append(sets[f], s...)
+			}
+		}
+	}
+	return whole, sets
+}
 
 // Read reads what PlanSync compares: net1 and its addresses, the interfaces' indexes, the rules
 // and routes of our table, and each family's iptables tables (one iptables-save per family).
 func (a *Applier) Read(st State) (Kernel, error) {
-	return a.read(st, true, nil, nil, &Applied{})
+	return a.read(st.ForRules(a.backend()), true, nil, nil, &Applied{})
 }
 
 // chainReads is how many chains of a family the verification lists one by one rather than
@@ -224,10 +261,40 @@ func VerifyReads(ops []Op, maxChains int) (whole map[Family]bool, chains map[Fam
 // the family is in reread, or nothing is cached for it; the chains listed in relist are read
 // from the kernel into the cached tables. The iptables binaries run in parallel: each exec
 // waits mostly on its own start-up. res counts the runs.
-func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[Family][]ChainRef, res *Applied) (Kernel, error) {
-	k := Kernel{Link: Link{Name: st.Interface}, Indexes: map[string]int{}, IPTables: map[Family]Saved{}}
+//
+// The nftables tables likewise come from their cache unless fresh or reread; nftSets (one map at
+// most) names, per family, the sets whose elements are read back into the cached table.
+func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[Family][]ChainRef, res *Applied, nftSets ...map[Family][]string) (Kernel, error) {
+	k := Kernel{Link: Link{Name: st.Interface}, Indexes: map[string]int{}, IPTables: map[Family]Saved{}, NFTables: map[Family]NFTKernel{}}
 	if a.saved == nil {
 		a.saved = map[Family]Saved{}
+	}
+	if a.nftSaved == nil {
+		a.nftSaved = map[Family]NFTKernel{}
+	}
+	for _, t := range st.NFTables {
+		cached, ok := a.nftSaved[t.Family]
+		var sets []string
+		if len(nftSets) > 0 {
+			sets = nftSets[0][t.Family]
+		}
+		var err error
+		switch {
+		case ok && !fresh && !reread[t.Family] && len(sets) == 0:
+			k.NFTables[t.Family] = cached
+			continue
+		case ok && !fresh && !reread[t.Family]:
+			res.Lists += len(sets)
+			cached, err = ReadNFT(a.nft, t.Family, cached, sets)
+		default:
+			res.Saves++
+			cached, err = ReadNFT(a.nft, t.Family, NFTKernel{}, nil)
+		}
+		if err != nil {
+			delete(a.nftSaved, t.Family)
+			return k, err
+		}
+		k.NFTables[t.Family], a.nftSaved[t.Family] = cached, cached
 	}
 	type job struct {
 		fam   Family
@@ -413,6 +480,18 @@ func (a *Applier) execute(op Op) error {
 		}
 		if err := iptablesRestore(bin, o.Payload); err != nil {
 			return &RestoreError{Family: o.Family, Table: o.Table, Err: fmt.Errorf("%s -t %s: %w", bin, o.Table, err)}
+		}
+	case NFTablesOp:
+		if err := executeNFT(a.nft, o.Steps); err != nil {
+			var refused *NFTablesError
+			if !errors.As(err, &refused) && a.nft != nil {
+				// The batch could not be built: drop what was queued with a new connection.
+				_ = a.nft.CloseLasting()
+				if conn, cerr := nftables.New(nftables.AsLasting()); cerr == nil {
+					a.nft = conn
+				}
+			}
+			return err
 		}
 	case ForgetFlowsOp:
 		// Best effort: a failure leaves entries that time out on their own.

@@ -21,6 +21,8 @@ type Kernel struct {
 	Routes []KernelRoute
 	// IPTables holds, per family the state uses, what `iptables-save` printed.
 	IPTables map[Family]Saved
+	// NFTables holds, per family the state's NFTables use, our table as read.
+	NFTables map[Family]NFTKernel
 }
 
 // Link is the underlay interface as read.
@@ -203,6 +205,30 @@ func PlanSync(k Kernel, st State) (Plan, error) {
 				forget = append(forget, ForgetFlowsOp{Family: t.Family, Flows: fp})
 			}
 		}
+	}
+	// Every family's nftables changes go in one batch: one transaction for the whole sync.
+	nft := NFTablesOp{Whole: map[Family]bool{}, Sets: map[Family][]string{}}
+	for _, t := range st.NFTables {
+		have, ok := k.NFTables[t.Family]
+		if !ok {
+			return p, fmt.Errorf("no %s nftables table was read", t.Family)
+		}
+		np := PlanNFT(have, t)
+		p.Changes = append(p.Changes, np.Changes...)
+		nft.Steps = append(nft.Steps, np.Steps...)
+		if np.Whole {
+			nft.Whole[t.Family] = true
+		} else if len(np.ChangedSets) > 0 {
+			nft.Sets[t.Family] = np.ChangedSets
+		}
+		if np.FlowsChanged {
+			if fp, ok := flowPolicyOf(Tables{Flows: t.Flows}); ok {
+				forget = append(forget, ForgetFlowsOp{Family: t.Family, Flows: fp})
+			}
+		}
+	}
+	if len(nft.Steps) > 0 {
+		p.Ops = append(p.Ops, nft)
 	}
 	// Each family's flows are forgotten after all the restores: the restores then follow one
 	// another, and the Applier runs them side by side (one per family, independent).

@@ -12,7 +12,7 @@ func seedState(t *testing.T) State {
 	return Desired(Config{
 		Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
 		Service: Service{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}, {UDP, 53}}},
-	}, Observed{UplinkGateways: map[Family]Gateway{IPv4: {Addr: netip.MustParseAddr("10.16.0.1")}}}, Names{})
+	}, Observed{UplinkGateways: map[Family]Gateway{IPv4: {Addr: netip.MustParseAddr("10.16.0.1")}}}, Names{}).ForRules(RulesIPTables)
 }
 
 // converged is what the kernel reads back once st is applied (net1 is index 2, eth0 index 3).

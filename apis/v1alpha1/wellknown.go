@@ -66,6 +66,9 @@ const (
 	// EnvHAInterval is the election's advert interval (a Go duration, "100ms"); set only with
 	// standbys and only when --lb-ha-interval is not the lb pod's own default.
 	EnvHAInterval = "LBPOD_HA_INTERVAL"
+	// EnvRules is the lb pod's rules back end: "iptables" (the default) or "nftables" (nf_tables
+	// netlink, the Service ports in sets).
+	EnvRules = "LBPOD_RULES"
 )
 
 // ReplicasAnnotation on a Service sets how many lb pods serve it (1 to MaxReplicas); it

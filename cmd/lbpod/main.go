@@ -38,6 +38,7 @@ type options struct {
 	healthAddr                                  string
 	resyncPeriod, announceInterval              time.Duration
 	iptables                                    string
+	rules                                       string
 	procSys                                     string
 	ha                                          haOptions
 	podName, leaseName                          string
@@ -61,6 +62,7 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Second, "how often the whole state is compared with the kernel and repaired")
 	fs.DurationVar(&o.announceInterval, "announce-interval", 30*time.Second, "how often the addresses are announced (gratuitous ARP / unsolicited NA)")
 	fs.StringVar(&o.iptables, "iptables", "auto", `iptables back end: "auto" (the one the host uses), "nft", "legacy" or "plain" (iptables/ip6tables)`)
+	fs.StringVar(&o.rules, "rules", envOr(v1alpha1.EnvRules, string(lbpod.RulesIPTables)), `rules back end: "iptables" (iptables-restore; --iptables picks the variant) or "nftables" (nf_tables netlink, the Service ports in sets) (env `+v1alpha1.EnvRules+`)`)
 	fs.StringVar(&o.procSys, "proc-sys", "/proc/sys", "where the sysctls are")
 	replicas := envOr(v1alpha1.EnvReplicas, "1")
 	fs.StringVar(&replicas, "replicas", replicas, "how many lb pods serve the Service; with more than one they elect the holder of the addresses over net1 (env "+v1alpha1.EnvReplicas+")")
@@ -82,6 +84,9 @@ func parseFlags(name string, args []string) (options, error) {
 	}
 	if err := o.ha.validate(); err != nil {
 		return o, err
+	}
+	if o.rules != string(lbpod.RulesIPTables) && o.rules != string(lbpod.RulesNFTables) {
+		return o, fmt.Errorf("rules %q: want iptables or nftables", o.rules)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -164,8 +169,13 @@ func (o options) names() lbpod.Names {
 	return lbpod.Names{Interface: o.iface, Uplink: o.uplink, Table: o.table}
 }
 
-// newApplier picks the iptables back end and builds the applier.
+// newApplier picks the rules back end (and the iptables variant) and builds the applier.
 func newApplier(ctx context.Context, o options, log *slog.Logger) (*lbpod.Applier, error) {
+	if o.rules == string(lbpod.RulesNFTables) {
+		log.Info("rules back end", "rules", o.rules, "tables", "ip "+lbpod.NFTTable+", ip6 "+lbpod.NFTTable)
+		return lbpod.NewNFTablesApplier(log)
+	}
+	log.Info("rules back end", "rules", o.rules)
 	var paths lbpod.IPTablesPaths
 	switch o.iptables {
 	case "auto":

@@ -51,6 +51,25 @@ func TestParseFlagsEnvAndOverrides(t *testing.T) {
 	}
 }
 
+func TestParseFlagsRules(t *testing.T) {
+	t.Setenv(v1alpha1.EnvRules, "")
+	o, err := parseFlags("lbpod", []string{"--service-file", "/x"})
+	if err != nil || o.rules != "iptables" {
+		t.Fatalf("default: %q, %v", o.rules, err)
+	}
+	t.Setenv(v1alpha1.EnvRules, "nftables")
+	if o, err = parseFlags("lbpod", []string{"--service-file", "/x"}); err != nil || o.rules != "nftables" {
+		t.Fatalf("from the environment: %q, %v", o.rules, err)
+	}
+	if o, err = parseFlags("lbpod", []string{"--service-file", "/x", "--rules", "iptables"}); err != nil || o.rules != "iptables" {
+		t.Fatalf("flag over the environment: %q, %v", o.rules, err)
+	}
+	_, err = parseFlags("lbpod", []string{"--service-file", "/x", "--rules", "nft"})
+	if want := `rules "nft": want iptables or nftables`; err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+}
+
 // The file source publishes the Service, then each change of the file's content.
 func TestFileSourceFollowsEdits(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "svc.yaml")

@@ -236,11 +236,16 @@ func tcpPorts(first, n int) []servicePort {
 const applyRuns = 5
 
 // BenchmarkApply: how long lbpod takes (apply and verify, from its log) to install 1, 100 and
-// 1000 ports from scratch, and to change one port among 1000, with each iptables back end; and,
-// as the floor of the same run, what the back end's own binaries take for the 1000 rules.
+// 1000 ports from scratch, and to change one port among 1000, with each iptables back end and
+// the nftables rules back end; and, as the floor of the same run, what the back end's own
+// binaries take for the 1000 rules (for nftables: bare google/nftables transactions).
 // Medians of applyRuns runs.
 func BenchmarkApply(b *testing.B) {
-	for _, backend := range []string{"nft", "legacy"} {
+	for _, backend := range []string{"nft", "legacy", "nftables"} {
+		flags := []string{"--iptables", backend}
+		if backend == "nftables" {
+			flags = nftRules
+		}
 		for _, n := range []int{1, 100, 1000} {
 			b.Run(fmt.Sprintf("backend=%s/ports=%d", backend, n), func(b *testing.B) {
 				figures := map[string][]time.Duration{}
@@ -249,7 +254,7 @@ func BenchmarkApply(b *testing.B) {
 					tp := newTopology(b)
 					svc := filepath.Join(b.TempDir(), "svc.yaml")
 					writeService(b, svc, []string{clusterIPv4}, tcpPorts(10000, n), nil)
-					p := tp.startLBPod(svc, "v4", "--iptables", backend)
+					p := tp.startLBPod(svc, "v4", flags...)
 					g.Eventually(func() []time.Duration { return appliedTimes(p.logs.String()) }).
 						WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(1))
 					first := applyTimes(p.logs.String())[0]
@@ -266,7 +271,12 @@ func BenchmarkApply(b *testing.B) {
 						// Until the new rules are in the kernel (what a client sees); the rest is
 						// lbpod reading them back to verify.
 						figures["change-one-of-1000-in-kernel-ms"] = append(figures["change-one-of-1000-in-kernel-ms"], change.read+change.execute)
-						restore, save, changeOne := tp.iptablesFloor(backend)
+						var restore, save, changeOne time.Duration
+						if backend == "nftables" {
+							restore, save, changeOne = tp.nftFloor()
+						} else {
+							restore, save, changeOne = tp.iptablesFloor(backend)
+						}
 						figures["floor-restore-1000-ms"] = append(figures["floor-restore-1000-ms"], restore)
 						figures["floor-save-1000-ms"] = append(figures["floor-save-1000-ms"], save)
 						figures["floor-change-one-ms"] = append(figures["floor-change-one-ms"], changeOne)

@@ -11,21 +11,30 @@ import (
 	. "github.com/onsi/gomega"
 )
 
+// manyPortsServed starts lbpod (with flags) on a Service of many ports, waits until it serves
+// them, and holds a connection open on the echo port, exchanged once ("before").
+func manyPortsServed(t *testing.T, many []servicePort, flags ...string) (Gomega, *topology, string, func(string)) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, many, nil)
+	tp.startLBPod(svc, "v4", flags...)
+	waitReady(g, tp)
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	exchange := holdEcho(t, g, tp)
+	exchange("before")
+	return g, tp, svc, exchange
+}
+
 // A Service with more than 64 ports gets its DNAT rules in bucket chains: traffic still reaches
 // every port (HTTP and UDP through their buckets), one port added and one removed is applied
 // as a patch of those buckets and the dispatch and verified by listing just them (no
 // iptables-save), a held connection keeps working, and going back to a few ports makes
 // LBSVC-SERVICES flat again with no bucket chain left.
 func TestBucketedPorts(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	many := append(append([]servicePort{}, basePorts...), tcpPorts(10000, 200)...)
-	writeService(t, svc, []string{clusterIPv4}, many, nil)
-	tp.startLBPod(svc, "v4", "--iptables", "nft")
-	waitReady(g, tp)
-	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	g, tp, svc, exchange := manyPortsServed(t, many, "--iptables", "nft")
 
 	g.Expect(tp.exec(tp.lb, "iptables-nft", "-t", "nat", "-S", "LBSVC-SERVICES")).To(Equal(strings.Join([]string{
 		"-N LBSVC-SERVICES",
@@ -41,9 +50,6 @@ func TestBucketedPorts(t *testing.T) {
 		"-N LBSVC-SERVICES-TCP-1\n" +
 			"-A LBSVC-SERVICES-TCP-1 -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80\n" +
 			"-A LBSVC-SERVICES-TCP-1 -d 172.18.0.18/32 -p tcp -m tcp --dport 81 -j DNAT --to-destination 10.109.201.193:81\n"))
-
-	exchange := holdEcho(t, g, tp)
-	exchange("before")
 
 	// 8443 goes into a new bucket (8384:8447), 10199 leaves one that keeps other ports.
 	changed := append(append([]servicePort{}, many[:len(many)-1]...), servicePort{Protocol: "TCP", Port: extraHTTPPort})

@@ -256,19 +256,23 @@ func TestDriftIsRepaired(t *testing.T) {
 
 // loadBalancerSourceRanges: a client inside a range is served, one outside is refused (TCP reset,
 // UDP port unreachable), over IPv4 and IPv6.
+//
+// Run with each rules back end (iptables, nftables).
 func TestSourceRanges(t *testing.T) {
-	g, tp, svc := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, []string{clientV4 + "/32", "fd18::100/127"})
-	for _, lb := range []struct{ ip, clusterIP string }{{lbIPv4, clusterIPv4}, {lbIPv6, clusterIPv6}} {
-		expectServed(g, tp, tp.client, lb.ip, lb.clusterIP)
-		g.Expect(httpGet(t, tp.outsider, lbAddr(lb.ip, httpPort))).Error().To(Satisfy(isRefused), "outsider to %s", lb.ip)
-		g.Expect(udpExchange(t, tp.outsider, lbAddr(lb.ip, udpPort), "ping")).Error().To(Satisfy(isRefused), "outsider udp to %s", lb.ip)
-	}
-	// Narrowing the ranges while running refuses the former insider too.
-	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, []string{"192.0.2.0/24"})
-	g.Eventually(func() error { _, err := httpGet(t, tp.client, lbHTTPv4); return err }).
-		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
-	g.Eventually(func() error { _, err := httpGet(t, tp.client, lbHTTPv6); return err }).
-		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+	forEachRules(t, func(t *testing.T, rules []string) {
+		g, tp, svc := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, []string{clientV4 + "/32", "fd18::100/127"}, rules...)
+		for _, lb := range []struct{ ip, clusterIP string }{{lbIPv4, clusterIPv4}, {lbIPv6, clusterIPv6}} {
+			expectServed(g, tp, tp.client, lb.ip, lb.clusterIP)
+			g.Expect(httpGet(t, tp.outsider, lbAddr(lb.ip, httpPort))).Error().To(Satisfy(isRefused), "outsider to %s", lb.ip)
+			g.Expect(udpExchange(t, tp.outsider, lbAddr(lb.ip, udpPort), "ping")).Error().To(Satisfy(isRefused), "outsider udp to %s", lb.ip)
+		}
+		// Narrowing the ranges while running refuses the former insider too.
+		writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, []string{"192.0.2.0/24"})
+		g.Eventually(func() error { _, err := httpGet(t, tp.client, lbHTTPv4); return err }).
+			WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+		g.Eventually(func() error { _, err := httpGet(t, tp.client, lbHTTPv6); return err }).
+			WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+	})
 }
 
 // IPv6 only: ip6tables DNAT to an IPv6 ClusterIP, IPv6 rules and routes, forwarding turned on.
@@ -518,20 +522,24 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // A removed UDP port stops being served even to a client that keeps sending from the same source
 // port: its conntrack entries are deleted with the DNAT rule (kube-proxy does the same), instead
 // of translating until they time out.
+//
+// Run with each rules back end (iptables, nftables).
 func TestRemovedUDPPortForgetsFlows(t *testing.T) {
-	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
-	exchange := udpSession(t, tp.client, lbAddr(lbIPv4, udpPort))
-	g.Expect(exchange("one")).To(Equal(udpReply(clusterIPv4, udpPort, "one")))
+	forEachRules(t, func(t *testing.T, rules []string) {
+		g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil, rules...)
+		exchange := udpSession(t, tp.client, lbAddr(lbIPv4, udpPort))
+		g.Expect(exchange("one")).To(Equal(udpReply(clusterIPv4, udpPort, "one")))
 
-	var withoutUDP []servicePort
-	for _, p := range basePorts {
-		if p.Protocol != "UDP" {
-			withoutUDP = append(withoutUDP, p)
+		var withoutUDP []servicePort
+		for _, p := range basePorts {
+			if p.Protocol != "UDP" {
+				withoutUDP = append(withoutUDP, p)
+			}
 		}
-	}
-	writeService(t, svc, []string{clusterIPv4}, withoutUDP, nil)
-	g.Eventually(func() error { _, err := exchange("again"); return err }).
-		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
-	g.Eventually(tp.lbpod.logs.String).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
-		Should(ContainSubstring(`msg="deleted stale conntrack entries" family=IPv4 keep="all sources, ports [sctp/3868->10.109.201.193:3868]" entries=1`))
+		writeService(t, svc, []string{clusterIPv4}, withoutUDP, nil)
+		g.Eventually(func() error { _, err := exchange("again"); return err }).
+			WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+		g.Eventually(tp.lbpod.logs.String).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
+			Should(ContainSubstring(`msg="deleted stale conntrack entries" family=IPv4 keep="all sources, ports [sctp/3868->10.109.201.193:3868]" entries=1`))
+	})
 }

@@ -151,94 +151,107 @@ func (tp *topology) startTraffic(ns, lbIP, clusterIP string, interval time.Durat
 // request on a new TCP connection and a UDP request on one long-lived socket every 10 ms, and
 // holds one TCP connection open: the ports that stay never give a wrong answer, a reset or a
 // timeout. Every version of the Service allows the client.
+//
+// Run with each rules back end (iptables, nftables).
 func TestChangesUnderTraffic(t *testing.T) {
-	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil)
-	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
-	held, err := dialIn(t, tp.client, "tcp", lbAddr(lbIPv4, echoPort), time.Second)
-	g.Expect(err).NotTo(HaveOccurred())
-	defer held.Close()
-	heldReader := bufio.NewReader(held)
+	forEachRules(t, func(t *testing.T, rules []string) {
+		g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil, rules...)
+		expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+		held, err := dialIn(t, tp.client, "tcp", lbAddr(lbIPv4, echoPort), time.Second)
+		g.Expect(err).NotTo(HaveOccurred())
+		defer held.Close()
+		heldReader := bufio.NewReader(held)
 
-	extraTCP := servicePort{Protocol: "TCP", Port: extraHTTPPort}
-	extraUDP := servicePort{Protocol: "UDP", Port: 5353}
-	extraSCTP := servicePort{Protocol: "SCTP", Port: 3869}
-	with := func(extra ...servicePort) []servicePort {
-		return append(append([]servicePort{}, basePorts...), extra...)
-	}
-	steps := []struct {
-		ports  []servicePort
-		ranges []string
-	}{
-		{with(extraTCP), nil},
-		{with(extraTCP), []string{clientV4 + "/32"}},
-		{with(), []string{clientV4 + "/32", outsiderV4 + "/32"}},
-		{with(extraUDP), []string{"172.18.0.0/24"}},
-		{with(extraUDP, extraTCP), []string{"172.18.0.0/25", "192.0.2.0/24"}},
-		{with(extraSCTP), []string{"0.0.0.0/0"}},
-		{with(extraSCTP, extraUDP), nil},
-		{with(), []string{clientV4 + "/32"}},
-		{with(extraTCP, extraUDP, extraSCTP), []string{"172.18.0.96/28"}},
-		{with(extraTCP), []string{"172.18.0.96/28", outsiderV4 + "/32"}},
-		{with(), []string{"192.0.2.0/24", "172.18.0.0/16"}},
-		{with(extraUDP), []string{clientV4 + "/32"}},
-		{with(extraUDP), nil},
-		{with(), nil},
-	}
-	applied := func() int { return strings.Count(tp.lbpod.logs.String(), "msg=applied trigger=service") }
-
-	stop := make(chan struct{})
-	counts, wg := tp.startTraffic(tp.client, lbIPv4, clusterIPv4, 10*time.Millisecond, stop)
-	stopped := false
-	stopTraffic := func() {
-		if !stopped {
-			close(stop)
-			wg.Wait()
-			stopped = true
+		extraTCP := servicePort{Protocol: "TCP", Port: extraHTTPPort}
+		extraUDP := servicePort{Protocol: "UDP", Port: 5353}
+		extraSCTP := servicePort{Protocol: "SCTP", Port: 3869}
+		with := func(extra ...servicePort) []servicePort {
+			return append(append([]servicePort{}, basePorts...), extra...)
 		}
-	}
-	defer stopTraffic()
-	heldFailures := 0
-	for i, s := range steps {
-		before, okBefore := applied(), counts.tcpOK.Load()+counts.udpOK.Load()
-		writeService(t, svc, []string{clusterIPv4}, s.ports, s.ranges)
-		g.Eventually(applied).WithTimeout(5*time.Second).WithPolling(10*time.Millisecond).Should(BeNumerically(">", before), "step %d applied", i)
-		// Some traffic on each version before the next change.
-		g.Eventually(func() int64 { return counts.tcpOK.Load() + counts.udpOK.Load() }).
-			WithTimeout(10*time.Second).WithPolling(10*time.Millisecond).Should(BeNumerically(">=", okBefore+10), "step %d: traffic", i)
-		_ = held.SetDeadline(time.Now().Add(time.Second))
-		line := fmt.Sprintf("step %d", i)
-		if _, err := fmt.Fprintln(held, line); err != nil {
-			heldFailures++
-		} else if got, err := heldReader.ReadString('\n'); err != nil || got != echoReply(echoPort, line) {
-			heldFailures++
+		steps := []struct {
+			ports  []servicePort
+			ranges []string
+		}{
+			{with(extraTCP), nil},
+			{with(extraTCP), []string{clientV4 + "/32"}},
+			{with(), []string{clientV4 + "/32", outsiderV4 + "/32"}},
+			{with(extraUDP), []string{"172.18.0.0/24"}},
+			{with(extraUDP, extraTCP), []string{"172.18.0.0/25", "192.0.2.0/24"}},
+			{with(extraSCTP), []string{"0.0.0.0/0"}},
+			{with(extraSCTP, extraUDP), nil},
+			{with(), []string{clientV4 + "/32"}},
+			{with(extraTCP, extraUDP, extraSCTP), []string{"172.18.0.96/28"}},
+			{with(extraTCP), []string{"172.18.0.96/28", outsiderV4 + "/32"}},
+			{with(), []string{"192.0.2.0/24", "172.18.0.0/16"}},
+			{with(extraUDP), []string{clientV4 + "/32"}},
+			{with(extraUDP), nil},
+			{with(), nil},
 		}
-	}
-	stopTraffic()
+		applied := func() int { return strings.Count(tp.lbpod.logs.String(), "msg=applied trigger=service") }
 
-	fmt.Fprintf(os.Stdout, "figure: traffic_changes=%d\nfigure: traffic_tcp_ok=%d\nfigure: traffic_udp_ok=%d\nfigure: traffic_wrong=%d\nfigure: traffic_resets=%d\nfigure: traffic_timeouts=%d\nfigure: traffic_other_errors=%d\nfigure: traffic_held_connection_failures=%d\n",
-		len(steps), counts.tcpOK.Load(), counts.udpOK.Load(), counts.wrong.Load(), counts.resets.Load(), counts.timeouts.Load(), counts.other.Load(), heldFailures)
-	g.Expect(counts.firstErrors).To(BeEmpty())
-	g.Expect(counts.wrong.Load()).To(BeZero())
-	g.Expect(counts.resets.Load()).To(BeZero())
-	g.Expect(counts.timeouts.Load()).To(BeZero())
-	g.Expect(counts.other.Load()).To(BeZero())
-	g.Expect(heldFailures).To(BeZero())
-	g.Expect(counts.tcpOK.Load()).To(BeNumerically(">=", 5*len(steps)))
-	g.Expect(counts.udpOK.Load()).To(BeNumerically(">=", 5*len(steps)))
+		stop := make(chan struct{})
+		counts, wg := tp.startTraffic(tp.client, lbIPv4, clusterIPv4, 10*time.Millisecond, stop)
+		stopped := false
+		stopTraffic := func() {
+			if !stopped {
+				close(stop)
+				wg.Wait()
+				stopped = true
+			}
+		}
+		defer stopTraffic()
+		heldFailures := 0
+		for i, s := range steps {
+			before, okBefore := applied(), counts.tcpOK.Load()+counts.udpOK.Load()
+			writeService(t, svc, []string{clusterIPv4}, s.ports, s.ranges)
+			g.Eventually(applied).WithTimeout(5*time.Second).WithPolling(10*time.Millisecond).Should(BeNumerically(">", before), "step %d applied", i)
+			// Some traffic on each version before the next change.
+			g.Eventually(func() int64 { return counts.tcpOK.Load() + counts.udpOK.Load() }).
+				WithTimeout(10*time.Second).WithPolling(10*time.Millisecond).Should(BeNumerically(">=", okBefore+10), "step %d: traffic", i)
+			_ = held.SetDeadline(time.Now().Add(time.Second))
+			line := fmt.Sprintf("step %d", i)
+			if _, err := fmt.Fprintln(held, line); err != nil {
+				heldFailures++
+			} else if got, err := heldReader.ReadString('\n'); err != nil || got != echoReply(echoPort, line) {
+				heldFailures++
+			}
+		}
+		stopTraffic()
+
+		// The iptables run keeps the figures' historical names; the nftables run's carry its name.
+		f := "traffic"
+		if len(rules) > 0 {
+			f = "traffic_nftables"
+		}
+		fmt.Fprintf(os.Stdout, strings.ReplaceAll("figure: F_changes=%d\nfigure: F_tcp_ok=%d\nfigure: F_udp_ok=%d\nfigure: F_wrong=%d\nfigure: F_resets=%d\nfigure: F_timeouts=%d\nfigure: F_other_errors=%d\nfigure: F_held_connection_failures=%d\n", "F", f),
+			len(steps), counts.tcpOK.Load(), counts.udpOK.Load(), counts.wrong.Load(), counts.resets.Load(), counts.timeouts.Load(), counts.other.Load(), heldFailures)
+		g.Expect(counts.firstErrors).To(BeEmpty())
+		g.Expect(counts.wrong.Load()).To(BeZero())
+		g.Expect(counts.resets.Load()).To(BeZero())
+		g.Expect(counts.timeouts.Load()).To(BeZero())
+		g.Expect(counts.other.Load()).To(BeZero())
+		g.Expect(heldFailures).To(BeZero())
+		g.Expect(counts.tcpOK.Load()).To(BeNumerically(">=", 5*len(steps)))
+		g.Expect(counts.udpOK.Load()).To(BeNumerically(">=", 5*len(steps)))
+	})
 }
 
 // A UDP client that keeps sending from one source port is refused as soon as the source ranges
 // no longer allow it: its conntrack entry (translated to the ClusterIP) is deleted with the
 // change instead of carrying it on until it times out. The allowed client's entry stays.
+//
+// Run with each rules back end (iptables, nftables).
 func TestNarrowedRangeForgetsUDPFlows(t *testing.T) {
-	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, []string{clientV4 + "/32", outsiderV4 + "/32"})
-	client, outsider := udpSession(t, tp.client, lbAddr(lbIPv4, udpPort)), udpSession(t, tp.outsider, lbAddr(lbIPv4, udpPort))
-	g.Expect(client("a")).To(Equal(udpReply(clusterIPv4, udpPort, "a")))
-	g.Expect(outsider("a")).To(Equal(udpReply(clusterIPv4, udpPort, "a")))
+	forEachRules(t, func(t *testing.T, rules []string) {
+		g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, []string{clientV4 + "/32", outsiderV4 + "/32"}, rules...)
+		client, outsider := udpSession(t, tp.client, lbAddr(lbIPv4, udpPort)), udpSession(t, tp.outsider, lbAddr(lbIPv4, udpPort))
+		g.Expect(client("a")).To(Equal(udpReply(clusterIPv4, udpPort, "a")))
+		g.Expect(outsider("a")).To(Equal(udpReply(clusterIPv4, udpPort, "a")))
 
-	writeService(t, svc, []string{clusterIPv4}, basePorts, []string{clientV4 + "/32"})
-	g.Eventually(func() error { _, err := outsider("again"); return err }).
-		WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
-	g.Expect(client("b")).To(Equal(udpReply(clusterIPv4, udpPort, "b")))
-	g.Expect(tp.lbpod.logs.String()).To(ContainSubstring(`msg="deleted stale conntrack entries" family=IPv4 keep="sources 172.18.0.100/32, ports [sctp/3868->10.109.201.193:3868 udp/53->10.109.201.193:53]" entries=1`))
+		writeService(t, svc, []string{clusterIPv4}, basePorts, []string{clientV4 + "/32"})
+		g.Eventually(func() error { _, err := outsider("again"); return err }).
+			WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(Satisfy(isRefused))
+		g.Expect(client("b")).To(Equal(udpReply(clusterIPv4, udpPort, "b")))
+		g.Expect(tp.lbpod.logs.String()).To(ContainSubstring(`msg="deleted stale conntrack entries" family=IPv4 keep="sources 172.18.0.100/32, ports [sctp/3868->10.109.201.193:3868 udp/53->10.109.201.193:53]" entries=1`))
+	})
 }
