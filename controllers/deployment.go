@@ -103,6 +103,9 @@ type LBPodParams struct {
 	// HAInterval is the standbys' advert interval (--lb-ha-interval); zero leaves the lb pod's
 	// default (100 ms).
 	HAInterval time.Duration
+	// Rules is the lb pod's rules back end (--lb-rules): empty leaves the lb pod's default
+	// (iptables); "nftables" sets LBPOD_RULES.
+	Rules string
 }
 
 // replicas is p.Replicas with 0 read as 1.
@@ -322,6 +325,9 @@ func BuildDeployment(p LBPodParams) (*appsv1.Deployment, error) {
 		if p.HAInterval > 0 {
 			env = append(env, corev1.EnvVar{Name: lbv1.EnvHAInterval, Value: p.HAInterval.String()})
 		}
+	}
+	if p.Rules != "" {
+		env = append(env, corev1.EnvVar{Name: lbv1.EnvRules, Value: p.Rules})
 	}
 	mounts := []corev1.VolumeMount{{Name: runVolumeName, MountPath: runMountPath}}
 	resources := corev1.ResourceRequirements{

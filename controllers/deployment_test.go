@@ -438,6 +438,22 @@ func TestBuildStandbys(t *testing.T) {
 		}
 	}
 	p.HAInterval = 0
+	// --lb-rules=nftables reaches every lb pod; the default (empty) sets nothing.
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == "LBPOD_RULES" {
+			t.Errorf("default rules back end: env %+v, want none", e)
+		}
+	}
+	for _, nft := range []LBPodParams{p, one} {
+		nft.Rules = "nftables"
+		dn, err := BuildDeployment(nft)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env := dn.Spec.Template.Spec.Containers[0].Env; env[len(env)-1] != (corev1.EnvVar{Name: "LBPOD_RULES", Value: "nftables"}) {
+			t.Errorf("%d lb pods: rules env %+v", nft.Replicas, env[len(env)-1])
+		}
+	}
 	role, err := BuildRole(p)
 	if err != nil {
 		t.Fatal(err)

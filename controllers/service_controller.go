@@ -72,6 +72,8 @@ type Options struct {
 	LBReplicas int32
 	// LBHAInterval is --lb-ha-interval: the standbys' advert interval (zero: the lb pod's 100 ms).
 	LBHAInterval time.Duration
+	// LBRules is --lb-rules: the lb pods' rules back end (empty: the lb pod's iptables).
+	LBRules string
 	// MaxConcurrentReconciles is the number of Services reconciled in parallel.
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets tests run several managers in one process.
@@ -373,7 +375,7 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 		ServiceName: svc.Name, ServiceNamespace: svc.Namespace, ServiceUID: svc.UID, PodNamespace: r.Options.LBPodNamespace,
 		Provider: plan.Provider, NADName: plan.NADName, NADNamespace: plan.NADNamespace, SubnetName: plan.Subnet,
 		Addresses: addrs, CIDRs: cidrs, Gateways: gateways,
-		Image: r.Options.LBSvcImage, Sysctls: r.Options.ForwardingSysctls, HAInterval: r.Options.LBHAInterval,
+		Image: r.Options.LBSvcImage, Sysctls: r.Options.ForwardingSysctls, HAInterval: r.Options.LBHAInterval, Rules: r.Options.LBRules,
 	}
 	def := max(r.Options.LBReplicas, 1)
 	params.Replicas = def

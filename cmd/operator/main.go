@@ -54,6 +54,7 @@ func run() error {
 		apiBurst          int
 		lbReplicas        int
 		lbHAInterval      time.Duration
+		lbRules           string
 	)
 	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
 	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
@@ -61,6 +62,8 @@ func run() error {
 		"lb pods per Service (1 to 5), unless its lbsvc.io/replicas annotation says otherwise. With more than one, one holds the address and the others stand by on other nodes, taking it over in well under a second.")
 	flag.DurationVar(&lbHAInterval, "lb-ha-interval", 100*time.Millisecond,
 		"With standbys: how often the active lb pod advertises (10ms to 1s); a standby takes over after 3 missed adverts. Longer costs the lb pods less CPU and a slower failover (about 3.3 intervals on a node failure).")
+	flag.StringVar(&lbRules, "lb-rules", "iptables",
+		"The lb pods' rules back end: iptables (iptables-restore, the variant the node uses) or nftables (nf_tables over netlink, the Service ports in sets: one port change in about 5 ms among 1000 ports instead of about 30).")
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
 		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
@@ -103,6 +106,13 @@ func run() error {
 	}
 	if lbHAInterval != 100*time.Millisecond { // the lb pod's default: no env, so that Deployments stay as they were
 		opts.LBHAInterval = lbHAInterval
+	}
+	switch lbRules {
+	case "iptables": // the lb pod's default: no env, so that Deployments stay as they were
+	case "nftables":
+		opts.LBRules = lbRules
+	default:
+		return fmt.Errorf("--lb-rules %q: want iptables or nftables", lbRules)
 	}
 	opts.ForwardingSysctls = sysctls
 	opts.MaxConcurrentReconciles = maxConcurrentRecs

@@ -207,7 +207,7 @@ func TestValues(t *testing.T) {
 		return false
 	}
 	defaults := args(t, mustTemplate(t))
-	for _, flag := range []string{"--lb-replicas", "--lb-pod-namespace", "--default-attachment-provider", "--forwarding-sysctls", "--max-concurrent-reconciles"} {
+	for _, flag := range []string{"--lb-replicas", "--lb-pod-namespace", "--default-attachment-provider", "--forwarding-sysctls", "--max-concurrent-reconciles", "--lb-rules"} {
 		for _, a := range defaults {
 			if strings.HasPrefix(a, flag) {
 				t.Errorf("default values pass %s, want it absent so older operators still start", a)
@@ -222,6 +222,7 @@ func TestValues(t *testing.T) {
 	}{
 		{"lb replicas", []string{"lbReplicas=2"}, []string{"--lb-replicas=2"}},
 		{"lb ha interval", []string{"lbHAInterval=200ms"}, []string{"--lb-ha-interval=200ms"}},
+		{"lb rules", []string{"lbRules=nftables"}, []string{"--lb-rules=nftables"}},
 		{"lb pod namespace", []string{"lbPodNamespace=lbsvc-lb"}, []string{"--lb-pod-namespace=lbsvc-lb"}},
 		{"attachment provider", []string{"defaultAttachmentProvider=underlay.default"}, []string{"--default-attachment-provider=underlay.default"}},
 		{"forwarding", []string{"forwardingSysctls=all"}, []string{"--forwarding-sysctls=all"}},
