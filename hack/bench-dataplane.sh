@@ -35,7 +35,8 @@ printf '%-66s %s\n' \
 	"new TCP connections/s via LB address" "$(metric '^BenchmarkConnRate' lb-conn/s)" \
 	"  baseline: straight through the pod, routed" "$(metric '^BenchmarkConnRate' straight-conn/s)" \
 	"  ratio (target >= 0.90)" "$(metric '^BenchmarkConnRate' ratio)" \
-	"idle CPU of one lbpod over 60 s (ms, 10 ports)" "$(metric '^BenchmarkIdleCPU' idle-cpu-ms-per-60s)"
+	"idle CPU of one lbpod over 60 s (ms, 10 ports)" "$(metric '^BenchmarkIdleCPU/rules=iptables' idle-cpu-ms-per-60s)" \
+	"  the same with --rules nftables" "$(metric '^BenchmarkIdleCPU/rules=nftables' idle-cpu-ms-per-60s)"
 # rows LABEL BACKEND FLOOR-WRITE FLOOR-READ FLOOR-CHANGE: BenchmarkApply's figures of one back end,
 # the floors named as that back end measures them.
 rows() {

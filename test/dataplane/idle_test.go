@@ -37,6 +37,15 @@ func cpuTicks(pid int) (int64, error) {
 // uses over 60 s with nothing changing. Ticks are 10 ms (USER_HZ 100). With iptables-nft the
 // resyncs read no iptables table unless the kernel announced a ruleset change.
 func BenchmarkIdleCPU(b *testing.B) {
+	for _, rules := range []struct {
+		name  string
+		flags []string
+	}{{"iptables", nil}, {"nftables", nftRules}} {
+		b.Run("rules="+rules.name, func(b *testing.B) { benchIdleCPU(b, rules.flags) })
+	}
+}
+
+func benchIdleCPU(b *testing.B, rules []string) {
 	for range b.N {
 		g := NewWithT(b)
 		tp := newTopology(b)
@@ -45,7 +54,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 		// The file source's polling is the test harness's, not the lb pod's (in a cluster the
 		// Service comes from a watch that is silent while it does not change): slowed down here
 		// so that the figure is the loop's own cost.
-		p := tp.startLBPod(svc, "v4", "--service-file-poll", "1h")
+		p := tp.startLBPod(svc, "v4", append([]string{"--service-file-poll", "1h"}, rules...)...)
 		g.Eventually(func() []time.Duration { return appliedTimes(p.logs.String()) }).
 			WithTimeout(30 * time.Second).WithPolling(20 * time.Millisecond).Should(HaveLen(1))
 		pid := p.cmd.Process.Pid
