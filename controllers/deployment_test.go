@@ -361,6 +361,41 @@ func TestDesiredDeploymentSurvivesDefaults(t *testing.T) {
 	if upToDate(d, cur) {
 		t.Fatal("a changed image is up to date")
 	}
+	cur.Spec.Template.Spec.Containers[0].Image = d.Spec.Template.Spec.Containers[0].Image
+
+	// What DeepDerivative alone let through: something added to the live object that the
+	// desired one does not have (by hand, or left by an operator flag set back to its default).
+	for name, edit := range map[string]func(*corev1.PodSpec){
+		"an environment variable no longer desired": func(p *corev1.PodSpec) {
+			p.Containers[0].Env = append(p.Containers[0].Env, corev1.EnvVar{Name: "LBPOD_RULES", Value: "nftables"})
+		},
+		"a capability added": func(p *corev1.PodSpec) {
+			c := p.Containers[0].SecurityContext.Capabilities
+			c.Add = append(c.Add, "SYS_ADMIN")
+		},
+		"a capability drop removed": func(p *corev1.PodSpec) {
+			p.InitContainers[0].SecurityContext.Capabilities.Drop = nil
+		},
+		"an argument added":      func(p *corev1.PodSpec) { p.Containers[0].Args = append(p.Containers[0].Args, "--iptables=legacy") },
+		"an envFrom added":       func(p *corev1.PodSpec) { p.Containers[0].EnvFrom = []corev1.EnvFromSource{{Prefix: "X"}} },
+		"a container added":      func(p *corev1.PodSpec) { p.Containers = append(p.Containers, corev1.Container{Name: "sidecar"}) },
+		"an init container gone": func(p *corev1.PodSpec) { p.InitContainers = nil },
+		"a volume added": func(p *corev1.PodSpec) {
+			p.Volumes = append(p.Volumes, corev1.Volume{Name: "host", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}})
+		},
+		"a volume mount added": func(p *corev1.PodSpec) {
+			p.Containers[0].VolumeMounts = append(p.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "host", MountPath: "/host"})
+		},
+		"host networking":  func(p *corev1.PodSpec) { p.HostNetwork = true },
+		"the host's pids":  func(p *corev1.PodSpec) { p.HostPID = true },
+		"host users unset": func(p *corev1.PodSpec) { p.HostUsers = ptr.To(true) },
+	} {
+		edited := cur.DeepCopy()
+		edit(&edited.Spec.Template.Spec)
+		if upToDate(d, edited) {
+			t.Errorf("%s: up to date", name)
+		}
+	}
 }
 
 // One lb pod keeps Recreate and no spread, budget or surge: two pods that each think they are

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -855,6 +856,11 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 	if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
+	if d, ok := desired.(*appsv1.Deployment); ok {
+		if err := r.replaceForeignShape(ctx, d); err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
@@ -930,6 +936,33 @@ func (r *ServiceReconciler) dropRollingUpdate(ctx context.Context, desired, cur 
 	return nil
 }
 
+// replaceForeignShape puts the desired pod template in place whole when the live one has
+// something added that is not ours (see samePodShape: a capability, a variable, a container, a
+// volume, host networking): server-side apply removes only the fields its manager owns, so an
+// addition made by hand would survive every apply. A JSON patch replaces the template, after a
+// test of the live resourceVersion (a conflict is retried by the next pass): the `patch` verb
+// the operator has, no `update`.
+func (r *ServiceReconciler) replaceForeignShape(ctx context.Context, desired *appsv1.Deployment) error {
+	live := &appsv1.Deployment{}
+	if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if samePodShape(&desired.Spec.Template.Spec, &live.Spec.Template.Spec) {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": live.ResourceVersion},
+		{"op": "replace", "path": "/spec/template", "value": desired.Spec.Template},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("replace the pod template: %w", err)
+	}
+	return nil
+}
+
 // upToDate tells whether cur already has every field desired sets (server defaults aside).
 func upToDate(desired, cur client.Object) bool {
 	if !subset(desired.GetLabels(), cur.GetLabels()) || !subset(desired.GetAnnotations(), cur.GetAnnotations()) {
@@ -944,7 +977,8 @@ func upToDate(desired, cur client.Object) bool {
 	}
 	switch d := desired.(type) {
 	case *appsv1.Deployment:
-		return equality.Semantic.DeepDerivative(d.Spec, cur.(*appsv1.Deployment).Spec)
+		c := cur.(*appsv1.Deployment)
+		return equality.Semantic.DeepDerivative(d.Spec, c.Spec) && samePodShape(&d.Spec.Template.Spec, &c.Spec.Template.Spec)
 	case *rbacv1.Role:
 		return equality.Semantic.DeepDerivative(d.Rules, cur.(*rbacv1.Role).Rules)
 	case *rbacv1.RoleBinding:
@@ -957,6 +991,48 @@ func upToDate(desired, cur client.Object) bool {
 }
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
+
+// samePodShape completes DeepDerivative for the lb pod's template. DeepDerivative lets the live
+// object carry what the desired one leaves unset, so that the API server's defaults never look
+// like drift; but it also passes a list with elements appended and a flag the desired object
+// leaves false: an environment variable the operator no longer sets (--lb-rules or
+// --lb-ha-interval set back to the default) stayed in the Deployment, and a capability, a
+// container, a volume or host networking added by hand survived. The API server's defaulting
+// appends to none of these lists and sets none of these flags, so they must match exactly in
+// length and be off.
+func samePodShape(want, have *corev1.PodSpec) bool {
+	if len(want.Containers) != len(have.Containers) || len(want.InitContainers) != len(have.InitContainers) ||
+		len(want.Volumes) != len(have.Volumes) || len(want.EphemeralContainers) != len(have.EphemeralContainers) ||
+		have.HostNetwork || have.HostPID || have.HostIPC || (have.HostUsers != nil) != (want.HostUsers != nil) {
+		return false
+	}
+	sameContainer := func(w, h *corev1.Container) bool {
+		if len(w.Env) != len(h.Env) || len(w.EnvFrom) != len(h.EnvFrom) || len(w.Args) != len(h.Args) ||
+			len(w.Command) != len(h.Command) || len(w.VolumeMounts) != len(h.VolumeMounts) ||
+			len(w.VolumeDevices) != len(h.VolumeDevices) || len(w.Ports) != len(h.Ports) {
+			return false
+		}
+		if w.SecurityContext != nil && w.SecurityContext.Capabilities != nil {
+			hc := h.SecurityContext
+			if hc == nil || hc.Capabilities == nil || len(hc.Capabilities.Add) != len(w.SecurityContext.Capabilities.Add) ||
+				len(hc.Capabilities.Drop) != len(w.SecurityContext.Capabilities.Drop) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range want.Containers {
+		if !sameContainer(&want.Containers[i], &have.Containers[i]) {
+			return false
+		}
+	}
+	for i := range want.InitContainers {
+		if !sameContainer(&want.InitContainers[i], &have.InitContainers[i]) {
+			return false
+		}
+	}
+	return true
+}
 
 func subset(want, have map[string]string) bool {
 	for k, v := range want {

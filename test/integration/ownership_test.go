@@ -227,6 +227,23 @@ func TestDesiredStateEnforced(t *testing.T) {
 		g.Expect(cur.Labels).To(HaveKeyWithValue(lbv1.ComponentLabel, lbv1.ComponentLBPod))
 	}, timeout, interval).Should(Succeed())
 
+	// Additions alone (nothing we own changed): server-side apply would keep them, as it keeps
+	// fields other managers own; the pod template is replaced whole.
+	update(t, d, func(d *appsv1.Deployment) {
+		c := &d.Spec.Template.Spec.Containers[0]
+		c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, "SYS_ADMIN")
+		c.Env = append(c.Env, corev1.EnvVar{Name: "EXTRA", Value: "1"})
+		d.Spec.Template.Spec.HostNetwork = true
+	})
+	g.Eventually(func(g Gomega) {
+		cur := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, key, cur)).To(Succeed())
+		c := cur.Spec.Template.Spec.Containers[0]
+		g.Expect(c.SecurityContext.Capabilities.Add).To(ConsistOf(corev1.Capability("NET_ADMIN"), corev1.Capability("NET_RAW")))
+		g.Expect(c.Env).To(HaveLen(len(want.Env)))
+		g.Expect(cur.Spec.Template.Spec.HostNetwork).To(BeFalse())
+	}, timeout, interval).Should(Succeed())
+
 	// A Deployment named like ours but not ours: reported, never taken over.
 	other := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-squatted", Namespace: f.ns},
