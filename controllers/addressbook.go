@@ -424,6 +424,13 @@ func (b *AddressBook) SetWaiting(key types.NamespacedName, waiting bool) {
 	}
 }
 
+// IsWaiting tells whether the Service waits for a released address or a Subnet change.
+func (b *AddressBook) IsWaiting(key types.NamespacedName) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.waiting[key]
+}
+
 // Waiting lists the waiting Services.
 func (b *AddressBook) Waiting() []types.NamespacedName {
 	b.mu.Lock()

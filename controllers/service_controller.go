@@ -240,8 +240,19 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			return ctrl.Result{RequeueAfter: conflictRecheck}, nil
 		}
 	}
+	if r.Book.IsWaiting(req.NamespacedName) {
+		// A released address or a Subnet change wakes the Service at once; the recheck only
+		// bounds what a lost wake-up would cost (kill -9 churn: a Service refused
+		// SubnetExhausted stayed so with addresses free, 1 run in 2 on a quiet machine).
+		return ctrl.Result{RequeueAfter: waitingRecheck}, nil
+	}
 	return ctrl.Result{}, nil
 }
+
+// waitingRecheck is how often a Service waiting for an address (refused SubnetExhausted,
+// AddressInUse, AddressDraining, ...) looks again without being woken: a pass that changes
+// nothing reads the cache and writes nothing.
+const waitingRecheck = 30 * time.Second
 
 // conflictRecheck is how often a Service refused for an object in the way looks again.
 const conflictRecheck = 10 * time.Second
