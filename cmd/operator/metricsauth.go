@@ -43,8 +43,8 @@ const (
 type reviewer interface {
 	// Authenticate returns the token's user, and false when the API server does not know it.
 	Authenticate(ctx context.Context, token string) (authenticationv1.UserInfo, bool, error)
-	// Authorize tells whether the user may use verb on the non-resource path, and why not.
-	Authorize(ctx context.Context, user authenticationv1.UserInfo, verb, path string) (bool, string, error)
+	// Authorize tells whether the user may use verb on the non-resource path.
+	Authorize(ctx context.Context, user authenticationv1.UserInfo, verb, path string) (bool, error)
 }
 
 // apiReviewer is the reviewer backed by the API server's TokenReview and SubjectAccessReview.
@@ -61,7 +61,7 @@ func (a apiReviewer) Authenticate(ctx context.Context, token string) (authentica
 	return tr.Status.User, tr.Status.Authenticated, nil
 }
 
-func (a apiReviewer) Authorize(ctx context.Context, user authenticationv1.UserInfo, verb, path string) (bool, string, error) {
+func (a apiReviewer) Authorize(ctx context.Context, user authenticationv1.UserInfo, verb, path string) (bool, error) {
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range user.Extra {
 		extra[k] = authorizationv1.ExtraValue(v)
@@ -71,9 +71,9 @@ func (a apiReviewer) Authorize(ctx context.Context, user authenticationv1.UserIn
 		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Verb: verb, Path: path},
 	}}, metav1.CreateOptions{})
 	if err != nil {
-		return false, "", fmt.Errorf("subject access review: %w", err)
+		return false, fmt.Errorf("subject access review: %w", err)
 	}
-	return sar.Status.Allowed && !sar.Status.Denied, sar.Status.Reason, nil
+	return sar.Status.Allowed && !sar.Status.Denied, nil
 }
 
 // metricsAuthFilter is the metrics server's FilterProvider.
@@ -96,15 +96,14 @@ type metricsAuth struct {
 	r   reviewer
 	now func() time.Time
 
-	mu        sync.Mutex
-	users     map[[sha256.Size]byte]userEntry
-	decisions map[decisionKey]decisionEntry
+	users     *ttlCache[[sha256.Size]byte, userEntry]
+	decisions *ttlCache[decisionKey, bool]
 }
 
+// userEntry is a TokenReview's answer: the user, and whether the token is known.
 type userEntry struct {
-	user    authenticationv1.UserInfo
-	ok      bool
-	expires time.Time
+	user authenticationv1.UserInfo
+	ok   bool
 }
 
 // decisionKey is a user (all of what the review is asked about) and the request.
@@ -113,13 +112,8 @@ type decisionKey struct {
 	verb, path string
 }
 
-type decisionEntry struct {
-	allowed bool
-	expires time.Time
-}
-
 func newMetricsAuth(r reviewer, now func() time.Time) *metricsAuth {
-	return &metricsAuth{r: r, now: now, users: map[[sha256.Size]byte]userEntry{}, decisions: map[decisionKey]decisionEntry{}}
+	return &metricsAuth{r: r, now: now, users: newTTLCache[[sha256.Size]byte, userEntry](), decisions: newTTLCache[decisionKey, bool]()}
 }
 
 // filter wraps handler: 401 without a token the API server knows, 403 for a user not allowed
@@ -172,32 +166,23 @@ func bearerToken(header string) (string, bool) {
 
 func (m *metricsAuth) authenticate(ctx context.Context, key [sha256.Size]byte, token string) (authenticationv1.UserInfo, bool, error) {
 	now := m.now()
-	m.mu.Lock()
-	e, hit := m.users[key]
-	m.mu.Unlock()
-	if hit && now.Before(e.expires) {
+	if e, hit := m.users.get(key, now); hit {
 		return e.user, e.ok, nil
 	}
 	user, ok, err := m.r.Authenticate(ctx, token)
 	if err != nil {
 		return user, false, err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	makeRoom(m.users, now, func(e userEntry) time.Time { return e.expires })
-	m.users[key] = userEntry{user: user, ok: ok, expires: now.Add(tokenCacheTTL)}
+	m.users.put(key, userEntry{user: user, ok: ok}, now, tokenCacheTTL)
 	return user, ok, nil
 }
 
 func (m *metricsAuth) authorize(ctx context.Context, key decisionKey, user authenticationv1.UserInfo) (bool, error) {
 	now := m.now()
-	m.mu.Lock()
-	e, hit := m.decisions[key]
-	m.mu.Unlock()
-	if hit && now.Before(e.expires) {
-		return e.allowed, nil
+	if allowed, hit := m.decisions.get(key, now); hit {
+		return allowed, nil
 	}
-	allowed, _, err := m.r.Authorize(ctx, user, key.verb, key.path)
+	allowed, err := m.r.Authorize(ctx, user, key.verb, key.path)
 	if err != nil {
 		return false, err
 	}
@@ -205,25 +190,56 @@ func (m *metricsAuth) authorize(ctx context.Context, key decisionKey, user authe
 	if allowed {
 		ttl = allowCacheTTL
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	makeRoom(m.decisions, now, func(e decisionEntry) time.Time { return e.expires })
-	m.decisions[key] = decisionEntry{allowed: allowed, expires: now.Add(ttl)}
+	m.decisions.put(key, allowed, now, ttl)
 	return allowed, nil
 }
 
-// makeRoom keeps a cache under authCacheMax entries: it drops the expired ones, and when all are
-// still valid, all of them (a cache miss costs one review; unbounded growth costs memory).
-func makeRoom[K comparable, V any](cache map[K]V, now time.Time, expires func(V) time.Time) {
-	if len(cache) < authCacheMax {
-		return
+// ttlCache holds answers until they expire, never more than authCacheMax of them: when full it
+// drops the expired ones, and when all are still valid, all of them (a miss costs one review;
+// unbounded growth costs memory).
+type ttlCache[K comparable, V any] struct {
+	mu      sync.Mutex
+	entries map[K]ttlEntry[V]
+}
+
+type ttlEntry[V any] struct {
+	value   V
+	expires time.Time
+}
+
+func newTTLCache[K comparable, V any]() *ttlCache[K, V] {
+	return &ttlCache[K, V]{entries: map[K]ttlEntry[V]{}}
+}
+
+func (c *ttlCache[K, V]) get(key K, now time.Time) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.entries[key]
+	if !ok || !now.Before(e.expires) {
+		var zero V
+		return zero, false
 	}
-	for k, v := range cache {
-		if !now.Before(expires(v)) {
-			delete(cache, k)
+	return e.value, true
+}
+
+func (c *ttlCache[K, V]) put(key K, value V, now time.Time, ttl time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.entries) >= authCacheMax {
+		for k, e := range c.entries {
+			if !now.Before(e.expires) {
+				delete(c.entries, k)
+			}
 		}
 	}
-	if len(cache) >= authCacheMax {
-		clear(cache)
+	if len(c.entries) >= authCacheMax {
+		clear(c.entries)
 	}
+	c.entries[key] = ttlEntry[V]{value: value, expires: now.Add(ttl)}
+}
+
+func (c *ttlCache[K, V]) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.entries)
 }

@@ -33,9 +33,9 @@ func (s *stubReviewer) Authenticate(_ context.Context, token string) (authentica
 	return authenticationv1.UserInfo{Username: name}, ok, nil
 }
 
-func (s *stubReviewer) Authorize(_ context.Context, user authenticationv1.UserInfo, verb, path string) (bool, string, error) {
+func (s *stubReviewer) Authorize(_ context.Context, user authenticationv1.UserInfo, verb, path string) (bool, error) {
 	s.authzCall++
-	return s.allowed[user.Username] && verb == "get" && path == "/metrics", "no binding", nil
+	return s.allowed[user.Username] && verb == "get" && path == "/metrics", nil
 }
 
 func TestMetricsAuth(t *testing.T) {
@@ -121,8 +121,8 @@ func TestMetricsAuthBounded(t *testing.T) {
 		if rec.Code != 403 {
 			t.Fatalf("token %d: code %d, want 403", i, rec.Code)
 		}
-		if len(auth.users) > authCacheMax || len(auth.decisions) > authCacheMax {
-			t.Fatalf("after %d tokens: %d users, %d decisions cached; want at most %d", i+1, len(auth.users), len(auth.decisions), authCacheMax)
+		if auth.users.len() > authCacheMax || auth.decisions.len() > authCacheMax {
+			t.Fatalf("after %d tokens: %d users, %d decisions cached; want at most %d", i+1, auth.users.len(), auth.decisions.len(), authCacheMax)
 		}
 	}
 }

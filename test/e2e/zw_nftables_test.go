@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/google/nftables"
 	. "github.com/onsi/gomega"
-	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -69,14 +67,7 @@ func lbPodsOf(ctx context.Context, namespace, service string) ([]*corev1.Pod, er
 func dialFromClient(addr string) error {
 	errc := make(chan error, 1)
 	go func() {
-		// The thread never leaves the namespace: it is not unlocked, so it ends with the goroutine.
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + clientNetns)
-		if err == nil {
-			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-			_ = f.Close()
-		}
-		if err != nil {
+		if err := enterClientNetns(); err != nil {
 			errc <- fmt.Errorf("enter netns %s: %w", clientNetns, err)
 			return
 		}

@@ -45,13 +45,7 @@ func startTCPProber(t *testing.T, addr string) *tcpProber {
 	ready := make(chan error, 1)
 	go func() {
 		defer close(p.done)
-		// The thread never leaves the namespace: it is not unlocked, so it ends with the goroutine.
-		runtime.LockOSThread()
-		f, err := os.Open("/run/netns/" + clientNetns)
-		if err == nil {
-			err = unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
-			f.Close()
-		}
+		err := enterClientNetns()
 		ready <- err
 		if err != nil {
 			return
@@ -80,6 +74,19 @@ func startTCPProber(t *testing.T, addr string) *tcpProber {
 	}
 	t.Cleanup(p.Stop)
 	return p
+}
+
+// enterClientNetns locks the calling goroutine to its thread and moves the thread into the client
+// network namespace. The thread never leaves it: it is not unlocked, so Go discards it when the
+// goroutine ends.
+func enterClientNetns() error {
+	runtime.LockOSThread()
+	f, err := os.Open("/run/netns/" + clientNetns)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return unix.Setns(int(f.Fd()), unix.CLONE_NEWNET)
 }
 
 func (p *tcpProber) Stop() {
