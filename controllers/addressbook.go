@@ -48,6 +48,10 @@ type AddressBook struct {
 	rebuilding bool
 	tombstones map[string]bool // IP objects deleted while the rebuild's list was in flight
 	waiting    map[types.NamespacedName]bool
+	// releases counts what may let a waiting Service in (an address freed, a Subnet changed). A
+	// claim reads it before it looks and registers its refusal against what it read (waitAfter):
+	// a release between the look and the registration wakes the Service instead of being lost.
+	releases uint64
 
 	// Wake carries Services to reconcile again (a channel source of the Service controller).
 	Wake chan event.GenericEvent
@@ -260,6 +264,7 @@ func (b *AddressBook) forget(name string, uid types.UID) {
 		delete(b.ips, name)
 		b.unindexLocked(name, rec.owner.UID)
 		b.alloc.FreeAddr(rec.addr)
+		b.releases++
 	}
 	b.mu.Unlock()
 	if ok {
@@ -309,6 +314,7 @@ func (b *AddressBook) EnsureSubnet(cfg ipam.SubnetConfig) {
 	}
 	b.alloc.SetSubnet(cfg)
 	b.subnets[cfg.Name] = cfg
+	b.releases++
 	b.mu.Unlock()
 	b.WakeWaiting()
 }
@@ -318,13 +324,16 @@ func (b *AddressBook) EnsureSubnet(cfg ipam.SubnetConfig) {
 // exhausted, ...) is returned as such; an API failure as an error.
 func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner lbv1.IPOwner) (netip.Addr, *Refusal, error) {
 	key := ownerKey(owner)
+	svc := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
 	for try := 0; try < maxClaimTries; try++ {
+		seen := b.releaseCount()
 		addr, err := b.alloc.Pick(subnet, c.Family, c.Static, key)
 		if err != nil {
 			ref := AllocationRefusal(err)
 			if errors.Is(err, ipam.ErrInUse) {
 				ref = inUse(c.Static, b.isDraining(lbv1.IPName(c.Static)))
 			}
+			b.waitAfter(svc, seen)
 			return netip.Addr{}, ref, nil
 		}
 		ip := newIP(addr, subnet, owner)
@@ -354,6 +363,7 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner l
 			return addr, nil, nil
 		}
 		if c.Static.IsValid() {
+			b.waitAfter(svc, seen)
 			return netip.Addr{}, inUse(addr, !cur.DeletionTimestamp.IsZero()), nil
 		}
 	}
@@ -410,6 +420,26 @@ func (b *AddressBook) Drain(ctx context.Context, o OwnedIP) error {
 	}
 	b.mu.Unlock()
 	return nil
+}
+
+// releaseCount is the number of releases so far (see releases).
+func (b *AddressBook) releaseCount() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.releases
+}
+
+// waitAfter marks a Service refused an address as waiting, and wakes it at once when something
+// was released since seen (what the refused look read): that release's wake went out before the
+// Service was waiting, and without this the Service would wait for the next one.
+func (b *AddressBook) waitAfter(key types.NamespacedName, seen uint64) {
+	b.mu.Lock()
+	b.waiting[key] = true
+	missed := b.releases != seen
+	b.mu.Unlock()
+	if missed {
+		b.wake(key)
+	}
 }
 
 // SetWaiting records whether a Service waits for something that a released address or a Subnet

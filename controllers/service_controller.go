@@ -241,10 +241,11 @@ func (r *ServiceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 	if r.Book.IsWaiting(req.NamespacedName) {
-		// A released address or a Subnet change wakes the Service at once; the recheck only
-		// bounds what a lost wake-up would cost (kill -9 churn left a Service refused
-		// SubnetExhausted for the whole 90 s settle in 10 of 23 runs on one day; whether
-		// addresses were free then was not recorded).
+		// A released address or a Subnet change wakes the Service at once, also one that came
+		// between its refused look and its registration as waiting (AddressBook.waitAfter). The
+		// recheck is a backstop that costs a cache read (kill -9 churn once left a Service
+		// refused SubnetExhausted for a whole 90 s settle; whether that gap was the cause is
+		// not known).
 		return ctrl.Result{RequeueAfter: waitingRecheck}, nil
 	}
 	return ctrl.Result{}, nil

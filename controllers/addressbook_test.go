@@ -1,0 +1,112 @@
+package controllers
+
+import (
+	"context"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
+)
+
+// oneAddressBook is an AddressBook whose only Subnet has one usable address, held by Service a.
+// It has no cache, reader or writer: a refused claim never reaches the API server.
+func oneAddressBook(t *testing.T) (*AddressBook, *lbv1.IP) {
+	t.Helper()
+	cfg, err := ipam.ParseSubnet("tiny", "IPv4", "192.0.2.0/30", "192.0.2.1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := NewAddressBook(nil, nil, nil)
+	b.EnsureSubnet(cfg)
+	ip := &lbv1.IP{
+		ObjectMeta: metav1.ObjectMeta{Name: "192.0.2.2", UID: "ip-uid"},
+		Spec:       lbv1.IPSpec{Address: "192.0.2.2", Subnet: "tiny", Service: lbv1.IPOwner{Namespace: "ns", Name: "a", UID: "uid-a"}},
+	}
+	b.Observe(ip)
+	return b, ip
+}
+
+// woken drains the Wake channel and returns the Services in it.
+func woken(b *AddressBook) []types.NamespacedName {
+	var out []types.NamespacedName
+	for {
+		select {
+		case ev := <-b.Wake:
+			out = append(out, types.NamespacedName{Namespace: ev.Object.GetNamespace(), Name: ev.Object.GetName()})
+		default:
+			return out
+		}
+	}
+}
+
+func TestClaimRefusedWaitsAndIsWoken(t *testing.T) {
+	b, ip := oneAddressBook(t)
+	svcB := types.NamespacedName{Namespace: "ns", Name: "b"}
+	_, ref, err := b.Claim(context.Background(), "tiny", Claim{Family: ipam.IPv4}, lbv1.IPOwner{Namespace: "ns", Name: "b", UID: "uid-b"})
+	if err != nil || ref == nil || ref.Reason != ReasonSubnetExhausted {
+		t.Fatalf("claim in a full Subnet: refusal %+v, err %v; want %s", ref, err, ReasonSubnetExhausted)
+	}
+	if !b.IsWaiting(svcB) {
+		t.Fatalf("a refused claim must leave its Service waiting")
+	}
+	if got := woken(b); len(got) != 0 {
+		t.Fatalf("nothing was released, yet %v were woken", got)
+	}
+	b.forget(ip.Name, ip.UID)
+	if got := woken(b); len(got) != 1 || got[0] != svcB {
+		t.Fatalf("after the address was released: woken %v, want [%v]", got, svcB)
+	}
+}
+
+// A release between a claim's look (which found nothing free) and its registration as waiting
+// used to be lost: the release woke the Services waiting then, which did not include this one.
+func TestReleaseBeforeRefusalRegisteredWakes(t *testing.T) {
+	b, ip := oneAddressBook(t)
+	svcB := types.NamespacedName{Namespace: "ns", Name: "b"}
+	seen := b.releaseCount() // the claim looks: nothing free
+	b.forget(ip.Name, ip.UID)
+	if got := woken(b); len(got) != 0 {
+		t.Fatalf("no Service was waiting yet, yet %v were woken", got)
+	}
+	b.waitAfter(svcB, seen) // the claim registers its refusal
+	if got := woken(b); len(got) != 1 || got[0] != svcB {
+		t.Fatalf("a release between the look and the registration: woken %v, want [%v]", got, svcB)
+	}
+	if !b.IsWaiting(svcB) {
+		t.Fatalf("the Service stays waiting until a pass clears it")
+	}
+
+	// Nothing released since the look: no wake.
+	svcC := types.NamespacedName{Namespace: "ns", Name: "c"}
+	b.waitAfter(svcC, b.releaseCount())
+	if got := woken(b); len(got) != 0 {
+		t.Fatalf("nothing released since the look, yet %v were woken", got)
+	}
+
+	// A Subnet change counts as a release too (it may widen the range).
+	seen = b.releaseCount()
+	cfg, err := ipam.ParseSubnet("tiny", "IPv4", "192.0.2.0/29", "192.0.2.1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.mu.Lock()
+	delete(b.waiting, svcC) // only the registration below may wake it
+	b.mu.Unlock()
+	b.EnsureSubnet(cfg)
+	b.waitAfter(svcC, seen)
+	if got := woken(b); !containsName(got, svcC) {
+		t.Fatalf("a Subnet change between the look and the registration: woken %v, want %v among them", got, svcC)
+	}
+}
+
+func containsName(list []types.NamespacedName, k types.NamespacedName) bool {
+	for _, x := range list {
+		if x == k {
+			return true
+		}
+	}
+	return false
+}
