@@ -3,7 +3,8 @@
 //
 //   - the time until N annotated LoadBalancer Services created at once all show an address, and,
 //     as a floor from the same run, the time the API server alone takes to create and list N
-//     Services;
+//     Services, and the time it alone takes to also create one IP object per Service and patch each
+//     Service's status with its address (the writes no operator of this design can avoid);
 //   - the operator's peak RSS (VmHWM), after the burst and after the latency phase;
 //   - the API writes per Service by kind (verb, resource, response code), counted by the API
 //     server itself (apiserver_request_total), with their mean server-side latency;
@@ -27,6 +28,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -45,6 +47,7 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
@@ -133,6 +136,15 @@ func run() error {
 		return err
 	}
 	fig("floor_seconds", "%.2f", floor.Seconds())
+	// The least any design that keeps one API object per address must add: the same run's API
+	// server alone doing those writes for every Service. It bounds the ratio any operator of that
+	// design can reach on this machine.
+	addressed, err := measureAddressedFloor(ctx, c, cfg)
+	if err != nil {
+		return err
+	}
+	fig("addressed_floor_seconds", "%.2f", addressed.Seconds())
+	fig("addressed_floor_ratio_to_floor", "%.2f", addressed.Seconds()/floor.Seconds())
 
 	if cfg.unrelated > 0 {
 		start := time.Now()
@@ -306,18 +318,83 @@ func measureFloor(ctx context.Context, c client.Client, cfg config) (time.Durati
 	if len(list.Items) != cfg.n {
 		return 0, fmt.Errorf("floor: listed %d services, want %d", len(list.Items), cfg.n)
 	}
-	// One by one in parallel: a collection delete of 10,000 Services outlasts the API server's
-	// request timeout.
+	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
+		return []client.Object{&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-floor", Name: "svc-" + strconv.Itoa(i)}}}
+	}); err != nil {
+		return 0, fmt.Errorf("floor: %w", err)
+	}
+	return floor, nil
+}
+
+// deleteEach deletes objectsOf(i) for i in 0..n-1, one by one in parallel: a collection delete of
+// 10,000 Services outlasts the API server's request timeout.
+func deleteEach(ctx context.Context, c client.Client, cfg config, objectsOf func(int) []client.Object) error {
+	return parallel(ctx, cfg.n, cfg.workers, func(i int) error {
+		for _, o := range objectsOf(i) {
+			if err := c.Delete(ctx, o); err != nil {
+				return fmt.Errorf("delete %T %s: %w", o, o.GetName(), err)
+			}
+		}
+		return nil
+	})
+}
+
+// measureAddressedFloor is the API server alone doing, for each of n Services, the writes that
+// any design holding one API object per address needs before the address shows: create the
+// Service, create the IP object whose name is the address (the API server refusing a second
+// create is what makes one holder), and patch the Service's status with the ingress and a
+// condition, as the operator's merge patch does. It ends with the same list as measureFloor.
+// Everything is deleted afterwards, before the operator starts; the addresses (100.64.0.0/10)
+// are outside the bench's Subnet.
+func measureAddressedFloor(ctx context.Context, c client.Client, cfg config) (time.Duration, error) {
+	const ns = "bench-floor-addressed"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return 0, err
+	}
+	addrOf := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{100, 64 + byte(i>>16), byte(i >> 8), byte(i)}) }
+	start := time.Now()
 	if err := parallel(ctx, cfg.n, cfg.workers, func(i int) error {
-		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-floor", Name: "svc-" + strconv.Itoa(i)}}
-		if err := c.Delete(ctx, svc); err != nil {
-			return fmt.Errorf("floor: delete service %s: %w", svc.Name, err)
+		svc := serviceObject(ns, "svc-"+strconv.Itoa(i), "")
+		if err := c.Create(ctx, svc); err != nil {
+			return fmt.Errorf("addressed floor: create service %s: %w", svc.Name, err)
+		}
+		addr := addrOf(i)
+		ip := &lbv1.IP{
+			ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(addr), Labels: map[string]string{"bench": "addressed-floor"}},
+			Spec: lbv1.IPSpec{Address: addr.String(), Subnet: "bench-floor",
+				Service: lbv1.IPOwner{Namespace: ns, Name: svc.Name, UID: string(svc.UID)}},
+		}
+		if err := c.Create(ctx, ip); err != nil {
+			return fmt.Errorf("addressed floor: create IP %s: %w", ip.Name, err)
+		}
+		before := svc.DeepCopy()
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr.String()}}
+		meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: "AddressAllocated", Status: metav1.ConditionTrue,
+			Reason: "Allocated", Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
+		if err := c.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("addressed floor: patch status of %s: %w", svc.Name, err)
 		}
 		return nil
 	}); err != nil {
 		return 0, err
 	}
-	return floor, nil
+	var list corev1.ServiceList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return 0, err
+	}
+	addressed := time.Since(start)
+	if len(list.Items) != cfg.n {
+		return 0, fmt.Errorf("addressed floor: listed %d services, want %d", len(list.Items), cfg.n)
+	}
+	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
+		return []client.Object{
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-" + strconv.Itoa(i)}},
+			&lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(addrOf(i))}},
+		}
+	}); err != nil {
+		return 0, fmt.Errorf("addressed floor: %w", err)
+	}
+	return addressed, nil
 }
 
 // operator is the operator process under test.
