@@ -251,15 +251,13 @@ func pidOfPod(pod *corev1.Pod) (string, error) {
 	return "", fmt.Errorf("no process of pod %s/%s (uid %s) found in /proc", pod.Namespace, pod.Name, pod.UID)
 }
 
-// lbPod returns the running, ready lb pod of a Service that holds its address (the only one, or
-// with standbys the one labelled active), or an error saying what is missing.
-func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) {
+// lbPodsOf lists the Service's lb pods that are running and ready, and how many are live (not
+// being deleted, ready or not).
+func lbPodsOf(ctx context.Context, namespace, service string) (ready []*corev1.Pod, live int, err error) {
 	var pods corev1.PodList
 	if err := k8s.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{lbv1.ServiceLabel: service}); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var ready []*corev1.Pod
-	live := 0
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.DeletionTimestamp != nil {
@@ -269,6 +267,16 @@ func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) 
 		if p.Status.Phase == corev1.PodRunning && podReady(p) {
 			ready = append(ready, p)
 		}
+	}
+	return ready, live, nil
+}
+
+// lbPod returns the running, ready lb pod of a Service that holds its address (the only one, or
+// with standbys the one labelled active), or an error saying what is missing.
+func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) {
+	ready, live, err := lbPodsOf(ctx, namespace, service)
+	if err != nil {
+		return nil, err
 	}
 	if live == 1 && len(ready) == 1 {
 		return ready[0], nil
@@ -281,7 +289,7 @@ func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) 
 		}
 	}
 	if len(active) != 1 {
-		return nil, fmt.Errorf("service %s/%s: %d ready lb pods of %d, %d of them labelled active", namespace, service, len(ready), len(pods.Items), len(active))
+		return nil, fmt.Errorf("service %s/%s: %d ready lb pods of %d live, %d of them labelled active", namespace, service, len(ready), live, len(active))
 	}
 	return active[0], nil
 }

@@ -16,7 +16,6 @@ import (
 	"github.com/google/nftables"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod"
@@ -45,21 +44,6 @@ func nftPorts(pod *corev1.Pod) (exists bool, ports []uint16, err error) {
 		return false, nil, err
 	}
 	return k.Exists, k.Sets["tcp_ports"].Ports, nil
-}
-
-// lbPodsOf lists the Service's live lb pods that are running and ready.
-func lbPodsOf(ctx context.Context, namespace, service string) ([]*corev1.Pod, error) {
-	var pods corev1.PodList
-	if err := k8s.List(ctx, &pods, client.InNamespace(namespace), client.MatchingLabels{lbv1.ServiceLabel: service}); err != nil {
-		return nil, err
-	}
-	var out []*corev1.Pod
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podReady(p) {
-			out = append(out, p)
-		}
-	}
-	return out, nil
 }
 
 // dialFromClient opens a TCP connection to addr from the client network namespace and returns
@@ -104,7 +88,7 @@ func TestNFTablesRules(t *testing.T) {
 	want := func(ports ...uint16) {
 		t.Helper()
 		g.Eventually(func() error {
-			pods, err := lbPodsOf(ctx, svc.Namespace, svc.Name)
+			pods, _, err := lbPodsOf(ctx, svc.Namespace, svc.Name)
 			if err != nil {
 				return err
 			}
