@@ -56,6 +56,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers"
@@ -409,7 +410,7 @@ type operator struct {
 }
 
 func startOperator(ctx context.Context, env *envtest.Environment, c client.Client, cfg config) (*operator, error) {
-	user, err := env.AddUser(envtest.User{Name: "bench-operator", Groups: []string{"system:masters"}}, nil)
+	user, err := operatorUser(ctx, env, c)
 	if err != nil {
 		return nil, err
 	}
@@ -556,6 +557,38 @@ func metricsToken(ctx context.Context, c client.Client, rc *rest.Config) (string
 		return "", fmt.Errorf("token for %s: %w", name, err)
 	}
 	return tr.Status.Token, nil
+}
+
+// operatorUser is the identity the operator runs as: its ServiceAccount's user name and groups,
+// bound to the ClusterRole generated from the kubebuilder markers (config/rbac/role.yaml), as in
+// a cluster. Every request pays RBAC as there, API priority and fairness classes the operator as
+// a ServiceAccount (workload-low) rather than exempt, and a rule missing fails the bench.
+func operatorUser(ctx context.Context, env *envtest.Environment, c client.Client) (*envtest.AuthenticatedUser, error) {
+	const name, ns = "lbsvc-operator", "lbsvc-system"
+	data, err := os.ReadFile(filepath.Join("config", "rbac", "role.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var role rbacv1.ClusterRole
+	if err := yaml.Unmarshal(data, &role); err != nil {
+		return nil, fmt.Errorf("config/rbac/role.yaml: %w", err)
+	}
+	if len(role.Rules) == 0 {
+		return nil, fmt.Errorf("config/rbac/role.yaml: no rules")
+	}
+	role.ObjectMeta = metav1.ObjectMeta{Name: "bench-" + name}
+	for _, obj := range []client.Object{
+		&role,
+		&rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}}},
+	} {
+		if err := c.Create(ctx, obj); err != nil {
+			return nil, fmt.Errorf("create %s: %w", obj.GetName(), err)
+		}
+	}
+	return env.AddUser(envtest.User{Name: "system:serviceaccount:" + ns + ":" + name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns}}, nil)
 }
 
 // scrapeClient talks to the operator's metrics endpoint on loopback, whose certificate is
