@@ -20,9 +20,23 @@ import (
 // An event whose object carries a resourceVersion we wrote holds nothing new: our patches use
 // optimistic locking or create the object, so that version is our write and nobody else's (a
 // change by anyone else has its own version and passes).
+//
+// The echo of a write often arrives before the write's answer does (measured: for most of 100
+// Services created one at a time, both Service writes' echoes came first, and each woke a second
+// pass; with many workers that pass ran before the cache held the objects the first one created,
+// and created them again: 409). So while a write to an object is in flight its events are held
+// back, and once the answer tells which version was ours, the held events of other versions wake
+// the object's Service (wake).
 type ownWrites struct {
 	mu  sync.Mutex
 	rvs map[writeKey][]string
+	// inFlight counts the writes to an object still waiting for their answer; held are the
+	// events that came for it meanwhile and matched no version known as ours.
+	inFlight map[writeKey]int
+	held     map[writeKey][]client.Object
+	// wake enqueues the Service an object belongs to (nil: held events are dropped, in tests
+	// that check only the filter).
+	wake func(client.Object)
 }
 
 type writeKey struct {
@@ -34,7 +48,9 @@ type writeKey struct {
 // then metadata) and never more than a few times before its events come back.
 const ownWritesKept = 4
 
-func newOwnWrites() *ownWrites { return &ownWrites{rvs: map[writeKey][]string{}} }
+func newOwnWrites() *ownWrites {
+	return &ownWrites{rvs: map[writeKey][]string{}, inFlight: map[writeKey]int{}, held: map[writeKey][]client.Object{}}
+}
 
 func keyOf(o client.Object) writeKey {
 	return writeKey{kind: reflect.TypeOf(o), namespace: o.GetNamespace(), name: o.GetName()}
@@ -54,6 +70,68 @@ func (w *ownWrites) record(o client.Object) {
 		kept = kept[len(kept)-ownWritesKept:]
 	}
 	w.rvs[k] = kept
+}
+
+// begin notes a write to o about to be sent, and returns the key end takes.
+func (w *ownWrites) begin(o client.Object) writeKey {
+	k := keyOf(o)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inFlight[k]++
+	return k
+}
+
+// end notes the answer to a write begun with begin: o carries our version when ok. Once no write
+// to the object is in flight, the events held meanwhile are settled: the echo of our version is
+// dropped, any other version wakes the Service.
+func (w *ownWrites) end(k writeKey, o client.Object, ok bool) {
+	rv := ""
+	if ok {
+		rv = o.GetResourceVersion()
+	}
+	w.mu.Lock()
+	var wake []client.Object
+	if w.inFlight[k]--; w.inFlight[k] <= 0 {
+		delete(w.inFlight, k)
+	}
+	echoed := false
+	if _, busy := w.inFlight[k]; !busy {
+		for _, h := range w.held[k] {
+			if rv != "" && h.GetResourceVersion() == rv {
+				echoed = true
+				continue
+			}
+			if !slices.Contains(w.rvs[k], h.GetResourceVersion()) {
+				wake = append(wake, h)
+			}
+		}
+		delete(w.held, k)
+	}
+	w.mu.Unlock()
+	if rv != "" && !echoed {
+		w.record(o)
+	}
+	if w.wake != nil {
+		for _, h := range wake {
+			w.wake(h)
+		}
+	}
+}
+
+// filter tells whether an event for o should pass: not the echo of a write of ours, and not
+// come while a write to o is in flight (then it is held until the write's answer, see end).
+func (w *ownWrites) filter(o client.Object) bool {
+	if w.consume(o) {
+		return false
+	}
+	k := keyOf(o)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inFlight[k] > 0 {
+		w.held[k] = append(w.held[k], o)
+		return false
+	}
+	return true
 }
 
 // isOwn tells whether o is exactly the result of one of our writes.
@@ -102,8 +180,8 @@ func (w *ownWrites) forget(o client.Object) {
 // notOwn passes every event except a creation or update that is the echo of our own write.
 func (w *ownWrites) notOwn() predicate.Funcs {
 	return predicate.Funcs{
-		CreateFunc: func(e event.CreateEvent) bool { return !w.consume(e.Object) },
-		UpdateFunc: func(e event.UpdateEvent) bool { return !w.consume(e.ObjectNew) },
+		CreateFunc: func(e event.CreateEvent) bool { return w.filter(e.Object) },
+		UpdateFunc: func(e event.UpdateEvent) bool { return w.filter(e.ObjectNew) },
 		DeleteFunc: func(e event.DeleteEvent) bool {
 			w.forget(e.Object)
 			return true
@@ -120,20 +198,18 @@ type recordingClient struct {
 
 // Create implements client.Writer.
 func (c recordingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
-	if err := c.Client.Create(ctx, obj, opts...); err != nil {
-		return err
-	}
-	c.own.record(obj)
-	return nil
+	k := c.own.begin(obj)
+	err := c.Client.Create(ctx, obj, opts...)
+	c.own.end(k, obj, err == nil)
+	return err
 }
 
 // Patch implements client.Writer.
 func (c recordingClient) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-	if err := c.Client.Patch(ctx, obj, patch, opts...); err != nil {
-		return err
-	}
-	c.own.record(obj)
-	return nil
+	k := c.own.begin(obj)
+	err := c.Client.Patch(ctx, obj, patch, opts...)
+	c.own.end(k, obj, err == nil)
+	return err
 }
 
 // Status implements client.StatusClient.
@@ -148,9 +224,8 @@ type recordingStatus struct {
 
 // Patch implements client.SubResourceWriter.
 func (s recordingStatus) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	if err := s.SubResourceWriter.Patch(ctx, obj, patch, opts...); err != nil {
-		return err
-	}
-	s.own.record(obj)
-	return nil
+	k := s.own.begin(obj)
+	err := s.SubResourceWriter.Patch(ctx, obj, patch, opts...)
+	s.own.end(k, obj, err == nil)
+	return err
 }

@@ -153,3 +153,74 @@ func TestRecordingClient(t *testing.T) {
 		}
 	}
 }
+
+// An event that arrives while our write to the object is in flight is held until the write's
+// answer: the echo of our version is dropped, any other version wakes the Service.
+func TestOwnWritesHoldsEventsDuringAWrite(t *testing.T) {
+	var woken []string
+	own := newOwnWrites()
+	own.wake = func(o client.Object) { woken = append(woken, o.GetName()+"@"+o.GetResourceVersion()) }
+	p := own.notOwn()
+	update := func(rv string) bool { return p.Update(event.UpdateEvent{ObjectNew: svcAt("a", "web", rv)}) }
+
+	// The echo came before the answer (the common case): held, then dropped.
+	k := own.begin(svcAt("a", "web", "9"))
+	if update("10") {
+		t.Fatal("an event during our write passed")
+	}
+	own.end(k, svcAt("a", "web", "10"), true)
+	if len(woken) != 0 {
+		t.Fatalf("the echo of our own write woke %v", woken)
+	}
+	if own.isOwn(svcAt("a", "web", "10")) {
+		t.Error("a version whose echo was already seen is still kept")
+	}
+
+	// Someone else's version came during our write: it wakes the Service once we are answered.
+	k = own.begin(svcAt("a", "web", "10"))
+	if update("11") {
+		t.Fatal("an event during our write passed")
+	}
+	own.end(k, svcAt("a", "web", "12"), true)
+	if len(woken) != 1 || woken[0] != "web@11" {
+		t.Fatalf("woken %v, want [web@11]", woken)
+	}
+	// Our echo, arriving after the answer, is still recognised.
+	if update("12") {
+		t.Error("the echo of our write, after its answer, passed")
+	}
+
+	// Our write failed: whatever came meanwhile is someone else's.
+	woken = nil
+	k = own.begin(svcAt("a", "web", "12"))
+	update("13")
+	own.end(k, svcAt("a", "web", "12"), false)
+	if len(woken) != 1 || woken[0] != "web@13" {
+		t.Fatalf("after a failed write: woken %v, want [web@13]", woken)
+	}
+
+	// Two writes to one object in flight: nothing is settled before the last answer.
+	woken = nil
+	k1 := own.begin(svcAt("a", "web", "13"))
+	k2 := own.begin(svcAt("a", "web", "13"))
+	update("14")
+	update("15")
+	own.end(k1, svcAt("a", "web", "14"), true)
+	if len(woken) != 0 {
+		t.Fatalf("settled with a write still in flight: woken %v", woken)
+	}
+	own.end(k2, svcAt("a", "web", "15"), true)
+	if len(woken) != 0 {
+		t.Fatalf("both held events were echoes of our writes, yet woken %v", woken)
+	}
+
+	// No write in flight: events pass as before, and other objects are never held.
+	k = own.begin(svcAt("a", "other", "1"))
+	if !update("16") {
+		t.Error("an event for an object with no write in flight was held")
+	}
+	own.end(k, svcAt("a", "other", "2"), true)
+	if len(own.inFlight) != 0 || len(own.held) != 0 {
+		t.Errorf("left behind: in flight %v, held %v", own.inFlight, own.held)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -127,6 +128,14 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.own == nil {
 		r.own = newOwnWrites()
 	}
+	if r.own.wake == nil && r.Book != nil {
+		// An event held back while our write was in flight, and not its echo, wakes the Service.
+		r.own.wake = func(o client.Object) {
+			if k, ok := serviceOf(o); ok {
+				r.Book.wake(k)
+			}
+		}
+	}
 	if r.specs == nil {
 		r.specs = newSpecDigests()
 	}
@@ -152,29 +161,25 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	nadProvider := func(o client.Object) string { return o.GetName() + "." + o.GetNamespace() }
 	subnetProvider := func(o client.Object) string { return o.(*lbv1.Subnet).Spec.Provider }
-	byLabels := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		l := o.GetLabels()
-		if l[lbv1.ServiceNamespaceLabel] == "" || l[lbv1.ServiceLabel] == "" {
-			return nil
+	// Our per-Service objects (by their labels) and IP objects wake the Service they belong to.
+	byService := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if k, ok := serviceOf(o); ok {
+			return []reconcile.Request{{NamespacedName: k}}
 		}
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: l[lbv1.ServiceNamespaceLabel], Name: l[lbv1.ServiceLabel]}}}
-	})
-	ipOwner := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		s := o.(*lbv1.IP).Spec.Service
-		return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: s.Namespace, Name: s.Name}}}
+		return nil
 	})
 
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("service").
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.interesting), r.own.notOwn())).
-		Watches(&appsv1.Deployment{}, byLabels, notOwn).
-		Watches(&corev1.ServiceAccount{}, byLabels, notOwn).
-		Watches(&rbacv1.Role{}, byLabels, notOwn).
-		Watches(&rbacv1.RoleBinding{}, byLabels, notOwn).
-		Watches(&policyv1.PodDisruptionBudget{}, byLabels, notOwn).
+		Watches(&appsv1.Deployment{}, byService, notOwn).
+		Watches(&corev1.ServiceAccount{}, byService, notOwn).
+		Watches(&rbacv1.Role{}, byService, notOwn).
+		Watches(&rbacv1.RoleBinding{}, byService, notOwn).
+		Watches(&policyv1.PodDisruptionBudget{}, byService, notOwn).
 		// The Service reads only which IP objects it owns and whether they drain: the IP
 		// controller's status writes (holders) are nothing to it.
-		Watches(&lbv1.IP{}, ipOwner, builder.WithPredicates(r.own.notOwn(), deletionStarted())).
+		Watches(&lbv1.IP{}, byService, builder.WithPredicates(r.own.notOwn(), deletionStarted())).
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(servicesOf(nadProvider))).
 		// Subnet status changes (counters) must not wake every Service of the Subnet: only its spec.
 		Watches(&lbv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(servicesOf(subnetProvider)),
@@ -185,6 +190,22 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			SkipNameValidation:      &r.Options.SkipNameValidation,
 		}).
 		Complete(r)
+}
+
+// serviceOf is the Service an object of ours belongs to: a Service itself, the owner of an IP
+// object, or the Service named by the labels of a per-Service object.
+func serviceOf(o client.Object) (types.NamespacedName, bool) {
+	switch o := o.(type) {
+	case *corev1.Service:
+		return client.ObjectKeyFromObject(o), true
+	case *lbv1.IP:
+		return types.NamespacedName{Namespace: o.Spec.Service.Namespace, Name: o.Spec.Service.Name}, o.Spec.Service.Name != ""
+	}
+	l := o.GetLabels()
+	if l[lbv1.ServiceNamespaceLabel] == "" || l[lbv1.ServiceLabel] == "" {
+		return types.NamespacedName{}, false
+	}
+	return types.NamespacedName{Namespace: l[lbv1.ServiceNamespaceLabel], Name: l[lbv1.ServiceLabel]}, true
 }
 
 // deletionStarted passes updates that set a deletionTimestamp.
@@ -768,11 +789,8 @@ func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Servic
 		return nil, "", err
 	}
 	cur := &appsv1.Deployment{}
-	confirmed := false
-	confirm := func() error {
-		if confirmed {
-			return nil
-		}
+	// Once per pass, whatever it answers: the objects of a stage call it in parallel.
+	confirm := sync.OnceValue(func() error {
 		live := &corev1.Service{}
 		err := r.Reader.Get(ctx, client.ObjectKeyFromObject(svc), live)
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -781,23 +799,25 @@ func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Servic
 		if err != nil || live.UID != svc.UID || !live.DeletionTimestamp.IsZero() {
 			return errServiceGone
 		}
-		confirmed = true
 		return nil
-	}
-	objs := []struct{ desired, cur client.Object }{{sa, &corev1.ServiceAccount{}}, {role, &rbacv1.Role{}}, {rb, &rbacv1.RoleBinding{}}}
-	// With standbys: the Lease before the pods that write it, the budget beside them. With one
-	// lb pod neither exists (a budget would block every drain), and one left over goes.
+	})
+	// In stages, each stage's objects ensured in parallel: a Role or RoleBinding create by the
+	// operator waits 107-145 ms in the API server for its escalation check (make bench-operator),
+	// and one object after the other held the Service's worker for the sum. First the lb pods'
+	// identity, their Role and (with standbys) the Lease they write; then the RoleBinding, which
+	// the API server refuses (404) before its Role exists, beside the Deployment and (with
+	// standbys) its budget: a pod starts long after the binding's create returns.
 	lease, pdb := BuildLease(p), BuildPodDisruptionBudget(p)
+	first := []ensureJob{{sa, &corev1.ServiceAccount{}}, {role, &rbacv1.Role{}}}
 	if lease != nil {
-		objs = append(objs, struct{ desired, cur client.Object }{lease, &coordinationv1.Lease{}})
+		first = append(first, ensureJob{lease, &coordinationv1.Lease{}})
 	}
-	objs = append(objs, struct{ desired, cur client.Object }{deploy, cur})
+	second := []ensureJob{{rb, &rbacv1.RoleBinding{}}, {deploy, cur}}
 	if pdb != nil {
-		objs = append(objs, struct{ desired, cur client.Object }{pdb, &policyv1.PodDisruptionBudget{}})
+		second = append(second, ensureJob{pdb, &policyv1.PodDisruptionBudget{}})
 	}
-	for _, o := range objs {
-		foreign, err := r.ensure(ctx, svc, o.desired, o.cur, confirm)
-		if err != nil || foreign != "" {
+	for _, stage := range [][]ensureJob{first, second} {
+		if foreign, err := r.ensureAll(ctx, svc, stage, confirm); err != nil || foreign != "" {
 			return nil, foreign, err
 		}
 	}
@@ -812,6 +832,32 @@ func (r *ServiceReconciler) applyObjects(ctx context.Context, svc *corev1.Servic
 		return deploy, "", nil
 	}
 	return cur, "", nil
+}
+
+// ensureJob is one object for ensure: what it should be, and where to read what it is.
+type ensureJob struct{ desired, cur client.Object }
+
+// ensureAll ensures the jobs in parallel. It returns the first object in the order of jobs that is
+// not ours, else the first error in that order.
+func (r *ServiceReconciler) ensureAll(ctx context.Context, svc *corev1.Service, jobs []ensureJob, confirm func() error) (string, error) {
+	foreign := make([]string, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() { foreign[i], errs[i] = r.ensure(ctx, svc, j.desired, j.cur, confirm) })
+	}
+	wg.Wait()
+	for _, f := range foreign {
+		if f != "" {
+			return f, nil
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return "", err
+		}
+	}
+	return "", nil
 }
 
 // errServiceGone: the API server no longer has the Service this pass read from the cache.
