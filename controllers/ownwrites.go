@@ -35,7 +35,8 @@ type ownWrites struct {
 	inFlight map[writeKey]int
 	held     map[writeKey][]client.Object
 	// wake enqueues the Service an object belongs to (nil: held events are dropped, in tests
-	// that check only the filter).
+	// that check only the filter). A held event wakes it whatever a watch's other predicates
+	// would have said (the IP watch's deletionStarted): at worst one pass that changes nothing.
 	wake func(client.Object)
 }
 

@@ -362,8 +362,7 @@ func (r *ServiceReconciler) apply(ctx context.Context, svc *corev1.Service, plan
 		if ref != nil {
 			allocations.WithLabelValues("refused", ref.Reason).Inc()
 			// Refused: the Service gives up what it held and shows why (claims already made
-			// drain with the rest: nothing half-served stays).
-			r.Book.SetWaiting(key, true)
+			// drain with the rest: nothing half-served stays). Claim has marked it waiting.
 			plan.Action, plan.Refusal = PlanTeardown, ref
 			plan.Drain = bound(r.Book.OwnedBy(svc.UID))
 			return r.teardown(ctx, svc, plan)
@@ -1086,17 +1085,15 @@ func samePodShape(want, have *corev1.PodSpec) bool {
 		}
 		return true
 	}
-	for i := range want.Containers {
-		if !sameContainer(&want.Containers[i], &have.Containers[i]) {
-			return false
+	sameContainers := func(want, have []corev1.Container) bool {
+		for i := range want {
+			if !sameContainer(&want[i], &have[i]) {
+				return false
+			}
 		}
+		return true
 	}
-	for i := range want.InitContainers {
-		if !sameContainer(&want.InitContainers[i], &have.InitContainers[i]) {
-			return false
-		}
-	}
-	return true
+	return sameContainers(want.Containers, have.Containers) && sameContainers(want.InitContainers, have.InitContainers)
 }
 
 func subset(want, have map[string]string) bool {

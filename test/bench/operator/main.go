@@ -4,7 +4,7 @@
 //   - the time until N annotated LoadBalancer Services created at once all show an address, and,
 //     as a floor from the same run, the time the API server alone takes to create and list N
 //     Services, and the time it alone takes to also create one IP object per Service and patch each
-//     Service's status with its address (the writes no operator of this design can avoid);
+//     Service's status with its address (the writes an operator of this design cannot skip);
 //   - the operator's peak RSS (VmHWM), after the burst and after the latency phase;
 //   - the API writes per Service by kind (verb, resource, response code), counted by the API
 //     server itself (apiserver_request_total), with their mean server-side latency;
@@ -137,9 +137,8 @@ func run() error {
 		return err
 	}
 	fig("floor_seconds", "%.2f", floor.Seconds())
-	// The least any design that keeps one API object per address must add: the same run's API
-	// server alone doing those writes for every Service. It bounds the ratio any operator of that
-	// design can reach on this machine.
+	// The writes any design that keeps one API object per address adds at the least, done by the
+	// same run's API server alone for every Service: what is left of the target for the rest.
 	addressed, err := measureAddressedFloor(ctx, c, cfg)
 	if err != nil {
 		return err
@@ -370,8 +369,8 @@ func measureAddressedFloor(ctx context.Context, c client.Client, cfg config) (ti
 		}
 		before := svc.DeepCopy()
 		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr.String()}}
-		meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: "AddressAllocated", Status: metav1.ConditionTrue,
-			Reason: "Allocated", Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
+		meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: controllers.ConditionAddressAllocated, Status: metav1.ConditionTrue,
+			Reason: controllers.ReasonAllocated, Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
 		if err := c.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 			return fmt.Errorf("addressed floor: patch status of %s: %w", svc.Name, err)
 		}
