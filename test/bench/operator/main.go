@@ -32,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -132,11 +133,18 @@ func run() error {
 	}
 	fig("services", "%d", cfg.n)
 
-	floor, err := measureFloor(ctx, c, cfg)
+	cp := findControlPlane()
+	if len(cp) != 2 {
+		fmt.Printf("kube-apiserver and etcd not found among this process' children (%v): no CPU split\n", cp)
+	}
+	cpuFloor0 := cp.cpu(nil)
+	var cpuFloor1 map[string]float64
+	floor, err := measureFloor(ctx, c, cfg, func() { cpuFloor1 = cp.cpu(nil) })
 	if err != nil {
 		return err
 	}
 	fig("floor_seconds", "%.2f", floor.Seconds())
+	reportCPU(fig, "floor", cpuFloor0, cpuFloor1)
 	// The writes any design that keeps one API object per address adds at the least, done by the
 	// same run's API server alone for every Service: what is left of the target for the rest.
 	addressed, err := measureAddressedFloor(ctx, c, cfg)
@@ -145,6 +153,33 @@ func run() error {
 	}
 	fig("addressed_floor_seconds", "%.2f", addressed.Seconds())
 	fig("addressed_floor_ratio_to_floor", "%.2f", addressed.Seconds()/floor.Seconds())
+	// Every write the operator makes per Service, done by the API server alone: the least an
+	// operator making these objects can cost here, whatever it does between them.
+	designBefore, err := apiMetrics(ctx, rc)
+	if err != nil {
+		return err
+	}
+	cpuDesign0 := cp.cpu(nil)
+	var cpuDesign1 map[string]float64
+	var designAfter map[string]requestStat
+	var designErr error
+	design, err := measureDesignFloor(ctx, c, cfg, func() {
+		cpuDesign1 = cp.cpu(nil)
+		designAfter, designErr = apiMetrics(ctx, rc)
+	})
+	if err != nil {
+		return err
+	}
+	if designErr != nil {
+		return designErr
+	}
+	// The API server's count, less each Service's create.
+	fig("design_floor_writes_per_service", "%.2f", (writesBetween(designBefore, designAfter)-float64(cfg.n))/float64(cfg.n))
+	fig("design_floor_seconds", "%.2f", design.Seconds())
+	fig("design_floor_ratio_to_floor", "%.2f", design.Seconds()/floor.Seconds())
+	reportCPU(fig, "design_floor", cpuDesign0, cpuDesign1)
+	// What the target allows on this machine: all its cores for 2.5 floors.
+	fig("cpu_seconds_within_target", "%.2f", 2.5*floor.Seconds()*float64(runtime.NumCPU()))
 
 	if cfg.unrelated > 0 {
 		start := time.Now()
@@ -187,12 +222,18 @@ func run() error {
 	}
 	var profDone chan error
 	if cfg.profileDir != "" {
-		profDone = make(chan error, 1)
+		profDone = make(chan error, 2)
 		go func() {
 			profDone <- op.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", cfg.profileSecs), filepath.Join(cfg.profileDir, "cpu.pprof"))
 		}()
 	}
+	if cfg.profileDir != "" {
+		go func() {
+			profDone <- saveAPIServerProfile(ctx, rc, cfg.profileSecs, filepath.Join(cfg.profileDir, "kube-apiserver-cpu.pprof"))
+		}()
+	}
 	cpu0 := op.cpuSeconds()
+	cpuBurst0 := cp.cpu(op)
 	start := time.Now()
 	names, err := createServices(ctx, c, "bench", provider, cfg.n, cfg.workers)
 	if err != nil {
@@ -219,6 +260,7 @@ func run() error {
 	fig("burst_create_to_ingress_p99_ms", "%.0f", ms(percentile(lat, 99)))
 	fig("peak_rss_after_burst_mib", "%.1f", float64(op.peakKiB())/1024)
 	fig("operator_cpu_seconds_burst", "%.2f", op.cpuSeconds()-cpu0)
+	reportCPU(fig, "burst", cpuBurst0, cp.cpu(op))
 
 	// The operator finishes its per-Service objects after the last address shows: count its
 	// writes once they stop changing.
@@ -236,10 +278,12 @@ func run() error {
 		if err := op.saveProfile(ctx, "/debug/pprof/heap?gc=1", filepath.Join(cfg.profileDir, "heap.pprof")); err != nil {
 			return err
 		}
-		if err := <-profDone; err != nil {
-			return err
+		for range 2 {
+			if err := <-profDone; err != nil {
+				return err
+			}
 		}
-		fmt.Printf("profiles: %s/cpu.pprof (first %d s of the burst), %s/heap.pprof\n", cfg.profileDir, cfg.profileSecs, cfg.profileDir)
+		fmt.Printf("profiles: %s/cpu.pprof and %s/kube-apiserver-cpu.pprof (first %d s of the burst), %s/heap.pprof\n", cfg.profileDir, cfg.profileDir, cfg.profileSecs, cfg.profileDir)
 	}
 	// The bench itself created the n Services: not the operator's writes.
 	report(fig, before, after, cfg.n, map[string]float64{"POST services 201": float64(cfg.n)})
@@ -300,9 +344,10 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[max(rank, 1)-1]
 }
 
-// measureFloor is the API server alone creating n LoadBalancer Services and listing them back.
-// They are deleted afterwards so that the operator never sees them.
-func measureFloor(ctx context.Context, c client.Client, cfg config) (time.Duration, error) {
+// measureFloor is the API server alone creating n LoadBalancer Services and listing them back;
+// timed is called as the time is taken. They are deleted afterwards so that the operator never
+// sees them.
+func measureFloor(ctx context.Context, c client.Client, cfg config, timed func()) (time.Duration, error) {
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-floor"}}); err != nil {
 		return 0, err
 	}
@@ -310,14 +355,11 @@ func measureFloor(ctx context.Context, c client.Client, cfg config) (time.Durati
 	if _, err := createServices(ctx, c, "bench-floor", "", cfg.n, cfg.workers); err != nil {
 		return 0, err
 	}
-	var list corev1.ServiceList
-	if err := c.List(ctx, &list, client.InNamespace("bench-floor")); err != nil {
-		return 0, err
+	if err := listBack(ctx, c, "bench-floor", cfg.n); err != nil {
+		return 0, fmt.Errorf("floor: %w", err)
 	}
 	floor := time.Since(start)
-	if len(list.Items) != cfg.n {
-		return 0, fmt.Errorf("floor: listed %d services, want %d", len(list.Items), cfg.n)
-	}
+	timed()
 	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
 		return []client.Object{&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-floor", Name: "svc-" + strconv.Itoa(i)}}}
 	}); err != nil {
@@ -351,50 +393,60 @@ func measureAddressedFloor(ctx context.Context, c client.Client, cfg config) (ti
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return 0, err
 	}
-	addrOf := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{100, 64 + byte(i>>16), byte(i >> 8), byte(i)}) }
 	start := time.Now()
 	if err := parallel(ctx, cfg.n, cfg.workers, func(i int) error {
-		svc := serviceObject(ns, "svc-"+strconv.Itoa(i), "")
-		if err := c.Create(ctx, svc); err != nil {
-			return fmt.Errorf("addressed floor: create service %s: %w", svc.Name, err)
-		}
-		addr := addrOf(i)
-		ip := &lbv1.IP{
-			ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(addr), Labels: map[string]string{"bench": "addressed-floor"}},
-			Spec: lbv1.IPSpec{Address: addr.String(), Subnet: "bench-floor",
-				Service: lbv1.IPOwner{Namespace: ns, Name: svc.Name, UID: string(svc.UID)}},
-		}
-		if err := c.Create(ctx, ip); err != nil {
-			return fmt.Errorf("addressed floor: create IP %s: %w", ip.Name, err)
-		}
-		before := svc.DeepCopy()
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr.String()}}
-		meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: controllers.ConditionAddressAllocated, Status: metav1.ConditionTrue,
-			Reason: controllers.ReasonAllocated, Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
-		if err := c.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("addressed floor: patch status of %s: %w", svc.Name, err)
+		if _, _, err := createAddressed(ctx, c, ns, i); err != nil {
+			return fmt.Errorf("addressed floor: %w", err)
 		}
 		return nil
 	}); err != nil {
 		return 0, err
 	}
-	var list corev1.ServiceList
-	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
-		return 0, err
+	if err := listBack(ctx, c, ns, cfg.n); err != nil {
+		return 0, fmt.Errorf("addressed floor: %w", err)
 	}
 	addressed := time.Since(start)
-	if len(list.Items) != cfg.n {
-		return 0, fmt.Errorf("addressed floor: listed %d services, want %d", len(list.Items), cfg.n)
-	}
 	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
 		return []client.Object{
 			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-" + strconv.Itoa(i)}},
-			&lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(addrOf(i))}},
+			&lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(floorAddr(i))}},
 		}
 	}); err != nil {
 		return 0, fmt.Errorf("addressed floor: %w", err)
 	}
 	return addressed, nil
+}
+
+// floorAddr is the address the floors give their i-th Service: outside the bench's Subnet.
+func floorAddr(i int) netip.Addr {
+	return netip.AddrFrom4([4]byte{100, 64 + byte(i>>16), byte(i >> 8), byte(i)})
+}
+
+// createAddressed creates the i-th Service of ns and its IP object (floorAddr(i)), and patches the
+// Service's status with the ingress and a condition as the operator's merge patch does: the writes
+// any design that keeps one API object per address makes before the address shows.
+func createAddressed(ctx context.Context, c client.Client, ns string, i int) (*corev1.Service, *lbv1.IP, error) {
+	svc := serviceObject(ns, "svc-"+strconv.Itoa(i), "")
+	if err := c.Create(ctx, svc); err != nil {
+		return nil, nil, fmt.Errorf("create service %s: %w", svc.Name, err)
+	}
+	addr := floorAddr(i)
+	ip := &lbv1.IP{
+		ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(addr), Labels: map[string]string{"bench": ns}},
+		Spec: lbv1.IPSpec{Address: addr.String(), Subnet: "bench-floor",
+			Service: lbv1.IPOwner{Namespace: ns, Name: svc.Name, UID: string(svc.UID)}},
+	}
+	if err := c.Create(ctx, ip); err != nil {
+		return nil, nil, fmt.Errorf("create IP %s: %w", ip.Name, err)
+	}
+	before := svc.DeepCopy()
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr.String()}}
+	meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: controllers.ConditionAddressAllocated, Status: metav1.ConditionTrue,
+		Reason: controllers.ReasonAllocated, Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
+	if err := c.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return nil, nil, fmt.Errorf("patch status of %s: %w", svc.Name, err)
+	}
+	return svc, ip, nil
 }
 
 // operator is the operator process under test.
@@ -513,8 +565,11 @@ func (o *operator) peakKiB() int64 { return procStatus(o.cmd.Process.Pid, "VmHWM
 func (o *operator) rssKiB() int64  { return procStatus(o.cmd.Process.Pid, "VmRSS:") }
 
 // cpuSeconds is the CPU time (user + system) the operator process has used so far.
-func (o *operator) cpuSeconds() float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", o.cmd.Process.Pid))
+func (o *operator) cpuSeconds() float64 { return cpuSecondsOf(o.cmd.Process.Pid) }
+
+// cpuSecondsOf is the CPU time (user + system) process pid has used so far (0 when unreadable).
+func cpuSecondsOf(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0
 	}
@@ -888,6 +943,18 @@ func settle(ctx context.Context, rc *rest.Config) (map[string]requestStat, error
 	return cur, nil
 }
 
+// writesBetween is the number of write requests the API server answered between two apiMetrics
+// readings.
+func writesBetween(before, after map[string]requestStat) float64 {
+	total := 0.0
+	for k, v := range after {
+		if isWrite(k) && strings.Count(k, " ") == 2 {
+			total += v.count - before[k].count
+		}
+	}
+	return total
+}
+
 // report prints the operator's writes per Service by kind and response code, the mean
 // server-side latency of each write kind, and the reads per Service.
 func report(fig func(string, string, ...any), before, after map[string]requestStat, n int, bench map[string]float64) {
@@ -1041,4 +1108,97 @@ func parallel(ctx context.Context, n, workers int, f func(int) error) error {
 	default:
 	}
 	return err
+}
+
+// controlPlane is the kube-apiserver and etcd processes envtest started for this bench, found as
+// this process' children by name, so that the CPU each uses in a phase can be told apart from the
+// operator's and the bench's own: on a small machine they share the same cores.
+type controlPlane map[string]int
+
+func findControlPlane() controlPlane {
+	cp := controlPlane{}
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return cp
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		name, rest, ok := strings.Cut(string(b), ") ")
+		if !ok {
+			continue
+		}
+		_, comm, _ := strings.Cut(name, " (")
+		f := strings.Fields(rest)
+		if len(f) < 2 || f[1] != self {
+			continue
+		}
+		if comm == "kube-apiserver" || comm == "etcd" {
+			cp[comm] = pid
+		}
+	}
+	return cp
+}
+
+// cpu returns the CPU seconds used so far by each control-plane process, the operator (when not
+// nil) and the bench itself.
+func (cp controlPlane) cpu(op *operator) map[string]float64 {
+	out := map[string]float64{"bench": cpuSecondsOf(os.Getpid())}
+	for name, pid := range cp {
+		out[name] = cpuSecondsOf(pid)
+	}
+	if op != nil {
+		out["operator"] = op.cpuSeconds()
+	}
+	return out
+}
+
+// reportCPU prints the CPU seconds each process used between two cpu() readings.
+func reportCPU(fig func(string, string, ...any), phase string, before, after map[string]float64) {
+	names := make([]string, 0, len(after))
+	for k := range after {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	total := 0.0
+	for _, k := range names {
+		d := after[k] - before[k]
+		total += d
+		fig(phase+"_cpu_seconds{process="+k+"}", "%.2f", d)
+	}
+	fig(phase+"_cpu_seconds{process=all}", "%.2f", total)
+}
+
+// saveAPIServerProfile writes a CPU profile of the kube-apiserver over the next secs seconds
+// (its /debug/pprof, on by default, as the bench's admin).
+func saveAPIServerProfile(ctx context.Context, rc *rest.Config, secs int, file string) error {
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+		Param("seconds", strconv.Itoa(secs)).Timeout(time.Duration(secs+60) * time.Second).DoRaw(ctx)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver profile: %w", err)
+	}
+	return os.WriteFile(file, b, 0o644)
+}
+
+// listBack lists the Services of ns, as each floor ends, and checks that all n are there.
+func listBack(ctx context.Context, c client.Client, ns string, n int) error {
+	var list corev1.ServiceList
+	if err := c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return err
+	}
+	if len(list.Items) != n {
+		return fmt.Errorf("listed %d services, want %d", len(list.Items), n)
+	}
+	return nil
 }

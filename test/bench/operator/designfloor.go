@@ -1,0 +1,116 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers"
+)
+
+// measureDesignFloor is the API server alone doing, for each of n Services, every write the
+// operator makes for a new Service with two lb pods, with the objects the operator's own builders
+// return: create the Service and its IP object and patch the Service's status (createAddressed);
+// patch its metadata (the mirror annotations); create the ServiceAccount, Role, Lease,
+// RoleBinding, Deployment, PodDisruptionBudget and Event; patch the IP's status. No operator runs,
+// no reads or watches are served, and the writes go as the bench's admin (system:masters: no RBAC
+// or escalation checks, no priority and fairness), so it is a lower bound on what any operator
+// making these objects costs the API server here. It ends with the same list as measureFloor;
+// timed is called as the time is taken. Everything is deleted afterwards, before the operator
+// starts (no finalizers are set, so the deletes are immediate; the Service finalizer rides on the
+// operator's metadata patch, which the annotation patch stands for).
+func measureDesignFloor(ctx context.Context, c client.Client, cfg config, timed func()) (time.Duration, error) {
+	const ns = "bench-floor-design"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := parallel(ctx, cfg.n, cfg.workers, func(i int) error {
+		svc, ip, err := createAddressed(ctx, c, ns, i)
+		if err != nil {
+			return fmt.Errorf("design floor: %w", err)
+		}
+		before := svc.DeepCopy()
+		svc.Annotations = map[string]string{lbv1.AllocatedIPsAnnotation: ip.Spec.Address, lbv1.AllocatedSubnetAnnotation: "bench-floor"}
+		if err := c.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+			return fmt.Errorf("design floor: patch metadata of %s: %w", svc.Name, err)
+		}
+		objs, err := designObjects(ns, i, svc.UID)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if err := c.Create(ctx, o); err != nil {
+				return fmt.Errorf("design floor: create %T %s: %w", o, o.GetName(), err)
+			}
+		}
+		beforeIP := ip.DeepCopy()
+		ip.Status.Phase = lbv1.IPBound
+		if err := c.Status().Patch(ctx, ip, client.MergeFrom(beforeIP)); err != nil {
+			return fmt.Errorf("design floor: patch status of IP %s: %w", ip.Name, err)
+		}
+		return nil
+	}); err != nil {
+		return 0, err
+	}
+	if err := listBack(ctx, c, ns, cfg.n); err != nil {
+		return 0, fmt.Errorf("design floor: %w", err)
+	}
+	took := time.Since(start)
+	timed()
+	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
+		objs, _ := designObjects(ns, i, "") // built before without error: same inputs
+		return append(objs,
+			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-" + strconv.Itoa(i)}},
+			&lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(floorAddr(i))}})
+	}); err != nil {
+		return 0, fmt.Errorf("design floor: %w", err)
+	}
+	return took, nil
+}
+
+// designObjects returns what the operator creates for the i-th Service of ns with two lb pods, in
+// its order: ServiceAccount, Role, Lease, RoleBinding, Deployment, PodDisruptionBudget, and the
+// Event it records.
+func designObjects(ns string, i int, uid types.UID) ([]client.Object, error) {
+	name := "svc-" + strconv.Itoa(i)
+	addr := floorAddr(i)
+	p := controllers.LBPodParams{
+		ServiceName: name, ServiceNamespace: ns, ServiceUID: uid,
+		Provider: provider, NADName: "lb-svc-attachment", NADNamespace: "bench", SubnetName: "bench-floor",
+		Addresses: []netip.Addr{addr}, CIDRs: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/10")},
+		Gateways: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, Image: "lbsvc-lbpod:bench", Replicas: 2,
+	}
+	sa, err := controllers.BuildServiceAccount(p)
+	if err != nil {
+		return nil, err
+	}
+	role, err := controllers.BuildRole(p)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := controllers.BuildRoleBinding(p)
+	if err != nil {
+		return nil, err
+	}
+	dep, err := controllers.BuildDeployment(p)
+	if err != nil {
+		return nil, err
+	}
+	now := metav1.Now()
+	event := &corev1.Event{
+		ObjectMeta:     metav1.ObjectMeta{Namespace: ns, Name: name + ".design-floor"},
+		InvolvedObject: corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name, UID: uid},
+		Type:           corev1.EventTypeNormal, Reason: "Allocated", Message: addr.String() + " from subnet bench-floor",
+		Source: corev1.EventSource{Component: "lbsvc-operator"}, Count: 1, FirstTimestamp: now, LastTimestamp: now,
+	}
+	return []client.Object{sa, role, controllers.BuildLease(p), rb, dep, controllers.BuildPodDisruptionBudget(p), event}, nil
+}
