@@ -198,7 +198,7 @@ func TestKillDuringChurn(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		var list corev1.ServiceList
 		g.Expect(k8s.List(ctx, &list, client.InNamespace(f.ns))).To(Succeed())
-		inSubnet := ipsInSubnet(g, f.subnet)
+		inSubnet := ipsInSubnet(ctx, g, f.subnet)
 		for _, s := range list.Items {
 			g.Expect(s.DeletionTimestamp).To(BeNil(), "%s stuck deleting", s.Name)
 			if s.Spec.Type != corev1.ServiceTypeLoadBalancer {
@@ -231,7 +231,7 @@ func TestKillDuringChurn(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	used := ipsInSubnet(g, f.subnet)
+	used := ipsInSubnet(ctx, g, f.subnet)
 	// /24 less network, broadcast, gateway and .2..5.
 	waitSubnetCounters(t, f.subnet, int64(used), int64(249-used))
 	t.Logf("figure: kill -9 churn: %d Services created, %d deleted, %d re-typed, %d operator kills (SIGKILL); afterwards %d LoadBalancer/ClusterIP Services, %d IP objects, duplicates 0, leaks 0, served Services that changed address %d",
@@ -278,9 +278,9 @@ func churnInvariants(g Gomega, f fixture) (dup int, leaks []string) {
 }
 
 // ipsInSubnet counts the IP objects of a Subnet.
-func ipsInSubnet(g Gomega, subnet string) int {
+func ipsInSubnet(ctx context.Context, g Gomega, subnet string) int {
 	var ips lbv1.IPList
-	g.Expect(k8s.List(context.Background(), &ips)).To(Succeed())
+	g.Expect(k8s.List(ctx, &ips)).To(Succeed())
 	n := 0
 	for _, ip := range ips.Items {
 		if ip.Spec.Subnet == subnet {
