@@ -27,7 +27,7 @@ if [ -n "${BENCH_GOMEMLIMIT:-}" ]; then
   args+=(-gomemlimit "$BENCH_GOMEMLIMIT")
 fi
 if [ "${BENCH_SERVICES:-1000}" -gt 2000 ]; then
-  args+=(-timeout 45m)
+  args+=(-timeout 90m)
 fi
 mkdir -p bin
 CGO_ENABLED=0 go build -trimpath -o bin/lbsvc-operator ./cmd/operator

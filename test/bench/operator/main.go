@@ -31,6 +31,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -38,6 +39,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
@@ -126,7 +128,11 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.deadline)
+	// Interrupted or terminated, the bench ends its requests and returns, so that the deferred
+	// stops take the operator, kube-apiserver and etcd down with it.
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sigCtx, cfg.deadline)
 	defer cancel()
 	fig := func(name string, format string, args ...any) {
 		fmt.Printf("figure: %s=%s\n", name, fmt.Sprintf(format, args...))
