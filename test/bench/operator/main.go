@@ -232,8 +232,6 @@ func run() error {
 		go func() {
 			profDone <- op.saveProfile(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", cfg.profileSecs), filepath.Join(cfg.profileDir, "cpu.pprof"))
 		}()
-	}
-	if cfg.profileDir != "" {
 		go func() {
 			profDone <- saveAPIServerProfile(ctx, rc, cfg.profileSecs, filepath.Join(cfg.profileDir, "kube-apiserver-cpu.pprof"))
 		}()
