@@ -86,6 +86,7 @@ type config struct {
 	unrelated    int
 	profileDir   string
 	profileSecs  int
+	rbacProbe    bool
 	deadline     time.Duration
 }
 
@@ -102,6 +103,7 @@ func run() error {
 	flag.StringVar(&cfg.profileDir, "profile", "", "write cpu.pprof (the burst) and heap.pprof (after it) of the operator here")
 	flag.IntVar(&cfg.profileSecs, "profile-seconds", 30, "length of the CPU profile from the start of the burst")
 	flag.DurationVar(&cfg.deadline, "timeout", 15*time.Minute, "give up after this long")
+	flag.BoolVar(&cfg.rbacProbe, "rbac-probe", false, "only time Role and RoleBinding creates as the operator and as system:masters in a namespace holding up to -n RoleBindings")
 	flag.Parse()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set (make bench-operator sets it)")
@@ -136,6 +138,9 @@ func run() error {
 	defer cancel()
 	fig := func(name string, format string, args ...any) {
 		fmt.Printf("figure: %s=%s\n", name, fmt.Sprintf(format, args...))
+	}
+	if cfg.rbacProbe {
+		return rbacProbe(ctx, env, c, cfg, fig)
 	}
 	fig("services", "%d", cfg.n)
 
