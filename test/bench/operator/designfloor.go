@@ -29,19 +29,15 @@ import (
 // operator's metadata patch, which the annotation patch stands for).
 func measureDesignFloor(ctx context.Context, c client.Client, cfg config, timed func()) (time.Duration, error) {
 	const ns = "bench-floor-design"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	if err := parallel(ctx, cfg.n, cfg.workers, func(i int) error {
+	return timeFloor(ctx, c, cfg, ns, func(i int) error {
 		svc, ip, err := createAddressed(ctx, c, ns, i)
 		if err != nil {
-			return fmt.Errorf("design floor: %w", err)
+			return err
 		}
 		before := svc.DeepCopy()
 		svc.Annotations = map[string]string{lbv1.AllocatedIPsAnnotation: ip.Spec.Address, lbv1.AllocatedSubnetAnnotation: "bench-floor"}
 		if err := c.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
-			return fmt.Errorf("design floor: patch metadata of %s: %w", svc.Name, err)
+			return fmt.Errorf("patch metadata of %s: %w", svc.Name, err)
 		}
 		objs, err := designObjects(ns, i, svc.UID)
 		if err != nil {
@@ -49,32 +45,19 @@ func measureDesignFloor(ctx context.Context, c client.Client, cfg config, timed 
 		}
 		for _, o := range objs {
 			if err := c.Create(ctx, o); err != nil {
-				return fmt.Errorf("design floor: create %T %s: %w", o, o.GetName(), err)
+				return fmt.Errorf("create %T %s: %w", o, o.GetName(), err)
 			}
 		}
 		beforeIP := ip.DeepCopy()
 		ip.Status.Phase = lbv1.IPBound
 		if err := c.Status().Patch(ctx, ip, client.MergeFrom(beforeIP)); err != nil {
-			return fmt.Errorf("design floor: patch status of IP %s: %w", ip.Name, err)
+			return fmt.Errorf("patch status of IP %s: %w", ip.Name, err)
 		}
 		return nil
-	}); err != nil {
-		return 0, err
-	}
-	if err := listBack(ctx, c, ns, cfg.n); err != nil {
-		return 0, fmt.Errorf("design floor: %w", err)
-	}
-	took := time.Since(start)
-	timed()
-	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
+	}, func(i int) []client.Object {
 		objs, _ := designObjects(ns, i, "") // built before without error: same inputs
-		return append(objs,
-			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-" + strconv.Itoa(i)}},
-			&lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(floorAddr(i))}})
-	}); err != nil {
-		return 0, fmt.Errorf("design floor: %w", err)
-	}
-	return took, nil
+		return append(objs, floorService(ns, i), &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(floorAddr(i))}})
+	}, timed)
 }
 
 // designObjects returns what the operator creates for the i-th Service of ns with two lb pods, in

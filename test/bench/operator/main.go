@@ -241,7 +241,6 @@ func run() error {
 			profDone <- saveAPIServerProfile(ctx, rc, cfg.profileSecs, filepath.Join(cfg.profileDir, "kube-apiserver-cpu.pprof"))
 		}()
 	}
-	cpu0 := op.cpuSeconds()
 	cpuBurst0 := cp.cpu(op)
 	start := time.Now()
 	names, err := createServices(ctx, c, "bench", provider, cfg.n, cfg.workers)
@@ -268,8 +267,9 @@ func run() error {
 	fig("burst_create_to_ingress_p50_ms", "%.0f", ms(percentile(lat, 50)))
 	fig("burst_create_to_ingress_p99_ms", "%.0f", ms(percentile(lat, 99)))
 	fig("peak_rss_after_burst_mib", "%.1f", float64(op.peakKiB())/1024)
-	fig("operator_cpu_seconds_burst", "%.2f", op.cpuSeconds()-cpu0)
-	reportCPU(fig, "burst", cpuBurst0, cp.cpu(op))
+	cpuBurst1 := cp.cpu(op)
+	fig("operator_cpu_seconds_burst", "%.2f", cpuBurst1["operator"]-cpuBurst0["operator"])
+	reportCPU(fig, "burst", cpuBurst0, cpuBurst1)
 
 	// The operator finishes its per-Service objects after the last address shows: count its
 	// writes once they stop changing.
@@ -353,28 +353,43 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[max(rank, 1)-1]
 }
 
-// measureFloor is the API server alone creating n LoadBalancer Services and listing them back;
-// timed is called as the time is taken. They are deleted afterwards so that the operator never
-// sees them.
-func measureFloor(ctx context.Context, c client.Client, cfg config, timed func()) (time.Duration, error) {
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench-floor"}}); err != nil {
+// timeFloor times one floor: in namespace ns (created here), each of n Services gets its writes
+// from each (in parallel, cfg.workers at a time), then the Services are listed back; timed is
+// called as the time is taken. Everything objectsOf(i) names is deleted afterwards, before the
+// operator starts, so that it never sees them.
+func timeFloor(ctx context.Context, c client.Client, cfg config, ns string, each func(i int) error,
+	objectsOf func(i int) []client.Object, timed func()) (time.Duration, error) {
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		return 0, err
 	}
 	start := time.Now()
-	if _, err := createServices(ctx, c, "bench-floor", "", cfg.n, cfg.workers); err != nil {
-		return 0, err
+	if err := parallel(ctx, cfg.n, cfg.workers, each); err != nil {
+		return 0, fmt.Errorf("%s: %w", ns, err)
 	}
-	if err := listBack(ctx, c, "bench-floor", cfg.n); err != nil {
-		return 0, fmt.Errorf("floor: %w", err)
+	if err := listBack(ctx, c, ns, cfg.n); err != nil {
+		return 0, fmt.Errorf("%s: %w", ns, err)
 	}
-	floor := time.Since(start)
-	timed()
-	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
-		return []client.Object{&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "bench-floor", Name: "svc-" + strconv.Itoa(i)}}}
-	}); err != nil {
-		return 0, fmt.Errorf("floor: %w", err)
+	took := time.Since(start)
+	if timed != nil {
+		timed()
 	}
-	return floor, nil
+	if err := deleteEach(ctx, c, cfg, objectsOf); err != nil {
+		return 0, fmt.Errorf("%s: %w", ns, err)
+	}
+	return took, nil
+}
+
+// floorService is the i-th Service of a floor in ns, by name only (for deletes).
+func floorService(ns string, i int) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-" + strconv.Itoa(i)}}
+}
+
+// measureFloor is the API server alone creating n LoadBalancer Services and listing them back.
+func measureFloor(ctx context.Context, c client.Client, cfg config, timed func()) (time.Duration, error) {
+	const ns = "bench-floor"
+	return timeFloor(ctx, c, cfg, ns,
+		func(i int) error { return createService(ctx, c, ns, "svc-"+strconv.Itoa(i), "") },
+		func(i int) []client.Object { return []client.Object{floorService(ns, i)} }, timed)
 }
 
 // deleteEach deletes objectsOf(i) for i in 0..n-1, one by one in parallel: a collection delete of
@@ -391,39 +406,16 @@ func deleteEach(ctx context.Context, c client.Client, cfg config, objectsOf func
 }
 
 // measureAddressedFloor is the API server alone doing, for each of n Services, the writes that
-// any design holding one API object per address needs before the address shows: create the
-// Service, create the IP object whose name is the address (the API server refusing a second
-// create is what makes one holder), and patch the Service's status with the ingress and a
-// condition, as the operator's merge patch does. It ends with the same list as measureFloor.
-// Everything is deleted afterwards, before the operator starts; the addresses (100.64.0.0/10)
-// are outside the bench's Subnet.
+// any design holding one API object per address needs before the address shows
+// (createAddressed), ending with the same list as measureFloor. The addresses (100.64.0.0/10) are
+// outside the bench's Subnet.
 func measureAddressedFloor(ctx context.Context, c client.Client, cfg config) (time.Duration, error) {
 	const ns = "bench-floor-addressed"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return 0, err
-	}
-	start := time.Now()
-	if err := parallel(ctx, cfg.n, cfg.workers, func(i int) error {
-		if _, _, err := createAddressed(ctx, c, ns, i); err != nil {
-			return fmt.Errorf("addressed floor: %w", err)
-		}
-		return nil
-	}); err != nil {
-		return 0, err
-	}
-	if err := listBack(ctx, c, ns, cfg.n); err != nil {
-		return 0, fmt.Errorf("addressed floor: %w", err)
-	}
-	addressed := time.Since(start)
-	if err := deleteEach(ctx, c, cfg, func(i int) []client.Object {
-		return []client.Object{
-			&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc-" + strconv.Itoa(i)}},
-			&lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(floorAddr(i))}},
-		}
-	}); err != nil {
-		return 0, fmt.Errorf("addressed floor: %w", err)
-	}
-	return addressed, nil
+	return timeFloor(ctx, c, cfg, ns,
+		func(i int) error { _, _, err := createAddressed(ctx, c, ns, i); return err },
+		func(i int) []client.Object {
+			return []client.Object{floorService(ns, i), &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(floorAddr(i))}}}
+		}, nil)
 }
 
 // floorAddr is the address the floors give their i-th Service: outside the bench's Subnet.
