@@ -1,0 +1,87 @@
+package lbpod
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+func addressOp(o AddressOp) error {
+	link, err := netlink.LinkByName(o.Name)
+	if err != nil {
+		return fmt.Errorf("interface %q: %w", o.Name, err)
+	}
+	addr := &netlink.Addr{IPNet: &net.IPNet{IP: o.Prefix.Addr().AsSlice(), Mask: net.CIDRMask(o.Prefix.Bits(), o.Prefix.Addr().BitLen())}}
+	if !o.Add {
+		if err := netlink.AddrDel(link, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("remove stale address %s from %q: %w", o.Prefix, o.Name, err)
+		}
+		return nil
+	}
+	if familyOf(o.Prefix.Addr()) == IPv6 {
+		// Usable at once: duplicate address detection would hold it "tentative" for about a
+		// second, and the operator's IPAM already guarantees it is unique.
+		addr.Flags = unix.IFA_F_NODAD
+	}
+	if err := netlink.AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add address %s to %q: %w", o.Prefix, o.Name, err)
+	}
+	return nil
+}
+
+func ruleOp(o RuleOp) error {
+	if !o.Add {
+		r, ok := o.Old.raw.(*netlink.Rule)
+		if !ok {
+			return fmt.Errorf("%s: not read from the kernel", o)
+		}
+		if err := netlink.RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("remove stale rule (%s): %w", o, err)
+		}
+		return nil
+	}
+	nr := netlink.NewRule()
+	nr.Family = netlinkFamily(o.Rule.Family)
+	nr.Priority = o.Rule.Priority
+	nr.IifName = o.Rule.IIF
+	nr.Table = o.Rule.Table
+	if err := netlink.RuleAdd(nr); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("%s: %w", o, err)
+	}
+	return nil
+}
+
+func routeOp(o RouteOp) error {
+	if !o.Add {
+		r, ok := o.Old.raw.(*netlink.Route)
+		if !ok {
+			return fmt.Errorf("%s: not read from the kernel", o)
+		}
+		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("remove stale route (%s): %w", o, err)
+		}
+		return nil
+	}
+	r := o.Route
+	nr := &netlink.Route{
+		Family:    netlinkFamily(r.Family),
+		Table:     o.Table,
+		LinkIndex: o.LinkIndex,
+		Dst:       &net.IPNet{IP: r.Dst.Addr().AsSlice(), Mask: net.CIDRMask(r.Dst.Bits(), r.Dst.Addr().BitLen())},
+	}
+	if r.Gateway.IsValid() {
+		nr.Gw = r.Gateway.AsSlice()
+	} else {
+		nr.Scope = netlink.SCOPE_LINK
+	}
+	if r.OnLink {
+		nr.Flags = int(netlink.FLAG_ONLINK)
+	}
+	if err := netlink.RouteReplace(nr); err != nil {
+		return fmt.Errorf("%s: %w", o, err)
+	}
+	return nil
+}
