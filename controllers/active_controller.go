@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"maps"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,11 +51,11 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	// Only a Service we serve: our AddressAllocated condition (which a tenant cannot write) is
 	// True. Anything else is the Service controller's business.
-	if c := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated); c == nil ||
+	if c := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressAllocated); c == nil ||
 		c.Status != "True" || svc.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	name := ObjectNameIn(r.LBPodNamespace, svc.Namespace, svc.Name)
+	name := lbobjects.ObjectNameIn(r.LBPodNamespace, svc.Namespace, svc.Name)
 	var lease *coordinationv1.Lease
 	l := &coordinationv1.Lease{}
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, l); {
@@ -63,19 +66,16 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, err
 	}
-	podNS := r.LBPodNamespace
-	if podNS == "" {
-		podNS = svc.Namespace
-	}
+	podNS := lbobjects.PodNamespace(r.LBPodNamespace, svc.Namespace)
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.InNamespace(podNS), client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := DecideActive(ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items, Addresses: svc.Annotations[lbv1.AllocatedIPsAnnotation]})
+	plan := decide.DecideActive(decide.ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items, Addresses: svc.Annotations[lbv1.AllocatedIPsAnnotation]})
 	return ctrl.Result{}, r.apply(ctx, svc, pods.Items, plan)
 }
 
-func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, pods []corev1.Pod, plan ActivePlan) error {
+func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, pods []corev1.Pod, plan decide.ActivePlan) error {
 	for _, rp := range plan.Roles {
 		for i := range pods {
 			p := &pods[i]
@@ -95,7 +95,7 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, pods 
 
 	// Nothing to say yet and nothing said before: no write (a Service whose lb pod has not
 	// started costs no extra write).
-	shownBefore := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressActive) != nil
+	shownBefore := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressActive) != nil
 	if plan.ActivePod == "" && !shownBefore && svc.Annotations[lbv1.ActivePodAnnotation] == "" {
 		return nil
 	}
@@ -168,7 +168,7 @@ func activeInputsChanged(old, cur *corev1.Service) bool {
 			return true
 		}
 	}
-	for _, t := range []string{ConditionAddressAllocated, ConditionAddressActive} {
+	for _, t := range []string{decide.ConditionAddressAllocated, decide.ConditionAddressActive} {
 		a, b := meta.FindStatusCondition(old.Status.Conditions, t), meta.FindStatusCondition(cur.Status.Conditions, t)
 		if (a == nil) != (b == nil) || a != nil && (a.Status != b.Status || a.Reason != b.Reason ||
 			a.Message != b.Message || a.ObservedGeneration != b.ObservedGeneration) {

@@ -9,6 +9,9 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -120,7 +123,7 @@ func (b *AddressBook) Start(ctx context.Context) error {
 	}
 	b.mu.Lock()
 	for i := range subnets.Items {
-		if cfg, err := ParseSubnetSpec(&subnets.Items[i]); err == nil {
+		if cfg, err := decide.ParseSubnetSpec(&subnets.Items[i]); err == nil {
 			b.alloc.SetSubnet(cfg)
 			b.subnets[cfg.Name] = cfg
 		}
@@ -166,11 +169,11 @@ func (b *AddressBook) adopt(ctx context.Context) (int, error) {
 			continue
 		}
 		addrs, err := ipam.ParseAddrs(recorded)
-		if err != nil || !sameAddrSet(addrs, ingressSet(svc)) {
+		if err != nil || !sameAddrSet(addrs, decide.IngressSet(svc)) {
 			continue
 		}
 		for _, a := range addrs {
-			ip := newIP(a, subnet, IPOwnerOf(svc))
+			ip := newIP(a, subnet, decide.IPOwnerOf(svc))
 			if err := b.writer.Create(ctx, ip, client.FieldOwner(FieldOwner)); err != nil {
 				if apierrors.IsAlreadyExists(err) {
 					continue
@@ -202,7 +205,7 @@ func newIP(addr netip.Addr, subnet string, owner lbv1.IPOwner) *lbv1.IP {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:       lbv1.IPName(addr),
 			Finalizers: []string{lbv1.DrainFinalizer},
-			Labels:     map[string]string{ManagedByLabel: ManagedByValue},
+			Labels:     map[string]string{lbobjects.ManagedByLabel: lbobjects.ManagedByValue},
 		},
 		Spec: lbv1.IPSpec{Address: addr.String(), Subnet: subnet, Service: owner},
 	}
@@ -292,13 +295,13 @@ func (b *AddressBook) WaitReady(ctx context.Context) error {
 }
 
 // OwnedBy lists the IP objects owned by a Service UID, sorted by address.
-func (b *AddressBook) OwnedBy(uid types.UID) []OwnedIP {
+func (b *AddressBook) OwnedBy(uid types.UID) []decide.OwnedIP {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var out []OwnedIP
+	var out []decide.OwnedIP
 	for name := range b.byOwner[string(uid)] {
 		r := b.ips[name]
-		out = append(out, OwnedIP{Name: name, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
+		out = append(out, decide.OwnedIP{Name: name, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
 	return out
@@ -322,16 +325,16 @@ func (b *AddressBook) EnsureSubnet(cfg ipam.SubnetConfig) {
 // Claim creates the IP object of one address for owner: c.Static when set, else the lowest
 // address of c.Family the mirror shows free. A refusal (address in use, draining, excluded,
 // exhausted, ...) is returned as such; an API failure as an error.
-func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner lbv1.IPOwner) (netip.Addr, *Refusal, error) {
+func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, owner lbv1.IPOwner) (netip.Addr, *decide.Refusal, error) {
 	key := ownerKey(owner)
 	svc := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
 	for try := 0; try < maxClaimTries; try++ {
 		seen := b.releaseCount()
 		addr, err := b.alloc.Pick(subnet, c.Family, c.Static, key)
 		if err != nil {
-			ref := AllocationRefusal(err)
+			ref := decide.AllocationRefusal(err)
 			if errors.Is(err, ipam.ErrInUse) {
-				ref = inUse(c.Static, b.isDraining(lbv1.IPName(c.Static)))
+				ref = decide.InUse(c.Static, b.isDraining(lbv1.IPName(c.Static)))
 			}
 			b.waitAfter(svc, seen)
 			return netip.Addr{}, ref, nil
@@ -364,7 +367,7 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c Claim, owner l
 		}
 		if c.Static.IsValid() {
 			b.waitAfter(svc, seen)
-			return netip.Addr{}, inUse(addr, !cur.DeletionTimestamp.IsZero()), nil
+			return netip.Addr{}, decide.InUse(addr, !cur.DeletionTimestamp.IsZero()), nil
 		}
 	}
 	return netip.Addr{}, nil, fmt.Errorf("claim in subnet %q: lost %d races for a free address", subnet, maxClaimTries)
@@ -382,17 +385,6 @@ func (b *AddressBook) holdTentative(subnet string, addr netip.Addr, key string) 
 	return true
 }
 
-// inUse is the refusal of a static address another claim holds. It names the IP object, never
-// the other Service: an admin finds the holder there, a tenant learns nothing of another tenant.
-func inUse(addr netip.Addr, draining bool) *Refusal {
-	if draining {
-		return &Refusal{ReasonAddressDraining, fmt.Sprintf(
-			"spec.loadBalancerIP %s is draining: an lb pod that held it still exists; this Service gets it once that pod is gone (kubectl get ip %s)",
-			addr, lbv1.IPName(addr))}
-	}
-	return &Refusal{ReasonAddressInUse, fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", addr, lbv1.IPName(addr))}
-}
-
 func (b *AddressBook) isDraining(name string) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -401,7 +393,7 @@ func (b *AddressBook) isDraining(name string) bool {
 
 // Drain deletes an IP object (its finalizer keeps it, Draining, until no lb pod can hold the
 // address). The UID precondition makes sure a stale mirror never deletes another owner's claim.
-func (b *AddressBook) Drain(ctx context.Context, o OwnedIP) error {
+func (b *AddressBook) Drain(ctx context.Context, o decide.OwnedIP) error {
 	b.mu.Lock()
 	rec, ok := b.ips[o.Name]
 	b.mu.Unlock()

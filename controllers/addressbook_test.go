@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -45,9 +47,9 @@ func woken(b *AddressBook) []types.NamespacedName {
 func TestClaimRefusedWaitsAndIsWoken(t *testing.T) {
 	b, ip := oneAddressBook(t)
 	svcB := types.NamespacedName{Namespace: "ns", Name: "b"}
-	_, ref, err := b.Claim(context.Background(), "tiny", Claim{Family: ipam.IPv4}, lbv1.IPOwner{Namespace: "ns", Name: "b", UID: "uid-b"})
-	if err != nil || ref == nil || ref.Reason != ReasonSubnetExhausted {
-		t.Fatalf("claim in a full Subnet: refusal %+v, err %v; want %s", ref, err, ReasonSubnetExhausted)
+	_, ref, err := b.Claim(context.Background(), "tiny", decide.Claim{Family: ipam.IPv4}, lbv1.IPOwner{Namespace: "ns", Name: "b", UID: "uid-b"})
+	if err != nil || ref == nil || ref.Reason != decide.ReasonSubnetExhausted {
+		t.Fatalf("claim in a full Subnet: refusal %+v, err %v; want %s", ref, err, decide.ReasonSubnetExhausted)
 	}
 	if !b.IsWaiting(svcB) {
 		t.Fatalf("a refused claim must leave its Service waiting")

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,7 +66,7 @@ func TrimForCache(obj any) (any, error) {
 		return trimPod(o), nil
 	case *appsv1.Deployment:
 		// Only its digest stands for the template (see specdigest.go).
-		trimDeployment(o)
+		lbobjects.TrimDeployment(o)
 	}
 	return obj, nil
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 )
 
 func TestTrimForCache(t *testing.T) {
@@ -37,7 +38,7 @@ func TestTrimForCache(t *testing.T) {
 			want: &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-web"},
 				Spec: appsv1.DeploymentSpec{Replicas: ptr.To[int32](2), Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType},
 					Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{
-						cachedSpecDigestKey: specDigest(ptr.To(deploySpec()))}}}},
+						lbobjects.CachedSpecDigestKey: lbobjects.SpecDigest(ptr.To(deploySpec()))}}}},
 				Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}},
 		},
 		"lb pod: identity, labels and node only": {

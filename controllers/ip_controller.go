@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -202,7 +204,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 				return ctrl.Result{}, client.IgnoreNotFound(err)
 			}
 			drains.Observe(time.Since(ip.DeletionTimestamp.Time).Seconds())
-			r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, ReasonDrained, actionRelease,
+			r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, decide.ReasonDrained, actionRelease,
 				"%s is free: no lb pod can hold it any more", ip.Spec.Address)
 			return ctrl.Result{}, nil
 		}
@@ -225,7 +227,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 				"If the node is down for good, delete the pod (kubectl delete pod -n %s %s --force --grace-period=0) or the Node; else recover the node",
 				podKey(&pods[i]), node, ip.Spec.Address, pods[i].Namespace, pods[i].Name)
 			if ip.Status.Message != msg {
-				r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ReasonDrainBlocked, actionRelease, "%s", BoundedMessage(msg))
+				r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonDrainBlocked, actionRelease, "%s", decide.BoundedMessage(msg))
 			}
 			break
 		}
@@ -312,7 +314,7 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.
 			break
 		}
 	}
-	ip.Status.Message = BoundedMessage(msg)
+	ip.Status.Message = decide.BoundedMessage(msg)
 	if before.Status.Phase == ip.Status.Phase && before.Status.Node == ip.Status.Node && before.Status.Message == ip.Status.Message &&
 		before.Status.Active == ip.Status.Active &&
 		slices.Equal(before.Status.Holders, ip.Status.Holders) {

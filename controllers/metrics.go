@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -90,7 +92,7 @@ func (c *serviceConditions) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ cond, status, reason string }
 	counts := map[key]int{}
 	for i := range list.Items {
-		for _, t := range []string{ConditionAddressAllocated, ConditionLBPodAvailable} {
+		for _, t := range []string{decide.ConditionAddressAllocated, decide.ConditionLBPodAvailable} {
 			if cond := meta.FindStatusCondition(list.Items[i].Status.Conditions, t); cond != nil {
 				counts[key{t, string(cond.Status), cond.Reason}]++
 			}

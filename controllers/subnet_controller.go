@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -162,17 +164,17 @@ func (r *SubnetReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, fmt.Errorf("list subnets: %w", err)
 	}
 	before := subnet.DeepCopy()
-	cond := metav1.Condition{Type: ConditionSubnetReady, Status: metav1.ConditionTrue, Reason: ReasonSubnetValid,
+	cond := metav1.Condition{Type: decide.ConditionSubnetReady, Status: metav1.ConditionTrue, Reason: decide.ReasonSubnetValid,
 		Message: "subnet is valid", ObservedGeneration: subnet.Generation}
-	cfg, verr := ValidateSubnet(subnet, all.Items)
-	var ref *Refusal
+	cfg, verr := decide.ValidateSubnet(subnet, all.Items)
+	var ref *decide.Refusal
 	if verr != nil {
 		if !errors.As(verr, &ref) {
 			return ctrl.Result{}, verr
 		}
-		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, BoundedMessage(ref.Message)
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, ref.Reason, decide.BoundedMessage(ref.Message)
 	}
-	old := meta.FindStatusCondition(subnet.Status.Conditions, ConditionSubnetReady)
+	old := meta.FindStatusCondition(subnet.Status.Conditions, decide.ConditionSubnetReady)
 	countersOnly := len(subnet.Status.Conditions) == 1 && old != nil && old.Status == cond.Status && old.Reason == cond.Reason &&
 		old.Message == cond.Message && subnet.Status.ObservedGeneration == subnet.Generation
 	if countersOnly {
@@ -244,7 +246,7 @@ func (r *SubnetReconciler) finalize(ctx context.Context, subnet *lbv1.Subnet) er
 		if len(names) > len(shown) {
 			msg += ", ..."
 		}
-		r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, ReasonSubnetInUse, actionDelete, "%s", msg)
+		r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, decide.ReasonSubnetInUse, actionDelete, "%s", msg)
 		// The IP watch brings the Subnet back when one of them is gone.
 		return nil
 	}

@@ -21,7 +21,9 @@ const (
 	SubnetFinalizer = "lbsvc.io/subnet-in-use"
 
 	// AllocatedIPsAnnotation records on the Service the addresses the operator holds for it,
-	// comma-separated (one per family). It is the source of truth the allocator is rebuilt from.
+	// comma-separated (one per family). It is a mirror for people and tools: who holds an address
+	// is the IP object (its creation is the claim), and the address book is rebuilt from those;
+	// only allocations an earlier release recorded here alone are adopted from it, once, at start.
 	AllocatedIPsAnnotation = "lbsvc.io/allocated-ips"
 	// AllocatedSubnetAnnotation records on the Service the Subnet its addresses come from.
 	AllocatedSubnetAnnotation = "lbsvc.io/subnet"

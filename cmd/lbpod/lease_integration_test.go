@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -17,8 +19,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // The Lease recorder against a real kube-apiserver with exactly the Role and Lease the operator
@@ -28,10 +28,9 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 	g := NewWithT(t)
 	const ns = "lbpod-lease"
 	env, admin, ctx := startAPIServer(t, ns)
-	params := controllers.LBPodParams{ServiceName: "web", ServiceNamespace: ns, ServiceUID: "uid-web", Replicas: 2}
-	role, err := controllers.BuildRole(params)
-	g.Expect(err).NotTo(HaveOccurred())
-	_, err = admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
+	params := lbobjects.Params{ServiceName: "web", ServiceNamespace: ns, ServiceUID: "uid-web", Replicas: 2}
+	role := lbobjects.BuildRole(params)
+	_, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: role.Name, Namespace: ns},
@@ -39,7 +38,7 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "lb-pod"}},
 	}, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	lease := controllers.BuildLease(params)
+	lease := lbobjects.BuildLease(params)
 	lease.OwnerReferences = nil // no Service object here to own it
 	_, err = admin.CoordinationV1().Leases(ns).Create(ctx, lease, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -8,6 +8,9 @@ import (
 	"os"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -69,7 +72,7 @@ func run() error {
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
 		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
-	flag.StringVar(&forwarding, "forwarding-sysctls", string(controllers.ForwardingIPv6),
+	flag.StringVar(&forwarding, "forwarding-sysctls", string(lbobjects.ForwardingIPv6),
 		"Forwarding sysctls set on the lb pod: none, ipv6 (net.ipv6.conf.all.forwarding=1 for IPv6/Dual Services) or all (also net.ipv4.ip_forward=1). The kubelet must allow them with --allowed-unsafe-sysctls.")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Elect a leader, so that only one replica hands out addresses.")
 	flag.StringVar(&leaderElectionNS, "leader-election-namespace", "", "Namespace of the leader election lease (default: the pod's namespace).")
@@ -84,7 +87,7 @@ func run() error {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&zapOpts)))
 
-	sysctls, err := controllers.ParseForwardingSysctls(forwarding)
+	sysctls, err := lbobjects.ParseForwardingSysctls(forwarding)
 	if err != nil {
 		return err
 	}
@@ -95,7 +98,7 @@ func run() error {
 		return fmt.Errorf("--kube-api-burst %d: want at least 1 when --kube-api-qps is not negative", apiBurst)
 	}
 	if p := opts.DefaultAttachmentProvider; p != "" {
-		if _, _, err := controllers.SplitProvider(p); err != nil {
+		if _, _, err := decide.SplitProvider(p); err != nil {
 			return fmt.Errorf("--default-attachment-provider: %w", err)
 		}
 	}

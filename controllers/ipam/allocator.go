@@ -55,21 +55,21 @@ func (s *subnetState) poolFor(f Family) *pool {
 
 // validHeld reports whether held address addr is still one the configuration could hand out.
 func (s *subnetState) validHeld(addr netip.Addr) bool {
-	p := s.poolFor(familyOf(addr))
+	p := s.poolFor(FamilyOf(addr))
 	return p != nil && !addr.Is4In6() && p.valid(addr)
 }
 
 // hold records addr as owner's; free forgets it.
 func (s *subnetState) hold(addr netip.Addr, owner string) {
 	s.owners[addr] = owner
-	if p := s.poolFor(familyOf(addr)); p != nil && p.prefix.Contains(addr) {
+	if p := s.poolFor(FamilyOf(addr)); p != nil && p.prefix.Contains(addr) {
 		p.used.add(toU128(addr))
 	}
 }
 
 func (s *subnetState) free(addr netip.Addr) {
 	delete(s.owners, addr)
-	if p := s.poolFor(familyOf(addr)); p != nil && p.prefix.Contains(addr) {
+	if p := s.poolFor(FamilyOf(addr)); p != nil && p.prefix.Contains(addr) {
 		p.used.remove(toU128(addr))
 	}
 }
@@ -81,7 +81,7 @@ func (s *subnetState) satisfied(addrs []netip.Addr) bool {
 		return false
 	}
 	for i, p := range s.pools {
-		if familyOf(addrs[i]) != p.family || !p.valid(addrs[i]) {
+		if FamilyOf(addrs[i]) != p.family || !p.valid(addrs[i]) {
 			return false
 		}
 	}
@@ -192,12 +192,12 @@ func (a *Allocator) allocate(name, owner string, requested []netip.Addr) ([]neti
 		if err := checkRequested(r); err != nil {
 			return nil, err
 		}
-		i := slices.IndexFunc(s.pools, func(p *pool) bool { return p.family == familyOf(r) })
+		i := slices.IndexFunc(s.pools, func(p *pool) bool { return p.family == FamilyOf(r) })
 		if i < 0 {
-			return nil, fmt.Errorf("%s is %s but the subnet serves only %s: %w", r, familyOf(r), prefixList(s.cfg.CIDRs), ErrFamily)
+			return nil, fmt.Errorf("%s is %s but the subnet serves only %s: %w", r, FamilyOf(r), prefixList(s.cfg.CIDRs), ErrFamily)
 		}
 		if want[i].IsValid() {
-			return nil, fmt.Errorf("%s and %s are both %s; a Service gets one address per family: %w", want[i], r, familyOf(r), ErrFamily)
+			return nil, fmt.Errorf("%s and %s are both %s; a Service gets one address per family: %w", want[i], r, FamilyOf(r), ErrFamily)
 		}
 		want[i] = r
 	}
@@ -257,7 +257,7 @@ func checkRequested(r netip.Addr) error {
 
 func heldOf(addrs []netip.Addr, f Family) (netip.Addr, bool) {
 	for _, addr := range addrs {
-		if familyOf(addr) == f {
+		if FamilyOf(addr) == f {
 			return addr, true
 		}
 	}
@@ -378,7 +378,7 @@ func (a *Allocator) Usage(subnet string) (Usage, bool) {
 	}
 	var used, validUsed [2]u128 // index 0: IPv4, 1: IPv6
 	for addr := range s.owners {
-		i := familyIndex(familyOf(addr))
+		i := familyIndex(FamilyOf(addr))
 		used[i] = used[i].addSat(u128{lo: 1})
 		if s.validHeld(addr) {
 			validUsed[i] = validUsed[i].addSat(u128{lo: 1})

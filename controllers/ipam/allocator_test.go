@@ -496,7 +496,7 @@ func TestWholeAddressSpaces(t *testing.T) {
 func TestAddrMath(t *testing.T) {
 	for _, s := range []string{"0.0.0.0", "10.1.2.3", "255.255.255.255", "::", "fd00::1", "::ffff:10.1.2.3", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff", "1:2:3:4:5:6:7:8"} {
 		a := netip.MustParseAddr(s)
-		if got := addrOf(toU128(a), familyOf(a)); got != a {
+		if got := addrOf(toU128(a), FamilyOf(a)); got != a {
 			t.Errorf("%s: round trip gave %s", s, got)
 		}
 	}
@@ -514,7 +514,7 @@ func TestAddrMath(t *testing.T) {
 	for p, want := range spans {
 		prefix := netip.MustParsePrefix(p)
 		s := prefixSpan(prefix)
-		f := familyOf(prefix.Addr())
+		f := FamilyOf(prefix.Addr())
 		if got := [2]string{addrOf(s.first, f).String(), addrOf(s.last, f).String()}; got != want {
 			t.Errorf("%s: got %v, want %v", p, got, want)
 		}

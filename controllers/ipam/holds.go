@@ -66,7 +66,7 @@ func (a *Allocator) Pick(subnet string, f Family, static netip.Addr, key string)
 		if err := checkRequested(static); err != nil {
 			return netip.Addr{}, fmt.Errorf("subnet %q: %w", subnet, err)
 		}
-		f = familyOf(static)
+		f = FamilyOf(static)
 	}
 	p := s.poolFor(f)
 	if p == nil {
@@ -110,7 +110,7 @@ func CheckAddr(cfg SubnetConfig, addr netip.Addr) error {
 		return err
 	}
 	for i, c := range cfg.CIDRs {
-		if familyOf(c.Addr()) != familyOf(addr) {
+		if FamilyOf(c.Addr()) != FamilyOf(addr) {
 			continue
 		}
 		var gw netip.Addr
@@ -119,7 +119,7 @@ func CheckAddr(cfg SubnetConfig, addr netip.Addr) error {
 		}
 		return newPool(c, gw, cfg.Excludes).check(addr)
 	}
-	return fmt.Errorf("%s is %s but the subnet serves only %s: %w", addr, familyOf(addr), prefixList(cfg.CIDRs), ErrFamily)
+	return fmt.Errorf("%s is %s but the subnet serves only %s: %w", addr, FamilyOf(addr), prefixList(cfg.CIDRs), ErrFamily)
 }
 
 // CountUsage is the Usage of cfg when exactly held are held.

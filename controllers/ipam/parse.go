@@ -1,8 +1,10 @@
 package ipam
 
 import (
+	"cmp"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -11,12 +13,20 @@ import (
 // underlay address could be handed to two Services, once per spelling.
 var mappedBlock = netip.MustParsePrefix("::ffff:0:0/96")
 
-// familyOf returns the family of a valid, unmapped address.
-func familyOf(a netip.Addr) Family {
+// FamilyOf returns the family of a valid, unmapped address.
+func FamilyOf(a netip.Addr) Family {
 	if a.Is4() {
 		return IPv4
 	}
 	return IPv6
+}
+
+// SortIPv4First returns a copy of addrs with IPv4 first, each family in the given order: the
+// order of every comma-separated address list the operator writes and the lb pod reads.
+func SortIPv4First(addrs []netip.Addr) []netip.Addr {
+	out := slices.Clone(addrs)
+	slices.SortStableFunc(out, func(a, b netip.Addr) int { return cmp.Compare(FamilyOf(a), FamilyOf(b)) })
+	return out
 }
 
 func (f Family) String() string {
@@ -233,7 +243,7 @@ func parseCIDRs(cidrBlock string) ([]netip.Prefix, error) {
 		}
 		for _, prev := range cidrs {
 			if prev.Addr().Is4() == p.Addr().Is4() {
-				return nil, fmt.Errorf("cidrBlock %s has two %s CIDRs; one per family: %w", Quote(cidrBlock), familyOf(p.Addr()), ErrInvalid)
+				return nil, fmt.Errorf("cidrBlock %s has two %s CIDRs; one per family: %w", Quote(cidrBlock), FamilyOf(p.Addr()), ErrInvalid)
 			}
 		}
 		cidrs = append(cidrs, p)
@@ -261,7 +271,7 @@ func checkProtocol(protocol string, cidrs []netip.Prefix) error {
 	}
 	ok := len(want) == len(cidrs)
 	for i := 0; ok && i < len(cidrs); i++ {
-		ok = familyOf(cidrs[i].Addr()) == want[i]
+		ok = FamilyOf(cidrs[i].Addr()) == want[i]
 	}
 	if !ok {
 		return fmt.Errorf("protocol %s does not match cidrBlock %s: %w", protocol, prefixList(cidrs), ErrInvalid)
@@ -290,12 +300,12 @@ func parseGateways(gateway string, cidrs []netip.Prefix) ([]netip.Addr, error) {
 			if err != nil {
 				return nil, fmt.Errorf("gateway %w", err)
 			}
-			i := cidrIndex(cidrs, familyOf(gw))
+			i := cidrIndex(cidrs, FamilyOf(gw))
 			if i < 0 {
-				return nil, fmt.Errorf("gateway %s is %s but cidrBlock %s has no %s CIDR: %w", gw, familyOf(gw), prefixList(cidrs), familyOf(gw), ErrInvalid)
+				return nil, fmt.Errorf("gateway %s is %s but cidrBlock %s has no %s CIDR: %w", gw, FamilyOf(gw), prefixList(cidrs), FamilyOf(gw), ErrInvalid)
 			}
 			if gateways[i].IsValid() {
-				return nil, fmt.Errorf("gateway %s has two %s addresses; one per family: %w", Quote(gateway), familyOf(gw), ErrInvalid)
+				return nil, fmt.Errorf("gateway %s has two %s addresses; one per family: %w", Quote(gateway), FamilyOf(gw), ErrInvalid)
 			}
 			gateways[i] = gw
 		}
@@ -335,7 +345,7 @@ func reservedName(p netip.Prefix, r netip.Addr) string {
 
 func cidrIndex(cidrs []netip.Prefix, f Family) int {
 	for i, p := range cidrs {
-		if familyOf(p.Addr()) == f {
+		if FamilyOf(p.Addr()) == f {
 			return i
 		}
 	}
@@ -344,9 +354,9 @@ func cidrIndex(cidrs []netip.Prefix, f Family) int {
 
 // checkExclude checks that r lies wholly inside the CIDR of its family.
 func checkExclude(r Range, cidrs []netip.Prefix) error {
-	i := cidrIndex(cidrs, familyOf(r.First))
+	i := cidrIndex(cidrs, FamilyOf(r.First))
 	if i < 0 {
-		return fmt.Errorf("exclusion %s is %s but cidrBlock %s has no %s CIDR: %w", r, familyOf(r.First), prefixList(cidrs), familyOf(r.First), ErrInvalid)
+		return fmt.Errorf("exclusion %s is %s but cidrBlock %s has no %s CIDR: %w", r, FamilyOf(r.First), prefixList(cidrs), FamilyOf(r.First), ErrInvalid)
 	}
 	p := cidrs[i]
 	switch in1, in2 := p.Contains(r.First), p.Contains(r.Last); {

@@ -23,7 +23,7 @@ type pool struct {
 // (ParseSubnet refuses them; a hand-built SubnetConfig may still carry them).
 func newPool(p netip.Prefix, gateway netip.Addr, excludes []Range) *pool {
 	p = p.Masked()
-	pl := &pool{family: familyOf(p.Addr()), prefix: p, span: prefixSpan(p), reserved: reservedAddrs(p)}
+	pl := &pool{family: FamilyOf(p.Addr()), prefix: p, span: prefixSpan(p), reserved: reservedAddrs(p)}
 	var blocked []span
 	for _, r := range pl.reserved {
 		u := toU128(r)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -19,7 +21,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // readyLBPod stands in for a running lb pod of svc on node (envtest has no kubelet): the
@@ -63,7 +64,7 @@ func shownHolder(t *testing.T, svc *corev1.Service, holder, node, message string
 		}
 		g.Expect(s.Annotations[lbv1.ActivePodAnnotation]).To(Equal(wantPod))
 		g.Expect(s.Annotations[lbv1.ActiveNodeAnnotation]).To(Equal(node))
-		c := findCondition(s.Status.Conditions, controllers.ConditionAddressActive)
+		c := findCondition(s.Status.Conditions, decide.ConditionAddressActive)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Message).To(Equal(message))
 		for name, role := range roles {
@@ -97,7 +98,7 @@ func TestActiveHolderShown(t *testing.T) {
 	readyLBPod(t, svc, "lb-a", addr, "n1", true)
 	shownHolder(t, svc, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; no standby",
 		map[string]string{"lb-a": lbv1.RoleActive})
-	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", controllers.ReasonActiveHolder) }, timeout, interval).
+	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", decide.ReasonActiveHolder) }, timeout, interval).
 		Should(Equal([]string{addr + " now held by pod " + f.ns + "/lb-a on node n1"}))
 
 	// Standbys: the operator creates the Lease (empty) and the lb pod that takes the address over
@@ -116,7 +117,7 @@ func TestActiveHolderShown(t *testing.T) {
 	})
 	shownHolder(t, svc, "lb-b", "n2", addr+" held by pod "+f.ns+"/lb-b on node n2; standby: "+f.ns+"/lb-a on node n1",
 		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleActive})
-	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", controllers.ReasonActiveHolder) }, timeout, interval).
+	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", decide.ReasonActiveHolder) }, timeout, interval).
 		Should(ConsistOf(addr+" now held by pod "+f.ns+"/lb-a on node n1",
 			addr+" now held by pod "+f.ns+"/lb-b on node n2 (was pod "+f.ns+"/lb-a on node n1)"))
 
@@ -131,9 +132,9 @@ func TestActiveHolderShown(t *testing.T) {
 	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("not-a-pod") })
 	shownHolder(t, svc, "", "", "no lb pod has reported holding "+addr+" yet; standby: "+f.ns+"/lb-a on node n1, "+f.ns+"/lb-b on node n2",
 		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleStandby})
-	c := findCondition(getService(g, f.ns, "web").Status.Conditions, controllers.ConditionAddressActive)
+	c := findCondition(getService(g, f.ns, "web").Status.Conditions, decide.ConditionAddressActive)
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-	g.Expect(c.Reason).To(Equal(controllers.ReasonNoActiveHolder))
+	g.Expect(c.Reason).To(Equal(decide.ReasonNoActiveHolder))
 	// The address itself is untouched by any of this.
 	g.Expect(ingressIPs(getService(g, f.ns, "web"))).To(Equal([]string{addr}))
 
@@ -180,8 +181,8 @@ func TestReplicasObjects(t *testing.T) {
 	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
 
 	update(t, getService(g, f.ns, "ha"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "seven" })
-	g.Eventually(func() []string { return warningReasons(t, f.ns, "ha") }, timeout, interval).Should(ContainElement(controllers.ReasonInvalidReplicas))
-	g.Expect(eventMessages(t, f.ns, "ha", controllers.ReasonInvalidReplicas)).To(ContainElement(
+	g.Eventually(func() []string { return warningReasons(t, f.ns, "ha") }, timeout, interval).Should(ContainElement(decide.ReasonInvalidReplicas))
+	g.Expect(eventMessages(t, f.ns, "ha", decide.ReasonInvalidReplicas)).To(ContainElement(
 		`annotation lbsvc.io/replicas="seven": want a whole number from 1 to 5; using 1`))
 	g.Eventually(func(g Gomega) {
 		d := &appsv1.Deployment{}

@@ -10,6 +10,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,7 +20,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // Hostile and careless input, on a real API server: each case ends with the exact reason (or
@@ -46,26 +47,26 @@ func TestBadInputTable(t *testing.T) {
 	}
 	cases := []svcCase{
 		{"served", nil, ""},
-		{"provider-two-dots", provider("a..b"), controllers.ReasonNADNotFound},
-		{"provider-no-dot", provider("nodot"), controllers.ReasonInvalidProvider},
-		{"provider-trailing-dot", provider("nad."), controllers.ReasonInvalidProvider},
+		{"provider-two-dots", provider("a..b"), decide.ReasonNADNotFound},
+		{"provider-no-dot", provider("nodot"), decide.ReasonInvalidProvider},
+		{"provider-trailing-dot", provider("nad."), decide.ReasonInvalidProvider},
 		{"provider-whitespace", provider("  " + f.provider + "  "), ""},
-		{"provider-unicode", provider("nä∂.kube-system"), controllers.ReasonNADNotFound},
-		{"provider-missing-nad", provider("ghost." + f.ns), controllers.ReasonNADNotFound},
+		{"provider-unicode", provider("nä∂.kube-system"), decide.ReasonNADNotFound},
+		{"provider-missing-nad", provider("ghost." + f.ns), decide.ReasonNADNotFound},
 		{strings.Repeat("n", 63), nil, ""},
 		{"lbip-spaces", lbip("  " + f.ip("20") + "  "), ""},
-		{"lbip-two-v4", lbip(f.ip("21") + ", " + f.ip("22")), controllers.ReasonInvalidLoadBalancerIP},
-		{"lbip-commas", lbip(",,"), controllers.ReasonInvalidLoadBalancerIP},
-		{"lbip-leading-zeros", lbip("010.100.001.030"), controllers.ReasonInvalidLoadBalancerIP},
-		{"lbip-mapped", lbip("::ffff:" + f.ip("23")), controllers.ReasonInvalidLoadBalancerIP},
-		{"lbip-zoned", lbip("fe80::1%eth0"), controllers.ReasonInvalidLoadBalancerIP},
-		{"lbip-huge", lbip(strings.Repeat("9", 20000)), controllers.ReasonInvalidLoadBalancerIP},
-		{"lbip-out-of-range", lbip("10.250.250.250"), controllers.ReasonAddressOutOfRange},
-		{"lbip-excluded", lbip(f.ip("3")), controllers.ReasonAddressExcluded},
-		{"lbip-gateway", lbip(f.ip("1")), controllers.ReasonAddressIsGateway},
-		{"lbip-broadcast", lbip(f.ip("255")), controllers.ReasonAddressReserved},
-		{"lbip-v6-in-v4", lbip("fd00::20"), controllers.ReasonAddressFamily},
-		{"lbip-taken", lbip(f.ip("20")), controllers.ReasonAddressInUse},
+		{"lbip-two-v4", lbip(f.ip("21") + ", " + f.ip("22")), decide.ReasonInvalidLoadBalancerIP},
+		{"lbip-commas", lbip(",,"), decide.ReasonInvalidLoadBalancerIP},
+		{"lbip-leading-zeros", lbip("010.100.001.030"), decide.ReasonInvalidLoadBalancerIP},
+		{"lbip-mapped", lbip("::ffff:" + f.ip("23")), decide.ReasonInvalidLoadBalancerIP},
+		{"lbip-zoned", lbip("fe80::1%eth0"), decide.ReasonInvalidLoadBalancerIP},
+		{"lbip-huge", lbip(strings.Repeat("9", 20000)), decide.ReasonInvalidLoadBalancerIP},
+		{"lbip-out-of-range", lbip("10.250.250.250"), decide.ReasonAddressOutOfRange},
+		{"lbip-excluded", lbip(f.ip("3")), decide.ReasonAddressExcluded},
+		{"lbip-gateway", lbip(f.ip("1")), decide.ReasonAddressIsGateway},
+		{"lbip-broadcast", lbip(f.ip("255")), decide.ReasonAddressReserved},
+		{"lbip-v6-in-v4", lbip("fd00::20"), decide.ReasonAddressFamily},
+		{"lbip-taken", lbip(f.ip("20")), decide.ReasonAddressInUse},
 		{"mixed-protocols", ports(port(53, corev1.ProtocolTCP), port(53, corev1.ProtocolUDP)), ""},
 		{"sctp", ports(port(9999, corev1.ProtocolSCTP)), ""},
 		// The API server itself refuses garbage in the field; the annotation is ours to check.
@@ -84,10 +85,10 @@ func TestBadInputTable(t *testing.T) {
 		{"ranges-host-bits", func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.77/24"} }, "admission:must not have bits set"},
 		{"logical-switch-ghost", func(s *corev1.Service) {
 			s.Annotations[f.provider+".kubernetes.io/logical_switch"] = "no-such-subnet"
-		}, controllers.ReasonSubnetNotFound},
+		}, decide.ReasonSubnetNotFound},
 		{"logical-switch-unicode", func(s *corev1.Service) {
 			s.Annotations[f.provider+".kubernetes.io/logical_switch"] = "ünïcode"
-		}, controllers.ReasonSubnetNotFound},
+		}, decide.ReasonSubnetNotFound},
 	}
 	for _, c := range cases {
 		svc := lbService(f.ns, c.name, f.provider, "")
@@ -118,15 +119,15 @@ func TestBadInputTable(t *testing.T) {
 				NewWithT(t).Eventually(func(g Gomega) {
 					s := getService(g, f.ns, c.name)
 					g.Expect(ingressIPs(s)).To(HaveLen(1))
-					cond := findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)
+					cond := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
 					g.Expect(cond).NotTo(BeNil())
-					g.Expect(cond.Reason).To(Equal(controllers.ReasonAllocated))
+					g.Expect(cond.Reason).To(Equal(decide.ReasonAllocated))
 				}, timeout, interval).Should(Succeed())
 				return
 			}
 			s := waitRefused(t, f.ns, c.name, c.reason)
-			cond := findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)
-			NewWithT(t).Expect(len(cond.Message)).To(BeNumerically("<=", controllers.MaxMessageBytes))
+			cond := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
+			NewWithT(t).Expect(len(cond.Message)).To(BeNumerically("<=", decide.MaxMessageBytes))
 			NewWithT(t).Expect(utf8.ValidString(cond.Message)).To(BeTrue())
 			t.Logf("%s: %s", cond.Reason, cond.Message)
 		})
@@ -191,31 +192,31 @@ func TestBadSubnetTable(t *testing.T) {
 		reason   string
 		excludes []string
 	}{
-		{"gateway-network-address", subnetObj("gwnet-"+suffix(), provider, nextNet()+".0/24", "", nil), controllers.ReasonSubnetValid, nil},
-		{"reversed-exclusion", subnetObj("rev-"+suffix(), provider, net+".0/24", net+".1", []string{net + ".50.." + net + ".10"}), controllers.ReasonSubnetInvalid, nil},
-		{"slash-31", subnetObj("s31-"+suffix(), provider, nextNet()+".0/31", "", nil), controllers.ReasonSubnetValid, nil},
+		{"gateway-network-address", subnetObj("gwnet-"+suffix(), provider, nextNet()+".0/24", "", nil), decide.ReasonSubnetValid, nil},
+		{"reversed-exclusion", subnetObj("rev-"+suffix(), provider, net+".0/24", net+".1", []string{net + ".50.." + net + ".10"}), decide.ReasonSubnetInvalid, nil},
+		{"slash-31", subnetObj("s31-"+suffix(), provider, nextNet()+".0/31", "", nil), decide.ReasonSubnetValid, nil},
 		{"slash-127", &lbv1.Subnet{ObjectMeta: metav1.ObjectMeta{Name: "s127-" + suffix()},
-			Spec: lbv1.SubnetSpec{Protocol: lbv1.ProtocolIPv6, Provider: provider, CIDRBlock: "fd00:127::/127"}}, controllers.ReasonSubnetValid, nil},
+			Spec: lbv1.SubnetSpec{Protocol: lbv1.ProtocolIPv6, Provider: provider, CIDRBlock: "fd00:127::/127"}}, decide.ReasonSubnetValid, nil},
 		{"huge-exclusions", subnetObj("huge-"+suffix(), provider, "10.200.0.0/16", "10.200.0.1", func() []string {
 			var ex []string
 			for i := 0; i < 1024; i++ {
 				ex = append(ex, fmt.Sprintf("10.200.%d.%d", i/250, i%250+2))
 			}
 			return ex
-		}()), controllers.ReasonSubnetValid, nil},
+		}()), decide.ReasonSubnetValid, nil},
 	}
 	for _, c := range ready {
 		create(t, c.subnet)
-		waitReady(t, c.subnet.Name, map[bool]metav1.ConditionStatus{true: metav1.ConditionTrue, false: metav1.ConditionFalse}[c.reason == controllers.ReasonSubnetValid], c.reason)
+		waitReady(t, c.subnet.Name, map[bool]metav1.ConditionStatus{true: metav1.ConditionTrue, false: metav1.ConditionFalse}[c.reason == decide.ReasonSubnetValid], c.reason)
 	}
 	// A gateway at the network address is refused (InvalidSpec), with the reason in the message.
 	gwAtNet := nextNet()
 	bad := subnetObj("gw0-"+suffix(), provider, gwAtNet+".0/24", gwAtNet+".0", nil)
 	create(t, bad)
-	waitReady(t, bad.Name, metav1.ConditionFalse, controllers.ReasonSubnetInvalid)
+	waitReady(t, bad.Name, metav1.ConditionFalse, decide.ReasonSubnetInvalid)
 	s := &lbv1.Subnet{}
 	NewWithT(t).Expect(k8s.Get(ctx, client.ObjectKey{Name: bad.Name}, s)).To(Succeed())
-	NewWithT(t).Expect(findCondition(s.Status.Conditions, controllers.ConditionSubnetReady).Message).
+	NewWithT(t).Expect(findCondition(s.Status.Conditions, decide.ConditionSubnetReady).Message).
 		To(ContainSubstring("gateway " + gwAtNet + ".0 is the network address of " + gwAtNet + ".0/24"))
 }
 
@@ -229,12 +230,12 @@ func TestWakeUps(t *testing.T) {
 	net := nextNet()
 	older := subnetObj("wake-a-"+suffix(), "other."+ns, net+".0/24", net+".1", nil)
 	create(t, older)
-	waitReady(t, older.Name, metav1.ConditionTrue, controllers.ReasonSubnetValid)
+	waitReady(t, older.Name, metav1.ConditionTrue, decide.ReasonSubnetValid)
 	newer := subnetObj("wake-b-"+suffix(), provider, net+".0/25", net+".1", nil)
 	create(t, newer)
-	waitReady(t, newer.Name, metav1.ConditionFalse, controllers.ReasonSubnetOverlap)
+	waitReady(t, newer.Name, metav1.ConditionFalse, decide.ReasonSubnetOverlap)
 	create(t, lbService(ns, "waiting", provider, ""))
-	waitRefused(t, ns, "waiting", controllers.ReasonSubnetNotReady)
+	waitRefused(t, ns, "waiting", decide.ReasonSubnetNotReady)
 	// Deleting the older Subnet (another provider's) resolves the overlap: the Service is woken.
 	g.Expect(k8s.Delete(ctx, older)).To(Succeed())
 	waitAddress(t, ns, "waiting", net+".2")

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // operatorProcess runs the real operator binary against the suite's API server, so that it can
@@ -206,12 +207,12 @@ func TestKillDuringChurn(t *testing.T) {
 				g.Expect(ingressIPs(&s)).To(BeEmpty(), s.Name)
 				continue
 			}
-			c := findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)
+			c := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
 			g.Expect(c).NotTo(BeNil(), s.Name)
-			if c.Status != metav1.ConditionTrue && c.Reason == controllers.ReasonSubnetExhausted {
+			if c.Status != metav1.ConditionTrue && c.Reason == decide.ReasonSubnetExhausted {
 				g.Expect(inSubnet).To(Equal(249), "%s refused %s while the Subnet has %d IP objects of 249", s.Name, c.Reason, inSubnet)
 			} else if c.Status != metav1.ConditionTrue {
-				g.Expect(c.Reason).To(BeElementOf(controllers.ReasonAddressInUse, controllers.ReasonAddressDraining), s.Name)
+				g.Expect(c.Reason).To(BeElementOf(decide.ReasonAddressInUse, decide.ReasonAddressDraining), s.Name)
 			}
 		}
 		dup, leaks := churnInvariants(g, f)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -15,7 +17,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // The operator stopped and a new one started on the same API server: every Service keeps its
@@ -83,7 +84,7 @@ func TestSubnetInUseBlocksDeletion(t *testing.T) {
 		g.Expect(k8s.List(ctx, &list, client.InNamespace("default"))).To(Succeed())
 		var msgs []string
 		for _, e := range list.Items {
-			if e.InvolvedObject.Name == f.subnet && e.Reason == controllers.ReasonSubnetInUse {
+			if e.InvolvedObject.Name == f.subnet && e.Reason == decide.ReasonSubnetInUse {
 				msgs = append(msgs, e.Message)
 			}
 		}
@@ -95,7 +96,7 @@ func TestSubnetInUseBlocksDeletion(t *testing.T) {
 	}, time.Second, 200*time.Millisecond).Should(Succeed())
 	// New Services are not served from a Subnet being deleted.
 	create(t, lbService(f.ns, "late", f.provider, ""))
-	waitRefused(t, f.ns, "late", controllers.ReasonSubnetNotReady)
+	waitRefused(t, f.ns, "late", decide.ReasonSubnetNotReady)
 
 	user := getService(g, f.ns, "user")
 	g.Expect(k8s.Delete(ctx, user)).To(Succeed())
@@ -161,21 +162,21 @@ func TestSubnetValidation(t *testing.T) {
 	// time, the name does: "ov-a-" sorts before "ov-b-", so no wait is needed here.
 	older := subnetObj("ov-a-"+suffix(), provider, net+".0/24", net+".1", nil)
 	create(t, older)
-	waitReady(t, older.Name, metav1.ConditionTrue, controllers.ReasonSubnetValid)
+	waitReady(t, older.Name, metav1.ConditionTrue, decide.ReasonSubnetValid)
 	cases := []struct {
 		subnet *lbv1.Subnet
 		reason string
 	}{
-		{subnetObj("ov-b-"+suffix(), provider, net+".128/25", net+".129", nil), controllers.ReasonSubnetOverlap},
-		{subnetObj("gw-out-"+suffix(), provider, nextNet()+".0/24", "10.250.9.1", nil), controllers.ReasonSubnetInvalid},
-		{subnetObj("ex-out-"+suffix(), provider, nextNet()+".0/24", "", []string{"10.250.9.5..10.250.9.9"}), controllers.ReasonSubnetInvalid},
+		{subnetObj("ov-b-"+suffix(), provider, net+".128/25", net+".129", nil), decide.ReasonSubnetOverlap},
+		{subnetObj("gw-out-"+suffix(), provider, nextNet()+".0/24", "10.250.9.1", nil), decide.ReasonSubnetInvalid},
+		{subnetObj("ex-out-"+suffix(), provider, nextNet()+".0/24", "", []string{"10.250.9.5..10.250.9.9"}), decide.ReasonSubnetInvalid},
 	}
 	for _, c := range cases {
 		create(t, c.subnet)
 		waitReady(t, c.subnet.Name, metav1.ConditionFalse, c.reason)
 	}
 	// The older Subnet stays valid.
-	waitReady(t, older.Name, metav1.ConditionTrue, controllers.ReasonSubnetValid)
+	waitReady(t, older.Name, metav1.ConditionTrue, decide.ReasonSubnetValid)
 
 	bad := subnetObj("bad-cidr-"+suffix(), provider, "10.1.2.300/24", "", nil)
 	err := k8s.Create(ctx, bad)
@@ -189,7 +190,7 @@ func waitReady(t *testing.T, name string, status metav1.ConditionStatus, reason 
 	NewWithT(t).Eventually(func(g Gomega) {
 		s := &lbv1.Subnet{}
 		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Name: name}, s)).To(Succeed())
-		c := findCondition(s.Status.Conditions, controllers.ConditionSubnetReady)
+		c := findCondition(s.Status.Conditions, decide.ConditionSubnetReady)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(status))
 		g.Expect(c.Reason).To(Equal(reason))

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -83,7 +86,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		}, timeout, interval).Should(Succeed())
 
 		create(t, lbService(f.ns, "next", f.provider, f.ip("50")))
-		waitRefused(t, f.ns, "next", controllers.ReasonAddressDraining)
+		waitRefused(t, f.ns, "next", decide.ReasonAddressDraining)
 		g.Consistently(func(g Gomega) {
 			g.Expect(ingressIPs(getService(g, f.ns, "next"))).To(BeEmpty())
 		}, time.Second, 200*time.Millisecond).Should(Succeed())
@@ -102,7 +105,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		waitAddress(t, f.ns, "mover", f.ip("61"))
 		waitDraining(t, f.ip("60"))
 		create(t, lbService(f.ns, "taker", f.provider, f.ip("60")))
-		waitRefused(t, f.ns, "taker", controllers.ReasonAddressDraining)
+		waitRefused(t, f.ns, "taker", decide.ReasonAddressDraining)
 		forceDelete(t, pod)
 		waitAddress(t, f.ns, "taker", f.ip("60"))
 	})
@@ -127,7 +130,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		sn := &lbv1.Subnet{}
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.subnet}, sn)).To(Succeed())
 		update(t, sn, func(s *lbv1.Subnet) { s.Spec.Namespaces = []string{"somewhere-else"} })
-		waitRefused(t, f.ns, "victim", controllers.ReasonNamespaceNotAllowed)
+		waitRefused(t, f.ns, "victim", decide.ReasonNamespaceNotAllowed)
 		g.Eventually(func(g Gomega) {
 			err := k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "lb-svc-victim"}, &appsv1.Deployment{})
 			g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "the refused Service's Deployment must go: %v", err)
@@ -140,10 +143,10 @@ func TestDrainBeforeRelease(t *testing.T) {
 			g.Expect(ip.Status.Message).To(ContainSubstring("--force --grace-period=0"))
 		}, timeout, interval).Should(Succeed())
 		g.Eventually(func() []string { return warningReasons(t, "default", ip.Name) }, timeout, interval).
-			Should(ContainElement(controllers.ReasonDrainBlocked))
+			Should(ContainElement(decide.ReasonDrainBlocked))
 		update(t, sn, func(s *lbv1.Subnet) { s.Spec.Namespaces = nil })
 		// Allowed again, the Service asks for its address back: it is still draining.
-		waitRefused(t, f.ns, "victim", controllers.ReasonAddressDraining)
+		waitRefused(t, f.ns, "victim", decide.ReasonAddressDraining)
 		g.Consistently(func(g Gomega) {
 			g.Expect(getIP(g, ip.Name).DeletionTimestamp).NotTo(BeNil())
 		}, 2*time.Second, 250*time.Millisecond).Should(Succeed())
@@ -257,8 +260,8 @@ func TestDesiredStateEnforced(t *testing.T) {
 	}
 	create(t, other)
 	create(t, lbService(f.ns, "squatted", f.provider, ""))
-	svc := waitRefused(t, f.ns, "squatted", controllers.ReasonObjectConflict)
-	g.Expect(findCondition(svc.Status.Conditions, controllers.ConditionAddressAllocated).Message).
+	svc := waitRefused(t, f.ns, "squatted", decide.ReasonObjectConflict)
+	g.Expect(findCondition(svc.Status.Conditions, decide.ConditionAddressAllocated).Message).
 		To(Equal("Deployment " + f.ns + "/lb-svc-squatted exists and was not created by lbsvc-operator for this Service; delete or rename it"))
 	cur := &appsv1.Deployment{}
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(other), cur)).To(Succeed())
@@ -308,8 +311,8 @@ func TestTwoOperatorsNoLeaderElection(t *testing.T) {
 		g.Expect(k8s.List(ctx, &list, client.InNamespace(f.ns))).To(Succeed())
 		settled := 0
 		for _, s := range list.Items {
-			c := findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)
-			if c != nil && (c.Status == metav1.ConditionTrue || c.Reason == controllers.ReasonAddressInUse) {
+			c := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
+			if c != nil && (c.Status == metav1.ConditionTrue || c.Reason == decide.ReasonAddressInUse) {
 				settled++
 			}
 		}
@@ -375,7 +378,7 @@ func TestForgedAnnotationsAdoptNothing(t *testing.T) {
 	stopOperator()
 	startOperator(true)
 	update(t, forger, func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeLoadBalancer })
-	waitRefused(t, other, "forger", controllers.ReasonNamespaceNotAllowed)
+	waitRefused(t, other, "forger", decide.ReasonNamespaceNotAllowed)
 	g.Consistently(func(g Gomega) {
 		g.Expect(ingressIPs(getService(g, f.ns, "victim"))).To(Equal([]string{f.ip("6")}))
 		g.Expect(getIP(g, f.ip("6")).Spec.Service.Name).To(Equal("victim"))
@@ -416,7 +419,7 @@ func TestLBPodNamespace(t *testing.T) {
 	svc := lbService(f.ns, "web", f.provider, "")
 	create(t, svc)
 	svc = waitAddress(t, f.ns, "web", f.ip("6"))
-	name := controllers.ObjectNameIn(system, f.ns, "web")
+	name := lbobjects.ObjectNameIn(system, f.ns, "web")
 	d := &appsv1.Deployment{}
 	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, d) }, timeout, interval).Should(Succeed())
 	g.Expect(d.OwnerReferences).To(BeEmpty())
@@ -431,7 +434,7 @@ func TestLBPodNamespace(t *testing.T) {
 
 	// The moved Service: its old Deployment goes, and the new one waits until the old pod is
 	// gone, since both would hold the same address.
-	newName := controllers.ObjectNameIn(system, pre.ns, "moved")
+	newName := lbobjects.ObjectNameIn(system, pre.ns, "moved")
 	g.Eventually(func() bool {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKeyFromObject(old), &appsv1.Deployment{}))
 	}, timeout, interval).Should(BeTrue())

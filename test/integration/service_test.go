@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
@@ -23,7 +25,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 func loadSample(t *testing.T, file string, into client.Object) {
@@ -55,10 +56,10 @@ func TestSeedFlow(t *testing.T) {
 	g.Expect(svc.Finalizers).To(ConsistOf(lbv1.CleanupFinalizer))
 	// ipMode is left unset by the operator; the API server shows its default, VIP.
 	g.Expect(svc.Status.LoadBalancer.Ingress).To(Equal([]corev1.LoadBalancerIngress{{IP: "172.18.0.18", IPMode: ptr.To(corev1.LoadBalancerIPModeVIP)}}))
-	c := findCondition(svc.Status.Conditions, controllers.ConditionAddressAllocated)
+	c := findCondition(svc.Status.Conditions, decide.ConditionAddressAllocated)
 	g.Expect(c).NotTo(BeNil())
 	g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-	g.Expect(c.Reason).To(Equal(controllers.ReasonAllocated))
+	g.Expect(c.Reason).To(Equal(decide.ReasonAllocated))
 	g.Expect(c.Message).To(Equal("172.18.0.18 from subnet attach-subnet"))
 
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: "test-service", UID: svc.UID,
@@ -132,18 +133,18 @@ func TestSeedFlow(t *testing.T) {
 	g.Expect(sa.OwnerReferences).To(Equal([]metav1.OwnerReference{owner}))
 
 	// The lb pod condition follows the Deployment's Available condition, never a pod.
-	c = findCondition(svc.Status.Conditions, controllers.ConditionLBPodAvailable)
+	c = findCondition(svc.Status.Conditions, decide.ConditionLBPodAvailable)
 	g.Expect(c).NotTo(BeNil())
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-	g.Expect(c.Reason).To(Equal(controllers.ReasonDeploymentPending))
+	g.Expect(c.Reason).To(Equal(decide.ReasonDeploymentPending))
 	d.Status.Conditions = []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue,
 		Reason: "MinimumReplicasAvailable", Message: "Deployment has minimum availability.", LastUpdateTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
 	g.Expect(k8s.Status().Update(ctx, d)).To(Succeed())
 	g.Eventually(func(g Gomega) {
-		c := findCondition(getService(g, "default", "test-service").Status.Conditions, controllers.ConditionLBPodAvailable)
+		c := findCondition(getService(g, "default", "test-service").Status.Conditions, decide.ConditionLBPodAvailable)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
-		g.Expect(c.Reason).To(Equal(controllers.ReasonDeploymentAvailable))
+		g.Expect(c.Reason).To(Equal(decide.ReasonDeploymentAvailable))
 		g.Expect(c.Message).To(Equal("deployment default/lb-svc-test-service: Deployment has minimum availability."))
 	}, timeout, interval).Should(Succeed())
 
@@ -178,11 +179,11 @@ func TestStaticAddresses(t *testing.T) {
 	waitAddress(t, f.ns, "inside", f.ip("20"))
 
 	for name, tc := range map[string]struct{ ip, reason string }{
-		"outside":  {"10.250.0.5", controllers.ReasonAddressOutOfRange},
-		"excluded": {f.ip("3"), controllers.ReasonAddressExcluded},
-		"gateway":  {f.ip("1"), controllers.ReasonAddressIsGateway},
-		"taken":    {f.ip("20"), controllers.ReasonAddressInUse},
-		"garbage":  {"not-an-ip", controllers.ReasonInvalidLoadBalancerIP},
+		"outside":  {"10.250.0.5", decide.ReasonAddressOutOfRange},
+		"excluded": {f.ip("3"), decide.ReasonAddressExcluded},
+		"gateway":  {f.ip("1"), decide.ReasonAddressIsGateway},
+		"taken":    {f.ip("20"), decide.ReasonAddressInUse},
+		"garbage":  {"not-an-ip", decide.ReasonInvalidLoadBalancerIP},
 	} {
 		t.Run(name, func(t *testing.T) {
 			create(t, lbService(f.ns, name, f.provider, tc.ip))
@@ -219,7 +220,7 @@ func TestExhaustionAndRelease(t *testing.T) {
 	create(t, lbService(ns, "first", provider, ""))
 	waitAddress(t, ns, "first", net+".2")
 	create(t, lbService(ns, "second", provider, ""))
-	waitRefused(t, ns, "second", controllers.ReasonSubnetExhausted)
+	waitRefused(t, ns, "second", decide.ReasonSubnetExhausted)
 	waitSubnetCounters(t, subnet, 1, 0)
 
 	// Freeing the address wakes the waiting Service.
@@ -243,7 +244,7 @@ func TestLateNADHeals(t *testing.T) {
 	net, subnet := nextNet(), "late-nad-"+suffix()
 	create(t, subnetObj(subnet, provider, net+".0/24", "", nil))
 	create(t, lbService(ns, "svc", provider, ""))
-	waitRefused(t, ns, "svc", controllers.ReasonNADNotFound)
+	waitRefused(t, ns, "svc", decide.ReasonNADNotFound)
 	createNAD(t, ns, "late-nad")
 	waitAddress(t, ns, "svc", net+".2") // gateway defaults to .1
 }
@@ -252,7 +253,7 @@ func TestLateSubnetHeals(t *testing.T) {
 	ns := newNamespace(t)
 	provider := createNAD(t, ns, "attach")
 	create(t, lbService(ns, "svc", provider, ""))
-	waitRefused(t, ns, "svc", controllers.ReasonSubnetNotFound)
+	waitRefused(t, ns, "svc", decide.ReasonSubnetNotFound)
 	net := nextNet()
 	create(t, subnetObj("late-sn-"+suffix(), provider, net+".0/24", net+".1", []string{net + ".2"}))
 	waitAddress(t, ns, "svc", net+".3")
@@ -267,7 +268,7 @@ func TestTwoSubnetsOneProvider(t *testing.T) {
 	create(t, subnetObj(b, provider, netB+".0/24", netB+".1", nil))
 	svc := lbService(ns, "svc", provider, "")
 	create(t, svc)
-	waitRefused(t, ns, "svc", controllers.ReasonSubnetAmbiguous)
+	waitRefused(t, ns, "svc", decide.ReasonSubnetAmbiguous)
 
 	update(t, svc, func(s *corev1.Service) { s.Annotations[provider+".kubernetes.io/logical_switch"] = b })
 	waitAddress(t, ns, "svc", netB+".2")
@@ -298,7 +299,7 @@ func TestNamespaceRestriction(t *testing.T) {
 	sn.Spec.Namespaces = []string{"somewhere-else"}
 	create(t, sn)
 	create(t, lbService(ns, "svc", provider, ""))
-	waitRefused(t, ns, "svc", controllers.ReasonNamespaceNotAllowed)
+	waitRefused(t, ns, "svc", decide.ReasonNamespaceNotAllowed)
 	update(t, sn, func(s *lbv1.Subnet) { s.Spec.Namespaces = append(s.Spec.Namespaces, ns) })
 	waitAddress(t, ns, "svc", net+".2")
 }
@@ -326,7 +327,7 @@ func TestPortChangeKeepsPodTemplate(t *testing.T) {
 		// Wait until the operator has seen this generation (its condition says so).
 		g.Eventually(func(g Gomega) {
 			s := getService(g, f.ns, "ports")
-			c := findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)
+			c := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
 			g.Expect(c).NotTo(BeNil())
 			g.Expect(c.ObservedGeneration).To(Equal(s.Generation))
 		}, timeout, interval).Should(Succeed())
@@ -355,7 +356,7 @@ func TestChangedLoadBalancerIPMoves(t *testing.T) {
 			reasons = append(reasons, e.Reason)
 		}
 		return reasons
-	}, timeout, interval).Should(ContainElement(controllers.ReasonAddressMoved))
+	}, timeout, interval).Should(ContainElement(decide.ReasonAddressMoved))
 	// The old address is free again.
 	create(t, lbService(f.ns, "taker", f.provider, f.ip("30")))
 	waitAddress(t, f.ns, "taker", f.ip("30"))
@@ -432,8 +433,8 @@ func TestCleanup(t *testing.T) {
 					g.Expect(s.Annotations).NotTo(HaveKey(lbv1.AllocatedIPsAnnotation))
 					g.Expect(s.Annotations).NotTo(HaveKey(lbv1.AllocatedSubnetAnnotation))
 					g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
-					g.Expect(findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)).To(BeNil())
-					g.Expect(findCondition(s.Status.Conditions, controllers.ConditionLBPodAvailable)).To(BeNil())
+					g.Expect(findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)).To(BeNil())
+					g.Expect(findCondition(s.Status.Conditions, decide.ConditionLBPodAvailable)).To(BeNil())
 				}, timeout, interval).Should(Succeed())
 			}
 			// The address is free for another Service.
@@ -462,13 +463,13 @@ func TestFiftyServicesOneStaticAddress(t *testing.T) {
 		g.Expect(k8s.List(context.Background(), &list, client.InNamespace(f.ns))).To(Succeed())
 		holders, refused := 0, 0
 		for _, s := range list.Items {
-			c := findCondition(s.Status.Conditions, controllers.ConditionAddressAllocated)
+			c := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
 			g.Expect(c).NotTo(BeNil(), "service %s has no condition yet", s.Name)
 			switch {
 			case c.Status == metav1.ConditionTrue:
 				g.Expect(ingressIPs(&s)).To(Equal([]string{want}))
 				holders++
-			case c.Reason == controllers.ReasonAddressInUse:
+			case c.Reason == decide.ReasonAddressInUse:
 				g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
 				g.Expect(s.Annotations).NotTo(HaveKey(lbv1.AllocatedIPsAnnotation))
 				refused++
@@ -482,7 +483,7 @@ func TestFiftyServicesOneStaticAddress(t *testing.T) {
 		g.Expect(k8s.List(context.Background(), &list, client.InNamespace(f.ns))).To(Succeed())
 		warned := map[string]int{}
 		for _, e := range list.Items {
-			if e.Type == corev1.EventTypeWarning && e.Reason == controllers.ReasonAddressInUse {
+			if e.Type == corev1.EventTypeWarning && e.Reason == decide.ReasonAddressInUse {
 				warned[e.InvolvedObject.Name]++
 			}
 		}

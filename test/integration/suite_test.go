@@ -17,6 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	nadv1 "github.com/k8snetworkplumbingwg/network-attachment-definition-client/pkg/apis/k8s.cni.cncf.io/v1"
 	. "github.com/onsi/gomega"
 	"go.uber.org/zap/zapcore"
@@ -134,7 +137,7 @@ func newOperator(opts controllers.Options) *operator {
 	if err != nil {
 		panic(fmt.Sprintf("new manager: %v", err))
 	}
-	opts.LBSvcImage, opts.ForwardingSysctls = image, controllers.ForwardingIPv6
+	opts.LBSvcImage, opts.ForwardingSysctls = image, lbobjects.ForwardingIPv6
 	opts.MaxConcurrentReconciles, opts.SkipNameValidation = 4, true
 	if err := controllers.Setup(mgr, opts); err != nil {
 		panic(fmt.Sprintf("setup: %v", err))
@@ -282,7 +285,7 @@ func waitRefused(t *testing.T, ns, name, reason string) *corev1.Service {
 	var svc *corev1.Service
 	g.Eventually(func(g Gomega) {
 		svc = getService(g, ns, name)
-		c := findCondition(svc.Status.Conditions, controllers.ConditionAddressAllocated)
+		c := findCondition(svc.Status.Conditions, decide.ConditionAddressAllocated)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 		g.Expect(c.Reason).To(Equal(reason))

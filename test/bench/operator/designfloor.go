@@ -7,13 +7,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // measureDesignFloor is the API server alone doing, for each of n Services, every write the
@@ -66,25 +67,13 @@ func measureDesignFloor(ctx context.Context, c client.Client, cfg config, timed 
 func designObjects(ns string, i int, uid types.UID) ([]client.Object, error) {
 	name := "svc-" + strconv.Itoa(i)
 	addr := floorAddr(i)
-	p := controllers.LBPodParams{
+	p := lbobjects.Params{
 		ServiceName: name, ServiceNamespace: ns, ServiceUID: uid,
 		Provider: provider, NADName: "lb-svc-attachment", NADNamespace: "bench", SubnetName: "bench-floor",
 		Addresses: []netip.Addr{addr}, CIDRs: []netip.Prefix{netip.MustParsePrefix("100.64.0.0/10")},
 		Gateways: []netip.Addr{netip.MustParseAddr("100.64.0.1")}, Image: "lbsvc-lbpod:bench", Replicas: 2,
 	}
-	sa, err := controllers.BuildServiceAccount(p)
-	if err != nil {
-		return nil, err
-	}
-	role, err := controllers.BuildRole(p)
-	if err != nil {
-		return nil, err
-	}
-	rb, err := controllers.BuildRoleBinding(p)
-	if err != nil {
-		return nil, err
-	}
-	dep, err := controllers.BuildDeployment(p)
+	set, err := lbobjects.Build(p)
 	if err != nil {
 		return nil, err
 	}
@@ -95,5 +84,11 @@ func designObjects(ns string, i int, uid types.UID) ([]client.Object, error) {
 		Type:           corev1.EventTypeNormal, Reason: "Allocated", Message: addr.String() + " from subnet bench-floor",
 		Source: corev1.EventSource{Component: "lbsvc-operator"}, Count: 1, FirstTimestamp: now, LastTimestamp: now,
 	}
-	return []client.Object{sa, role, controllers.BuildLease(p), rb, dep, controllers.BuildPodDisruptionBudget(p), event}, nil
+	var objs []client.Object
+	for _, stage := range set.Stages() {
+		for _, o := range stage {
+			objs = append(objs, o)
+		}
+	}
+	return append(objs, event), nil
 }

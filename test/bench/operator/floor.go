@@ -7,13 +7,14 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // timeFloor times one floor: in namespace ns (created here), each of n Services gets its writes
@@ -117,8 +118,8 @@ func createAddressed(ctx context.Context, c client.Client, ns string, i int) (*c
 	}
 	before := svc.DeepCopy()
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr.String()}}
-	meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: controllers.ConditionAddressAllocated, Status: metav1.ConditionTrue,
-		Reason: controllers.ReasonAllocated, Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
+	meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: decide.ConditionAddressAllocated, Status: metav1.ConditionTrue,
+		Reason: decide.ReasonAllocated, Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
 	if err := c.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, nil, fmt.Errorf("patch status of %s: %w", svc.Name, err)
 	}

@@ -7,13 +7,13 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
-	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
 // rbacProbe measures what one Role create and one RoleBinding create cost the API server as the
@@ -46,13 +46,8 @@ func rbacProbe(ctx context.Context, env *envtest.Environment, admin client.Clien
 	}
 	steps = append(steps, cfg.n)
 	objects := func(prefix string, i int) (*rbacv1.Role, *rbacv1.RoleBinding, error) {
-		p := controllers.LBPodParams{ServiceName: prefix + strconv.Itoa(i), ServiceNamespace: ns, ServiceUID: "00000000-0000-0000-0000-000000000001", Replicas: 2}
-		role, err := controllers.BuildRole(p)
-		if err != nil {
-			return nil, nil, err
-		}
-		rb, err := controllers.BuildRoleBinding(p)
-		return role, rb, err
+		p := lbobjects.Params{ServiceName: prefix + strconv.Itoa(i), ServiceNamespace: ns, ServiceUID: "00000000-0000-0000-0000-000000000001", Replicas: 2}
+		return lbobjects.BuildRole(p), lbobjects.BuildRoleBinding(p), nil
 	}
 	// create makes the i-th Role or RoleBinding of a series as who.
 	create := func(c client.Client, who, kind, series string, i int) error {

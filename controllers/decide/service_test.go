@@ -1,4 +1,4 @@
-package controllers
+package decide
 
 import (
 	"net/netip"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -182,6 +184,8 @@ func TestDecideService(t *testing.T) {
 			got := DecideService(tc.in)
 			// The parsed Subnet and NAD names are checked where they matter, not in every row.
 			got.SubnetConfig, got.Provider, got.NADName, got.NADNamespace = ipam.SubnetConfig{}, "", "", ""
+			// The lb pod parameters have their own test (TestDecideServiceLBPod).
+			got.LBPod = lbobjects.Params{}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("plan:\n got %+v\nwant %+v", got, tc.want)
 				if got.Refusal != nil {
@@ -269,5 +273,74 @@ func TestDecideServiceInputs(t *testing.T) {
 	}
 	if len(p.Drain) != 1 {
 		t.Errorf("the refused Service's address must drain: %+v", p.Drain)
+	}
+}
+
+// The plan carries everything the lb pods are built from: the Service's identity, the attachment,
+// the Subnet and the replica count; a bad replicas annotation keeps the default and says why.
+// Once the claims are answered, Objects builds every object from it with no other input.
+func TestDecideServiceLBPod(t *testing.T) {
+	sn := planSubnet("dual", "10.1.0.0/24,fd00::/64", 0)
+	settings := lbobjects.Params{Image: "img:1", PodNamespace: "lb-pods", Replicas: 2, Rules: "nftables"}
+	for name, tc := range map[string]struct {
+		annotation   string
+		wantReplicas int32
+		wantWarning  string
+	}{
+		"no annotation: the operator's default":  {"", 2, ""},
+		"annotation 1 wins over the default":     {"1", 1, ""},
+		"annotation out of range: default, said": {"9", 2, `annotation lbsvc.io/replicas="9": want a whole number from 1 to 5; using 2`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			svc := planService(func(s *corev1.Service) {
+				if tc.annotation != "" {
+					s.Annotations["lbsvc.io/replicas"] = tc.annotation
+				}
+			})
+			p := DecideService(ServiceInputs{Service: svc, EnableLBSvc: true, NADFound: true, Subnets: []lbv1.Subnet{sn}, LBPod: settings})
+			want := lbobjects.Params{ServiceName: "web", ServiceNamespace: "team", ServiceUID: "u1", PodNamespace: "lb-pods",
+				Provider: "nad.kube-system", NADName: "nad", NADNamespace: "kube-system", SubnetName: "dual",
+				Image: "img:1", Replicas: tc.wantReplicas, Rules: "nftables"}
+			if !reflect.DeepEqual(p.LBPod, want) || p.ReplicasWarning != tc.wantWarning {
+				t.Fatalf("lb pod params:\n got %+v %q\nwant %+v %q", p.LBPod, p.ReplicasWarning, want, tc.wantWarning)
+			}
+			set, err := p.Objects([]netip.Addr{netip.MustParseAddr("fd00::7"), netip.MustParseAddr("10.1.0.7")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := map[string]string{}
+			for _, e := range set.Deployment.Spec.Template.Spec.Containers[0].Env {
+				env[e.Name] = e.Value
+			}
+			if got := env["LBPOD_ADDRESSES"]; got != "10.1.0.7/24,fd00::7/64" {
+				t.Errorf("addresses, IPv4 first with their Subnet prefixes: %q", got)
+			}
+			if got := env["LBPOD_GATEWAYS"]; got != "10.1.0.1,fd00::1" {
+				t.Errorf("gateways: %q", got)
+			}
+			if got := *set.Deployment.Spec.Replicas; got != tc.wantReplicas {
+				t.Errorf("Deployment replicas %d, want %d", got, tc.wantReplicas)
+			}
+			if (set.Lease != nil) != (tc.wantReplicas > 1) || (set.PodDisruptionBudget != nil) != (tc.wantReplicas > 1) {
+				t.Errorf("Lease and budget exist only with standbys: %v %v", set.Lease != nil, set.PodDisruptionBudget != nil)
+			}
+		})
+	}
+}
+
+// A refusal met while the plan is carried out (a claim refused, an object in the way) is a
+// teardown that drains every bound address the Service owns, claims of the same pass included.
+func TestRefuse(t *testing.T) {
+	owns := []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false), owned("10.0.0.8", "10.0.0.8", "sn", true), owned("10.0.0.9", "10.0.0.9", "sn", false)}
+	ref := ObjectConflict("Deployment team/lb-svc-web")
+	got := Refuse(ref, owns)
+	want := Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonObjectConflict,
+		"Deployment team/lb-svc-web exists and was not created by lbsvc-operator for this Service; delete or rename it"},
+		Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false), owned("10.0.0.9", "10.0.0.9", "sn", false)}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("refused:\n got %+v\nwant %+v", got, want)
+	}
+	if c := RefusedCondition(ref); c.Status != metav1.ConditionFalse || c.Reason != ReasonObjectConflict || c.Message != ref.Message {
+		t.Errorf("condition %+v", c)
 	}
 }

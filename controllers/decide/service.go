@@ -1,9 +1,13 @@
-package controllers
+package decide
 
 import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,9 +16,13 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
 )
 
-// The Service reconciler in one pure step: everything it read (ServiceInputs) in, what to do
-// (Plan) out. The reconciler gathers the inputs once, calls DecideService, then applies the plan;
-// table tests check the decisions without an API server.
+// The Service reconciler's decision in one pure step: everything it read (ServiceInputs) in,
+// what to do (Plan) out: the addresses to keep, claim and drain, the lb pods' parameters (replica
+// count and placement), and from them, once the claims are answered, every object to write
+// (Plan.Objects). The reconciler gathers the inputs once, calls DecideService, then carries the
+// plan out; a refusal found while carrying it out (a claim refused, an object in the way) turns
+// the plan into a teardown through Refuse, never through a second decision. Table tests check
+// the decisions without an API server.
 
 // OwnedIP is an IP object owned by the Service (by UID), as the address book mirrors it.
 type OwnedIP struct {
@@ -39,6 +47,10 @@ type ServiceInputs struct {
 	Owned []OwnedIP
 	// ForeignObject, when set, names an object at one of our per-Service names that is not ours.
 	ForeignObject string
+	// LBPod holds the operator-wide lb pod settings (--lb-svc-image, --forwarding-sysctls,
+	// --lb-pod-namespace, --lb-ha-interval, --lb-rules, and --lb-replicas as Replicas); the
+	// Service's own fields are filled in by DecideService.
+	LBPod lbobjects.Params
 }
 
 // PlanAction is the kind of plan.
@@ -81,13 +93,76 @@ type Plan struct {
 	RemoveFinalizer bool
 	// Deleting: the Service is being deleted (its status is not worth clearing).
 	Deleting bool
+
+	// LBPod, with PlanServe, is what the lb pods are built from, all but the addresses (and their
+	// CIDRs and gateways), which the claims decide: see Objects.
+	LBPod lbobjects.Params
+	// ReplicasWarning, when set, says why the Service's lbsvc.io/replicas annotation was ignored
+	// (a typo must not take the Service down: it keeps the default, and says so).
+	ReplicasWarning string
+}
+
+// Refuse is the teardown of a Service refused while its plan was carried out: a claim the API
+// server refused, or an object in the way at one of its names. Everything it owns drains (claims
+// made in the same pass included: nothing half-served stays) and it shows why.
+func Refuse(ref *Refusal, owned []OwnedIP) Plan {
+	return Plan{Action: PlanTeardown, Refusal: ref, Drain: Bound(owned)}
+}
+
+// ObjectConflict is the refusal of a Service one of whose per-Service names holds an object that
+// is not ours (what names it, e.g. "Deployment default/lb-svc-web").
+func ObjectConflict(what string) *Refusal {
+	return &Refusal{ReasonObjectConflict, fmt.Sprintf("%s exists and was not created by lbsvc-operator for this Service; delete or rename it", what)}
+}
+
+// Objects builds every per-Service object of a served Service once its addresses are known (the
+// kept and the claimed ones), each with its Subnet's CIDR and gateway of the same family.
+func (p Plan) Objects(addrs []netip.Addr) (lbobjects.Set, error) {
+	params := p.LBPod
+	params.Addresses = ipam.SortIPv4First(addrs)
+	params.CIDRs, params.Gateways = FamilyParams(params.Addresses, p.SubnetConfig)
+	return lbobjects.Build(params)
+}
+
+// AllocatedCondition is the AddressAllocated condition of a served Service holding addrs: True,
+// or the plan's degraded state when its Subnet became invalid.
+func (p Plan) AllocatedCondition(addrs []netip.Addr) metav1.Condition {
+	c := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
+		Message: fmt.Sprintf("%s from subnet %s", JoinAddrs(addrs), p.Subnet)}
+	if p.Refusal != nil {
+		c.Reason, c.Message = p.Refusal.Reason, BoundedMessage(p.Refusal.Message)
+	}
+	return c
+}
+
+// RefusedCondition is the AddressAllocated condition of a refused Service.
+func RefusedCondition(ref *Refusal) metav1.Condition {
+	return metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionFalse, Reason: ref.Reason,
+		Message: BoundedMessage(ref.Message)}
+}
+
+// LBPodCondition mirrors the Deployment's Available condition; it never waits for the pod.
+func LBPodCondition(d *appsv1.Deployment) metav1.Condition {
+	c := metav1.Condition{Type: ConditionLBPodAvailable, Status: metav1.ConditionFalse, Reason: ReasonDeploymentPending,
+		Message: "the lb-svc Deployment has not reported availability yet"}
+	for _, dc := range d.Status.Conditions {
+		if dc.Type != appsv1.DeploymentAvailable {
+			continue
+		}
+		msg := BoundedMessage(fmt.Sprintf("deployment %s/%s: %s", d.Namespace, d.Name, dc.Message))
+		if dc.Status == corev1.ConditionTrue {
+			return metav1.Condition{Type: ConditionLBPodAvailable, Status: metav1.ConditionTrue, Reason: ReasonDeploymentAvailable, Message: msg}
+		}
+		return metav1.Condition{Type: ConditionLBPodAvailable, Status: metav1.ConditionFalse, Reason: ReasonDeploymentUnavailable, Message: msg}
+	}
+	return c
 }
 
 // DecideService is the Service reconciler's decision.
 func DecideService(in ServiceInputs) Plan {
 	svc := in.Service
 	deleting := !svc.DeletionTimestamp.IsZero()
-	ours := len(in.Owned) > 0 || hasOurConditions(svc)
+	ours := len(in.Owned) > 0 || HasOurConditions(svc)
 	provider, served := ServiceProvider(svc, in.DefaultProvider)
 	if !in.EnableLBSvc {
 		// With the flag off nothing is served: only a deletion we must not block completes.
@@ -100,14 +175,14 @@ func DecideService(in ServiceInputs) Plan {
 		if !ours {
 			return Plan{Action: PlanNothing}
 		}
-		return Plan{Action: PlanTeardown, Drain: bound(in.Owned), RemoveFinalizer: true, Deleting: deleting}
+		return Plan{Action: PlanTeardown, Drain: Bound(in.Owned), RemoveFinalizer: true, Deleting: deleting}
 	}
 	refuse := func(ref *Refusal) Plan {
-		return Plan{Action: PlanTeardown, Refusal: ref, Drain: bound(in.Owned)}
+		return Plan{Action: PlanTeardown, Refusal: ref, Drain: Bound(in.Owned)}
 	}
 
 	if in.ForeignObject != "" {
-		return refuse(&Refusal{ReasonObjectConflict, fmt.Sprintf("%s exists and was not created by lbsvc-operator for this Service; delete or rename it", in.ForeignObject)})
+		return refuse(ObjectConflict(in.ForeignObject))
 	}
 	nadName, nadNS, err := SplitProvider(provider)
 	if err != nil {
@@ -121,6 +196,7 @@ func DecideService(in ServiceInputs) Plan {
 		return refuse(err.(*Refusal))
 	}
 	p := Plan{Action: PlanServe, Provider: provider, NADName: nadName, NADNamespace: nadNS, Subnet: subnet.Name}
+	p.LBPod, p.ReplicasWarning = lbPodParams(in, p)
 
 	cfg, verr := ValidateSubnet(subnet, in.Subnets)
 	if verr == nil && !subnet.DeletionTimestamp.IsZero() {
@@ -132,7 +208,7 @@ func DecideService(in ServiceInputs) Plan {
 			ref = &Refusal{ReasonSubnetNotReady, fmt.Sprintf("subnet %q: %s", subnet.Name, ref.Message)}
 		}
 		// An invalid Subnet hands out nothing new, but what it already gave stays bound.
-		held := inSubnet(bound(in.Owned), subnet.Name)
+		held := inSubnet(Bound(in.Owned), subnet.Name)
 		if len(held) == 0 {
 			return refuse(ref)
 		}
@@ -143,8 +219,8 @@ func DecideService(in ServiceInputs) Plan {
 		}
 		p.SubnetConfig = parsed
 		p.Keep = held
-		p.Drain = without(bound(in.Owned), held)
-		p.Refusal = &Refusal{ref.Reason, ref.Message + "; the Service keeps " + joinOwned(held) + " and nothing new is handed out"}
+		p.Drain = without(Bound(in.Owned), held)
+		p.Refusal = &Refusal{ref.Reason, ref.Message + "; the Service keeps " + JoinOwned(held) + " and nothing new is handed out"}
 		return p
 	}
 	p.SubnetConfig = cfg
@@ -156,14 +232,14 @@ func DecideService(in ServiceInputs) Plan {
 		return refuse(ref)
 	}
 	requested, families := v.Requested, v.Families
-	owned := inSubnet(bound(in.Owned), subnet.Name)
-	ingress := ingressSet(svc)
+	owned := inSubnet(Bound(in.Owned), subnet.Name)
+	ingress := IngressSet(svc)
 	for _, f := range families {
 		static, hasStatic := staticOf(requested, f)
 		var keep *OwnedIP
 		for i := range owned {
 			o := &owned[i]
-			if familyOf(o.Addr) != f || ipam.CheckAddr(cfg, o.Addr) != nil {
+			if ipam.FamilyOf(o.Addr) != f || ipam.CheckAddr(cfg, o.Addr) != nil {
 				continue
 			}
 			if hasStatic && o.Addr != static {
@@ -182,20 +258,30 @@ func DecideService(in ServiceInputs) Plan {
 		}
 		p.Claims = append(p.Claims, Claim{Family: f, Static: static})
 	}
-	p.Drain = without(bound(in.Owned), p.Keep)
+	p.Drain = without(Bound(in.Owned), p.Keep)
 	return p
 }
 
-func familyOf(a netip.Addr) ipam.Family {
-	if a.Is4() {
-		return ipam.IPv4
+// lbPodParams fills the Service's own fields into the operator-wide lb pod settings: its name
+// and UID, the attachment, the Subnet, and the replica count (its annotation, else the default).
+func lbPodParams(in ServiceInputs, p Plan) (lbobjects.Params, string) {
+	lp := in.LBPod
+	svc := in.Service
+	lp.ServiceName, lp.ServiceNamespace, lp.ServiceUID = svc.Name, svc.Namespace, svc.UID
+	lp.Provider, lp.NADName, lp.NADNamespace, lp.SubnetName = p.Provider, p.NADName, p.NADNamespace, p.Subnet
+	def := max(in.LBPod.Replicas, 1)
+	n, err := lbobjects.ParseReplicas(svc.Annotations, def)
+	if err != nil {
+		lp.Replicas = def
+		return lp, fmt.Sprintf("%s; using %d", BoundedMessage(err.Error()), def)
 	}
-	return ipam.IPv6
+	lp.Replicas = n
+	return lp, ""
 }
 
 func staticOf(requested []netip.Addr, f ipam.Family) (netip.Addr, bool) {
 	for _, r := range requested {
-		if familyOf(r) == f {
+		if ipam.FamilyOf(r) == f {
 			return r, true
 		}
 	}
@@ -213,7 +299,8 @@ func filter(ips []OwnedIP, drop func(OwnedIP) bool) []OwnedIP {
 	return out
 }
 
-func bound(ips []OwnedIP) []OwnedIP {
+// Bound are the IPs that are not draining.
+func Bound(ips []OwnedIP) []OwnedIP {
 	return filter(ips, func(o OwnedIP) bool { return o.Draining })
 }
 
@@ -227,7 +314,8 @@ func without(ips, remove []OwnedIP) []OwnedIP {
 	})
 }
 
-func joinOwned(ips []OwnedIP) string {
+// JoinOwned renders the IPs' addresses as JoinAddrs does.
+func JoinOwned(ips []OwnedIP) string {
 	addrs := make([]netip.Addr, len(ips))
 	for i, o := range ips {
 		addrs[i] = o.Addr
@@ -235,7 +323,8 @@ func joinOwned(ips []OwnedIP) string {
 	return JoinAddrs(addrs)
 }
 
-func ingressSet(svc *corev1.Service) map[netip.Addr]bool {
+// IngressSet is the set of addresses the Service's status.loadBalancer.ingress shows.
+func IngressSet(svc *corev1.Service) map[netip.Addr]bool {
 	out := map[netip.Addr]bool{}
 	for _, i := range svc.Status.LoadBalancer.Ingress {
 		if a, err := netip.ParseAddr(i.IP); err == nil {
@@ -245,10 +334,10 @@ func ingressSet(svc *corev1.Service) map[netip.Addr]bool {
 	return out
 }
 
-// hasOurConditions tells whether the Service's status carries our conditions: only a writer of
+// HasOurConditions tells whether the Service's status carries our conditions: only a writer of
 // services/status (not a tenant with the edit role) can have put them there, so they prove we
 // served it, unlike annotations.
-func hasOurConditions(svc *corev1.Service) bool {
+func HasOurConditions(svc *corev1.Service) bool {
 	return meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressAllocated) != nil ||
 		meta.FindStatusCondition(svc.Status.Conditions, ConditionLBPodAvailable) != nil
 }

@@ -1,4 +1,4 @@
-package controllers
+package decide
 
 import (
 	"errors"
@@ -27,8 +27,8 @@ type Refusal struct {
 func (r *Refusal) Error() string { return r.Reason + ": " + r.Message }
 
 // ServiceProvider decides whether the operator serves svc, and through which attachment provider.
-// It ignores deletion (the caller handles it) and the --enable-lb-svc flag (the reconciler does
-// not run at all without it).
+// It ignores deletion (the caller handles it) and the --enable-lb-svc flag (DecideService
+// applies it: with the flag off only the deletion of a Service we served is carried out).
 func ServiceProvider(svc *corev1.Service, defaultProvider string) (provider string, served bool) {
 	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return "", false
@@ -169,19 +169,12 @@ func AllocationRefusal(err error) *Refusal {
 
 // JoinAddrs renders addresses IPv4 first, comma-separated: the lbsvc.io/allocated-ips format.
 func JoinAddrs(addrs []netip.Addr) string {
-	sorted := SortAddrs(addrs)
+	sorted := ipam.SortIPv4First(addrs)
 	s := make([]string, len(sorted))
 	for i, a := range sorted {
 		s[i] = a.String()
 	}
 	return strings.Join(s, ",")
-}
-
-// SortAddrs returns a copy of addrs with IPv4 first (and otherwise in the given order).
-func SortAddrs(addrs []netip.Addr) []netip.Addr {
-	out := slices.Clone(addrs)
-	sort.SliceStable(out, func(i, j int) bool { return out[i].Is4() && !out[j].Is4() })
-	return out
 }
 
 // FamilyParams pairs each address with its Subnet's CIDR and gateway of the same family.
@@ -198,4 +191,15 @@ func FamilyParams(addrs []netip.Addr, cfg ipam.SubnetConfig) (cidrs []netip.Pref
 		}
 	}
 	return cidrs, gateways
+}
+
+// InUse is the refusal of a static address another claim holds. It names the IP object, never
+// the other Service: an admin finds the holder there, a tenant learns nothing of another tenant.
+func InUse(addr netip.Addr, draining bool) *Refusal {
+	if draining {
+		return &Refusal{ReasonAddressDraining, fmt.Sprintf(
+			"spec.loadBalancerIP %s is draining: an lb pod that held it still exists; this Service gets it once that pod is gone (kubectl get ip %s)",
+			addr, lbv1.IPName(addr))}
+	}
+	return &Refusal{ReasonAddressInUse, fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", addr, lbv1.IPName(addr))}
 }

@@ -1,4 +1,4 @@
-package controllers
+package decide
 
 // Condition types the operator sets in a Service's status.conditions and a Subnet's status.
 const (
@@ -93,18 +93,7 @@ const (
 	ReasonSubnetInUse = "SubnetInUse"
 )
 
-// Event actions (the events.k8s.io "action" field): what the operator was doing.
-const (
-	actionAllocate = "Allocate"
-	actionApply    = "Apply"
-	actionCleanup  = "Cleanup"
-	actionResolve  = "Resolve"
-	actionValidate = "Validate"
-	actionDelete   = "Delete"
-	actionRelease  = "Release"
-)
-
-// Input validation (issue 12): reasons of ValidateServiceInputs (controllers/validate.go).
+// Input validation (issue 12): reasons of ValidateServiceInputs (validate.go).
 const (
 	// ReasonInvalidSourceRanges: spec.loadBalancerSourceRanges, or the annotation
 	// service.beta.kubernetes.io/load-balancer-source-ranges, has an item that is not a CIDR

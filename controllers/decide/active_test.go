@@ -1,4 +1,4 @@
-package controllers
+package decide
 
 import (
 	"reflect"
@@ -229,49 +229,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func TestActiveInputsChanged(t *testing.T) {
-	base := func() *corev1.Service {
-		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s", Generation: 1,
-			Labels:      map[string]string{"team": "a"},
-			Annotations: map[string]string{"lbsvc.io/allocated-ips": "172.18.0.18", "lbsvc.io/active-pod": "default/p", "other": "x"}}}
-		s.Status.Conditions = []metav1.Condition{
-			{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: "Allocated", ObservedGeneration: 1},
-			{Type: ConditionLBPodAvailable, Status: metav1.ConditionFalse, Reason: "Starting", ObservedGeneration: 1},
-		}
-		return s
-	}
-	for _, tc := range []struct {
-		name   string
-		change func(*corev1.Service)
-		want   bool
-	}{
-		{"nothing", func(*corev1.Service) {}, false},
-		{"a label", func(s *corev1.Service) { s.Labels["team"] = "b" }, false},
-		{"an annotation not ours", func(s *corev1.Service) { s.Annotations["other"] = "y" }, false},
-		{"the LBPodAvailable condition", func(s *corev1.Service) { s.Status.Conditions[1].Status = metav1.ConditionTrue }, false},
-		{"the ingress", func(s *corev1.Service) {
-			s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.18"}}
-		}, false},
-		{"the generation", func(s *corev1.Service) { s.Generation = 2 }, true},
-		{"deletion", func(s *corev1.Service) { now := metav1.Now(); s.DeletionTimestamp = &now }, true},
-		{"the addresses", func(s *corev1.Service) { s.Annotations["lbsvc.io/allocated-ips"] = "172.18.0.19" }, true},
-		{"the active pod, edited by hand", func(s *corev1.Service) { s.Annotations["lbsvc.io/active-pod"] = "default/q" }, true},
-		{"the active node appears", func(s *corev1.Service) { s.Annotations["lbsvc.io/active-node"] = "n1" }, true},
-		{"AddressAllocated false", func(s *corev1.Service) { s.Status.Conditions[0].Status = metav1.ConditionFalse }, true},
-		{"AddressAllocated reason", func(s *corev1.Service) { s.Status.Conditions[0].Reason = "Other" }, true},
-		{"AddressAllocated gone", func(s *corev1.Service) { s.Status.Conditions = s.Status.Conditions[1:] }, true},
-		{"AddressActive appears", func(s *corev1.Service) {
-			s.Status.Conditions = append(s.Status.Conditions, metav1.Condition{Type: ConditionAddressActive, Status: metav1.ConditionTrue})
-		}, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			cur := base()
-			tc.change(cur)
-			if got := activeInputsChanged(base(), cur); got != tc.want {
-				t.Errorf("activeInputsChanged = %v, want %v", got, tc.want)
-			}
-		})
-	}
 }

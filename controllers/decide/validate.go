@@ -1,4 +1,4 @@
-package controllers
+package decide
 
 import (
 	"cmp"
@@ -134,11 +134,11 @@ func ForwardTargets(svc *corev1.Service) ([]netip.Addr, *Refusal) {
 			return nil, refusal(ReasonNoClusterIP, "spec.clusterIPs[%d] %s is not an IP address", i, quote(s))
 		}
 		if slices.ContainsFunc(out, func(o netip.Addr) bool { return o.Is4() == a.Is4() }) {
-			return nil, refusal(ReasonNoClusterIP, "spec.clusterIPs has two %s addresses; at most one per family", familyOf(a))
+			return nil, refusal(ReasonNoClusterIP, "spec.clusterIPs has two %s addresses; at most one per family", ipam.FamilyOf(a))
 		}
 		out = append(out, a)
 	}
-	return ipv4First(out), nil
+	return ipam.SortIPv4First(out), nil
 }
 
 // ValidatePorts refuses, with ReasonInvalidPorts: no port at all (nothing to forward), a port
@@ -192,10 +192,10 @@ func ParseLoadBalancerIP(svc *corev1.Service) ([]netip.Addr, *Refusal) {
 	for i := 1; i < len(addrs); i++ {
 		if addrs[i].Is4() == addrs[0].Is4() {
 			return nil, refusal(ReasonInvalidLoadBalancerIP, "spec.loadBalancerIP %s has two %s addresses; at most one per family",
-				quote(v), familyOf(addrs[0]))
+				quote(v), ipam.FamilyOf(addrs[0]))
 		}
 	}
-	return ipv4First(addrs), nil
+	return ipam.SortIPv4First(addrs), nil
 }
 
 // ParseSourceRanges parses the allowed client ranges: spec.loadBalancerSourceRanges when it has
@@ -272,7 +272,7 @@ func parseSourceRange(s string) (netip.Prefix, string) {
 
 // comparePrefixes orders IPv4 first, then by address, then by length.
 func comparePrefixes(a, b netip.Prefix) int {
-	if c := cmp.Compare(familyOf(a.Addr()), familyOf(b.Addr())); c != 0 {
+	if c := cmp.Compare(ipam.FamilyOf(a.Addr()), ipam.FamilyOf(b.Addr())); c != 0 {
 		return c
 	}
 	if c := a.Addr().Compare(b.Addr()); c != 0 {
@@ -293,10 +293,10 @@ func AllocationFamilies(svc *corev1.Service, v ValidatedService, subnet ipam.Sub
 	svcFams := familiesOfAddrs(v.ClusterIPs)
 	subnetFams := make([]ipam.Family, 0, len(subnet.CIDRs))
 	for _, c := range subnet.CIDRs {
-		subnetFams = append(subnetFams, familyOf(c.Addr()))
+		subnetFams = append(subnetFams, ipam.FamilyOf(c.Addr()))
 	}
 	for _, r := range v.Requested {
-		f := familyOf(r)
+		f := ipam.FamilyOf(r)
 		if !slices.Contains(subnetFams, f) {
 			return nil, refusal(ReasonAddressFamily, "spec.loadBalancerIP %s is %s but subnet %q serves only %s",
 				r, f, subnet.Name, joinFamilies(subnetFams))
@@ -344,13 +344,7 @@ func joinFamilies(fams []ipam.Family) string {
 func familiesOfAddrs(addrs []netip.Addr) []ipam.Family {
 	out := make([]ipam.Family, len(addrs))
 	for i, a := range addrs {
-		out[i] = familyOf(a)
+		out[i] = ipam.FamilyOf(a)
 	}
 	return out
-}
-
-// ipv4First sorts addresses of distinct families IPv4 first, in place, and returns them.
-func ipv4First(addrs []netip.Addr) []netip.Addr {
-	slices.SortStableFunc(addrs, func(a, b netip.Addr) int { return cmp.Compare(familyOf(a), familyOf(b)) })
-	return addrs
 }

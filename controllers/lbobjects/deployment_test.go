@@ -1,4 +1,4 @@
-package controllers
+package lbobjects
 
 import (
 	"net/netip"
@@ -19,8 +19,8 @@ import (
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
 
-func seedParams() LBPodParams {
-	return LBPodParams{
+func seedParams() Params {
+	return Params{
 		ServiceName: "test-service", ServiceNamespace: "default", ServiceUID: "161edee1-7f6e-40f5-9e09-5a52c44267d0",
 		Provider: "lb-svc-attachment.kube-system", NADName: "lb-svc-attachment", NADNamespace: "kube-system",
 		SubnetName: "attach-subnet",
@@ -31,7 +31,7 @@ func seedParams() LBPodParams {
 	}
 }
 
-func dualParams() LBPodParams {
+func dualParams() Params {
 	p := seedParams()
 	// Given IPv6 first on purpose: every list must still come out IPv4 first.
 	p.Addresses = []netip.Addr{netip.MustParseAddr("fd00:18::12"), netip.MustParseAddr("172.18.0.18")}
@@ -129,7 +129,7 @@ func TestBuildDeploymentSeed(t *testing.T) {
 func TestBuildDeploymentVariants(t *testing.T) {
 	long := strings.Repeat("a", 30) + "-" + strings.Repeat("b", 32) // 63 characters, a dash inside
 	tests := map[string]struct {
-		params       func() LBPodParams
+		params       func() Params
 		wantName     string
 		wantAddrEnv  string
 		wantGwEnv    string
@@ -145,23 +145,23 @@ func TestBuildDeploymentVariants(t *testing.T) {
 			wantSysctls: []corev1.Sysctl{{Name: "net.ipv6.conf.all.forwarding", Value: "1"}},
 		},
 		"dual stack, all sysctls": {
-			params:   func() LBPodParams { p := dualParams(); p.Sysctls = ForwardingAll; return p },
+			params:   func() Params { p := dualParams(); p.Sysctls = ForwardingAll; return p },
 			wantName: "lb-svc-test-service", wantAddrEnv: "172.18.0.18/16,fd00:18::12/64", wantGwEnv: "172.18.0.1,fd00:18::1",
 			wantSubEnv: "172.18.0.0/16,fd00:18::/64", wantIPAnn: "172.18.0.18,fd00:18::12",
 			wantSysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}, {Name: "net.ipv6.conf.all.forwarding", Value: "1"}},
 		},
 		"dual stack, no sysctls": {
-			params:   func() LBPodParams { p := dualParams(); p.Sysctls = ForwardingNone; return p },
+			params:   func() Params { p := dualParams(); p.Sysctls = ForwardingNone; return p },
 			wantName: "lb-svc-test-service", wantAddrEnv: "172.18.0.18/16,fd00:18::12/64", wantGwEnv: "172.18.0.1,fd00:18::1",
 			wantSubEnv: "172.18.0.0/16,fd00:18::/64", wantIPAnn: "172.18.0.18,fd00:18::12",
 		},
 		"IPv4 only, all sysctls": {
-			params:   func() LBPodParams { p := seedParams(); p.Sysctls = ForwardingAll; return p },
+			params:   func() Params { p := seedParams(); p.Sysctls = ForwardingAll; return p },
 			wantName: "lb-svc-test-service", wantAddrEnv: "172.18.0.18/16", wantGwEnv: "172.18.0.1", wantSubEnv: "172.18.0.0/16",
 			wantIPAnn: "172.18.0.18", wantSysctls: []corev1.Sysctl{{Name: "net.ipv4.ip_forward", Value: "1"}},
 		},
 		"IPv6 only, unmasked CIDR is masked": {
-			params: func() LBPodParams {
+			params: func() Params {
 				p := seedParams()
 				p.Addresses = []netip.Addr{netip.MustParseAddr("2001:db8::5")}
 				p.CIDRs = []netip.Prefix{netip.MustParsePrefix("2001:db8::7/120")}
@@ -172,7 +172,7 @@ func TestBuildDeploymentVariants(t *testing.T) {
 			wantIPAnn: "2001:db8::5", wantSysctls: []corev1.Sysctl{{Name: "net.ipv6.conf.all.forwarding", Value: "1"}},
 		},
 		"63-character service name, dotted NAD name": {
-			params: func() LBPodParams {
+			params: func() Params {
 				p := seedParams()
 				p.ServiceName = long
 				p.NADName, p.NADNamespace, p.Provider = "my.nad", "net-ns", "my.nad.net-ns"
@@ -221,7 +221,7 @@ func TestBuildDeploymentVariants(t *testing.T) {
 // The pod template follows the address, Subnet and image, and only them: the same input (which
 // has no ports) builds the same template, so a port change never rolls the pod.
 func TestDeploymentTemplateInputs(t *testing.T) {
-	tmpl := func(p LBPodParams) corev1.PodTemplateSpec {
+	tmpl := func(p Params) corev1.PodTemplateSpec {
 		d, err := BuildDeployment(p)
 		if err != nil {
 			t.Fatal(err)
@@ -238,7 +238,7 @@ func TestDeploymentTemplateInputs(t *testing.T) {
 	otherSubnet.SubnetName = "other"
 	otherImage := seedParams()
 	otherImage.Image = "localhost/lbsvc-lbpod:v2"
-	for name, p := range map[string]LBPodParams{"address": moved, "subnet": otherSubnet, "image": otherImage} {
+	for name, p := range map[string]Params{"address": moved, "subnet": otherSubnet, "image": otherImage} {
 		if reflect.DeepEqual(tmpl(p), base) {
 			t.Errorf("%s changed but the template did not", name)
 		}
@@ -254,9 +254,9 @@ func TestSharedPodNamespace(t *testing.T) {
 	p := seedParams()
 	p.PodNamespace = "lbsvc-system"
 	d, _ := BuildDeployment(p)
-	sa, _ := BuildServiceAccount(p)
-	role, _ := BuildRole(p)
-	rb, _ := BuildRoleBinding(p)
+	sa := BuildServiceAccount(p)
+	role := BuildRole(p)
+	rb := BuildRoleBinding(p)
 	if d.Namespace != "lbsvc-system" || !strings.HasPrefix(d.Name, "lb-svc-default-test-service-") || len(d.OwnerReferences) != 0 {
 		t.Errorf("deployment %s/%s owners %v", d.Namespace, d.Name, d.OwnerReferences)
 	}
@@ -288,18 +288,9 @@ func TestSharedPodNamespace(t *testing.T) {
 
 func TestBuildRBAC(t *testing.T) {
 	p := seedParams()
-	sa, err := BuildServiceAccount(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	role, err := BuildRole(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := BuildRoleBinding(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sa := BuildServiceAccount(p)
+	role := BuildRole(p)
+	rb := BuildRoleBinding(p)
 	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, role.ObjectMeta, rb.ObjectMeta} {
 		if m.Name != "lb-svc-test-service" || m.Namespace != "default" || len(m.OwnerReferences) != 1 ||
 			m.OwnerReferences[0].UID != p.ServiceUID || !*m.OwnerReferences[0].Controller || !*m.OwnerReferences[0].BlockOwnerDeletion {
@@ -330,7 +321,7 @@ func TestParseForwardingSysctls(t *testing.T) {
 }
 
 // What the API server defaults must already be in what we build, or every pass would apply the
-// Deployment again: upToDate compares the desired object with the current one as a derivative.
+// Deployment again: UpToDate compares the desired object with the current one as a derivative.
 func TestDesiredDeploymentSurvivesDefaults(t *testing.T) {
 	d, err := BuildDeployment(seedParams())
 	if err != nil {
@@ -354,11 +345,11 @@ func TestDesiredDeploymentSurvivesDefaults(t *testing.T) {
 		}
 	}
 	pod.Volumes[0].EmptyDir.Medium = ""
-	if !upToDate(d, cur) {
+	if !UpToDate(d, cur) {
 		t.Fatal("a defaulted copy of the desired Deployment is not up to date")
 	}
 	cur.Spec.Template.Spec.Containers[0].Image = "evil:1"
-	if upToDate(d, cur) {
+	if UpToDate(d, cur) {
 		t.Fatal("a changed image is up to date")
 	}
 	cur.Spec.Template.Spec.Containers[0].Image = d.Spec.Template.Spec.Containers[0].Image
@@ -392,7 +383,7 @@ func TestDesiredDeploymentSurvivesDefaults(t *testing.T) {
 	} {
 		edited := cur.DeepCopy()
 		edit(&edited.Spec.Template.Spec)
-		if upToDate(d, edited) {
+		if UpToDate(d, edited) {
 			t.Errorf("%s: up to date", name)
 		}
 	}
@@ -479,7 +470,7 @@ func TestBuildStandbys(t *testing.T) {
 			t.Errorf("default rules back end: env %+v, want none", e)
 		}
 	}
-	for _, nft := range []LBPodParams{p, one} {
+	for _, nft := range []Params{p, one} {
 		nft.Rules = "nftables"
 		dn, err := BuildDeployment(nft)
 		if err != nil {
@@ -489,10 +480,7 @@ func TestBuildStandbys(t *testing.T) {
 			t.Errorf("%d lb pods: rules env %+v", nft.Replicas, env[len(env)-1])
 		}
 	}
-	role, err := BuildRole(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	role := BuildRole(p)
 	wantRules := []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"lb-svc-test-service"}, Verbs: []string{"get", "list", "watch", "update"}},

@@ -2,7 +2,10 @@ package controllers
 
 import (
 	"context"
+	"net/netip"
 	"testing"
+
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -35,7 +38,7 @@ func cached(t *testing.T, live *appsv1.Deployment) *appsv1.Deployment {
 		t.Fatal(err)
 	}
 	d := out.(*appsv1.Deployment)
-	if !templateTrimmed(d) {
+	if !lbobjects.TemplateTrimmed(d) {
 		t.Fatal("the cached Deployment kept its template")
 	}
 	return d
@@ -46,7 +49,7 @@ func cached(t *testing.T, live *appsv1.Deployment) *appsv1.Deployment {
 // edit of the template, a removal included, is still found and reverted.
 func TestTrimmedDeploymentUpToDate(t *testing.T) {
 	ctx := context.Background()
-	desired, err := BuildDeployment(seedParams())
+	desired, err := lbobjects.BuildDeployment(seedParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +80,7 @@ func TestTrimmedDeploymentUpToDate(t *testing.T) {
 	api.d = live
 	moved := seedParams()
 	moved.Image = "lbpod:2"
-	next, err := BuildDeployment(moved)
+	next, err := lbobjects.BuildDeployment(moved)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +114,7 @@ func TestTrimmedDeploymentUpToDate(t *testing.T) {
 // rememberSpec takes only a full Deployment that matches what we want: a mutating webhook that
 // changed our create is compared in full on the next pass, as before.
 func TestRememberSpecOnlyWhatMatches(t *testing.T) {
-	desired, err := BuildDeployment(seedParams())
+	desired, err := lbobjects.BuildDeployment(seedParams())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,11 +127,19 @@ func TestRememberSpecOnlyWhatMatches(t *testing.T) {
 	}
 	r.rememberSpec(desired, desired.DeepCopy())
 	key := client.ObjectKeyFromObject(desired)
-	if !r.specs.matches(key, specDigest(&desired.Spec), specDigest(&desired.Spec)) {
+	if !r.specs.matches(key, lbobjects.SpecDigest(&desired.Spec), lbobjects.SpecDigest(&desired.Spec)) {
 		t.Fatal("a matching Deployment was not remembered")
 	}
 	r.specs.forget(key)
-	if r.specs.matches(key, specDigest(&desired.Spec), specDigest(&desired.Spec)) {
+	if r.specs.matches(key, lbobjects.SpecDigest(&desired.Spec), lbobjects.SpecDigest(&desired.Spec)) {
 		t.Fatal("forget kept it")
 	}
+}
+
+// seedParams is the seed's Service (the lbobjects tests build the same one).
+func seedParams() lbobjects.Params {
+	return lbobjects.Params{ServiceName: "test-service", ServiceNamespace: "default", ServiceUID: "161edee1-7f6e-40f5-9e09-5a52c44267d0",
+		Provider: "lb-svc-attachment.kube-system", NADName: "lb-svc-attachment", NADNamespace: "kube-system", SubnetName: "attach-subnet",
+		Addresses: []netip.Addr{netip.MustParseAddr("172.18.0.18")}, CIDRs: []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16")},
+		Gateways: []netip.Addr{netip.MustParseAddr("172.18.0.1")}, Image: "localhost/lbsvc-lbpod:dev", Sysctls: lbobjects.ForwardingIPv6}
 }

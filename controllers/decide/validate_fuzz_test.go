@@ -1,4 +1,4 @@
-package controllers
+package decide
 
 import (
 	"net/netip"
@@ -94,13 +94,13 @@ func checkValidated(t *testing.T, v ValidatedService, subnet ipam.SubnetConfig) 
 		if i > 0 && f <= v.Families[i-1] {
 			t.Fatalf("families %v not IPv4 first and distinct", v.Families)
 		}
-		if !slices.ContainsFunc(subnet.CIDRs, func(p netip.Prefix) bool { return familyOf(p.Addr()) == f }) ||
-			!slices.ContainsFunc(v.ClusterIPs, func(a netip.Addr) bool { return familyOf(a) == f }) {
+		if !slices.ContainsFunc(subnet.CIDRs, func(p netip.Prefix) bool { return ipam.FamilyOf(p.Addr()) == f }) ||
+			!slices.ContainsFunc(v.ClusterIPs, func(a netip.Addr) bool { return ipam.FamilyOf(a) == f }) {
 			t.Fatalf("family %v not served by both subnet %v and ClusterIPs %v", f, subnet.CIDRs, v.ClusterIPs)
 		}
 	}
 	for i, r := range v.Requested {
-		if r.Is4In6() || r.Zone() != "" || !slices.Contains(v.Families, familyOf(r)) || (i > 0 && familyOf(r) <= familyOf(v.Requested[i-1])) {
+		if r.Is4In6() || r.Zone() != "" || !slices.Contains(v.Families, ipam.FamilyOf(r)) || (i > 0 && ipam.FamilyOf(r) <= ipam.FamilyOf(v.Requested[i-1])) {
 			t.Fatalf("requested %v with families %v", v.Requested, v.Families)
 		}
 	}

@@ -1,0 +1,437 @@
+package controllers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The ensure machinery of the Service pass: the per-Service objects created, compared and server-
+// side applied (template replacement for hand additions, the Recreate fix, spec digests for the
+// trimmed cache), deleted, and the checks of whose an object is.
+
+// ensureObjects makes the Service's objects what objects says, stage by stage (Set.Stages, each
+// stage's objects in parallel), and deletes those the Set leaves out. It returns the Deployment
+// as ensured, or the name of an object in the way that is not ours (left untouched).
+func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Service, objects lbobjects.Set) (*appsv1.Deployment, string, error) {
+	// An lb pod of this Service left elsewhere (--lb-pod-namespace changed) holds the same address:
+	// it goes first, and the new one comes only once its pods are gone.
+	if moving, err := r.removeStray(ctx, svc); err != nil || moving {
+		if err == nil {
+			err = errStrayPods
+		}
+		return nil, "", err
+	}
+	cur := &appsv1.Deployment{}
+	// Once per pass, whatever it answers: the objects of a stage call it in parallel.
+	confirm := sync.OnceValue(func() error {
+		live := &corev1.Service{}
+		err := r.Reader.Get(ctx, client.ObjectKeyFromObject(svc), live)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
+		if err != nil || live.UID != svc.UID || !live.DeletionTimestamp.IsZero() {
+			return errServiceGone
+		}
+		return nil
+	})
+	for _, stage := range objects.Stages() {
+		jobs := make([]ensureJob, len(stage))
+		for i, o := range stage {
+			jobs[i] = ensureJob{desired: o, cur: reflect.New(reflect.TypeOf(o).Elem()).Interface().(client.Object)}
+			if o == lbobjects.Object(objects.Deployment) {
+				jobs[i].cur = cur
+			}
+		}
+		if foreign, err := r.ensureAll(ctx, svc, jobs, confirm); err != nil || foreign != "" {
+			return nil, foreign, err
+		}
+	}
+	for _, o := range objects.Unwanted(r.Options.LBPodNamespace, svc.Namespace, svc.Name) {
+		if err := r.deleteOwned(ctx, svc, o, false); err != nil {
+			return nil, "", err
+		}
+	}
+	if cur.Name == "" {
+		return objects.Deployment, "", nil
+	}
+	return cur, "", nil
+}
+
+// errServiceGone: the API server no longer has the Service this pass read from the cache.
+var errServiceGone = errors.New("the service is gone or being deleted")
+
+// ensureJob is one object for ensure: what it should be, and where to read what it is.
+type ensureJob struct{ desired, cur client.Object }
+
+// ensureAll ensures the jobs in parallel. It returns the first object in the order of jobs that is
+// not ours, else the first error in that order.
+func (r *ServiceReconciler) ensureAll(ctx context.Context, svc *corev1.Service, jobs []ensureJob, confirm func() error) (string, error) {
+	foreign := make([]string, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() { foreign[i], errs[i] = r.ensure(ctx, svc, j.desired, j.cur, confirm) })
+	}
+	wg.Wait()
+	for _, f := range foreign {
+		if f != "" {
+			return f, nil
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return "", err
+		}
+	}
+	return "", nil
+}
+
+// ensure creates desired, or server-side applies it (field manager lbsvc-operator, forced, so
+// hand edits to the fields we own are reverted) when the current object differs from it. An
+// object of that name that is not ours is left alone and its name returned. Before it creates
+// anything, confirm must say that the Service still lives: a pass whose Service writes were all
+// no-ops may have read a Service the cache still shows after its deletion, and a Deployment
+// created then would never be deleted by us (no pass comes back for a gone Service) and would
+// hold its address draining for ever where no garbage collector runs.
+func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, desired, cur client.Object, confirm func() error) (string, error) {
+	key := client.ObjectKeyFromObject(desired)
+	what := fmt.Sprintf("%s %s/%s", lbobjects.KindOf(desired), key.Namespace, key.Name)
+	err := r.Client.Get(ctx, key, cur)
+	switch {
+	case apierrors.IsNotFound(err):
+		// Not in our (label-selected) cache: create it; if that name is taken, see by whom.
+		if err := confirm(); err != nil {
+			return "", err
+		}
+		create := desired.DeepCopyObject().(client.Object)
+		err = r.Client.Create(ctx, create, client.FieldOwner(FieldOwner))
+		if err == nil {
+			r.rememberSpec(desired, create)
+			return "", nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return "", fmt.Errorf("create %s: %w", what, err)
+		}
+		if err := r.Reader.Get(ctx, key, cur); err != nil {
+			return "", fmt.Errorf("get %s: %w", what, err)
+		}
+		if !ownedBy(cur, svc) {
+			return what, nil
+		}
+		if lbobjects.UpToDate(desired, cur) {
+			r.rememberSpec(desired, cur)
+			return "", nil // ours, and our cache had not seen it yet
+		}
+	case err != nil:
+		return "", fmt.Errorf("get %s: %w", what, err)
+	case !ownedBy(cur, svc):
+		return what, nil
+	default:
+		current, err := r.upToDate(ctx, desired, cur)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+		if current {
+			return "", nil
+		}
+	}
+	if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	if d, ok := desired.(*appsv1.Deployment); ok {
+		if err := r.replaceForeignShape(ctx, d, cur); err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
+	obj := &unstructured.Unstructured{Object: u}
+	unstructured.RemoveNestedField(obj.Object, "status")
+	unstructured.RemoveNestedField(obj.Object, "metadata", "creationTimestamp")
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(obj), client.FieldOwner(FieldOwner), client.ForceOwnership); err != nil {
+		return "", fmt.Errorf("apply %s: %w", what, err)
+	}
+	return "", nil
+}
+
+// rememberSpec notes, for a Deployment, that live (a full object from the API server: our
+// create's answer or a read) matches desired, when it does.
+func (r *ServiceReconciler) rememberSpec(desired, live client.Object) {
+	d, ok := desired.(*appsv1.Deployment)
+	l, _ := live.(*appsv1.Deployment)
+	if !ok || l == nil || r.specs == nil || lbobjects.TemplateTrimmed(l) || !lbobjects.UpToDate(d, l) {
+		return
+	}
+	r.specs.remember(client.ObjectKeyFromObject(l), lbobjects.SpecDigest(&d.Spec), lbobjects.SpecDigest(&l.Spec))
+}
+
+// dropRollingUpdate clears strategy.rollingUpdate before a Deployment goes back to Recreate (its
+// Service back to one lb pod): the API server refuses Recreate with rollingUpdate set, and a server-
+// side apply that omits the field does not remove it when the object was created, not applied.
+func (r *ServiceReconciler) dropRollingUpdate(ctx context.Context, desired, cur client.Object) error {
+	d, ok := desired.(*appsv1.Deployment)
+	if !ok || d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+		return nil
+	}
+	c, ok := cur.(*appsv1.Deployment)
+	if !ok || c.Name == "" || c.Spec.Strategy.RollingUpdate == nil {
+		return nil
+	}
+	patch := []byte(`{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`)
+	if err := r.Client.Patch(ctx, c, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("clear rollingUpdate: %w", err)
+	}
+	return nil
+}
+
+// replaceForeignShape puts the desired pod template in place whole when the live one has
+// something added that is not ours (see samePodShape: a capability, a variable, a container, a
+// volume, host networking): server-side apply removes only the fields its manager owns, so an
+// addition made by hand would survive every apply. A JSON patch replaces the template, after a
+// test of the live resourceVersion (a conflict is retried by the next pass): the `patch` verb
+// the operator has, no `update`. cur is the live Deployment when it was read in full already
+// (upToDate's read, or the one after a create found the name taken); else it is read here.
+func (r *ServiceReconciler) replaceForeignShape(ctx context.Context, desired *appsv1.Deployment, cur client.Object) error {
+	live, _ := cur.(*appsv1.Deployment)
+	if live == nil || live.ResourceVersion == "" || lbobjects.TemplateTrimmed(live) {
+		live = &appsv1.Deployment{}
+		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
+			return client.IgnoreNotFound(err)
+		}
+	}
+	if lbobjects.SamePodShape(&desired.Spec.Template.Spec, &live.Spec.Template.Spec) {
+		return nil
+	}
+	patch, err := json.Marshal([]map[string]any{
+		{"op": "test", "path": "/metadata/resourceVersion", "value": live.ResourceVersion},
+		{"op": "replace", "path": "/spec/template", "value": desired.Spec.Template},
+	})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("replace the pod template: %w", err)
+	}
+	return nil
+}
+
+// deleteObjects deletes our per-Service objects (those that carry our owner reference, labels or
+// annotation).
+// Background propagation: the name is free at once for a Service created again, and the drain of
+// the addresses waits for the ReplicaSets and pods the garbage collector removes after it.
+func (r *ServiceReconciler) deleteObjects(ctx context.Context, svc *corev1.Service) error {
+	for _, obj := range lbobjects.At(r.Options.LBPodNamespace, svc.Namespace, svc.Name) {
+		if err := r.deleteOwned(ctx, svc, obj, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteOwned deletes obj (named, empty) if it is svc's. With askAPI, an object our cache does
+// not show is looked up on the API server too: the cache may not show yet what the previous pass
+// created a moment ago, and once the Service is let go no pass comes back for it (a Deployment
+// missed here would ask for its address for ever: the drain waits for it).
+func (r *ServiceReconciler) deleteOwned(ctx context.Context, svc *corev1.Service, obj client.Object, askAPI bool) error {
+	err := r.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	if apierrors.IsNotFound(err) && askAPI {
+		err = r.Reader.Get(ctx, client.ObjectKeyFromObject(obj), obj)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get %s %s/%s: %w", lbobjects.KindOf(obj), obj.GetNamespace(), obj.GetName(), err)
+	}
+	if !ownedBy(obj, svc) || !obj.GetDeletionTimestamp().IsZero() {
+		return nil
+	}
+	if _, ok := obj.(*appsv1.Deployment); ok && r.specs != nil {
+		r.specs.forget(client.ObjectKeyFromObject(obj))
+	}
+	if err := r.Client.Delete(ctx, obj, client.PropagationPolicy(metav1.DeletePropagationBackground),
+		client.Preconditions{UID: ptrUID(obj.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s %s/%s: %w", lbobjects.KindOf(obj), obj.GetNamespace(), obj.GetName(), err)
+	}
+	return nil
+}
+
+func ptrUID(u types.UID) *types.UID { return &u }
+
+// ownedBy tells whether obj was built by us for svc: the owner reference, the UID label or the
+// UID annotation (any one survives a hand edit of the others).
+func ownedBy(obj client.Object, svc *corev1.Service) bool {
+	if metav1.IsControlledBy(obj, svc) {
+		return true
+	}
+	uid := string(svc.UID)
+	return obj.GetLabels()[lbv1.ServiceUIDLabel] == uid || obj.GetAnnotations()[lbobjects.ServiceUIDAnnotation] == uid
+}
+
+// foreignObject names an object at one of the Service's per-Service names that is not ours.
+func (r *ServiceReconciler) foreignObject(ctx context.Context, svc *corev1.Service) (string, error) {
+	for _, o := range lbobjects.At(r.Options.LBPodNamespace, svc.Namespace, svc.Name) {
+		err := r.Reader.Get(ctx, client.ObjectKeyFromObject(o), o)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("get %T %s/%s: %w", o, o.GetNamespace(), o.GetName(), err)
+		}
+		if !ownedBy(o, svc) {
+			return fmt.Sprintf("%s %s/%s", lbobjects.KindOf(o), o.GetNamespace(), o.GetName()), nil
+		}
+	}
+	return "", nil
+}
+
+// errStrayPods: the Service's lb pods still run where they no longer belong; the pass looks again
+// after drainRecheck (the Service controller does not watch pods, so their end wakes nothing).
+var errStrayPods = errors.New("waiting for the lb pods left in the previous lb pod namespace to be gone")
+
+// removeStray deletes our Deployments and ServiceAccounts of svc that are not where they belong
+// now, and tells whether pods of svc still run outside the lb pod namespace.
+func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service) (bool, error) {
+	mine := client.MatchingFields{indexServiceUID: string(svc.UID)}
+	podNS, name := lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace), lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)
+	var deps appsv1.DeploymentList
+	if err := r.Client.List(ctx, &deps, mine); err != nil {
+		return false, err
+	}
+	var sas corev1.ServiceAccountList
+	if err := r.Client.List(ctx, &sas, mine); err != nil {
+		return false, err
+	}
+	var stray []client.Object
+	for i := range deps.Items {
+		if d := &deps.Items[i]; d.Namespace != podNS || d.Name != name {
+			stray = append(stray, d)
+		}
+	}
+	for i := range sas.Items {
+		if sa := &sas.Items[i]; sa.Namespace != podNS || sa.Name != name {
+			stray = append(stray, sa)
+		}
+	}
+	for _, o := range stray {
+		if !o.GetDeletionTimestamp().IsZero() {
+			continue
+		}
+		if _, ok := o.(*appsv1.Deployment); ok && r.specs != nil {
+			r.specs.forget(client.ObjectKeyFromObject(o))
+		}
+		if err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return false, fmt.Errorf("delete %s %s/%s left from a previous lb pod namespace: %w", lbobjects.KindOf(o), o.GetNamespace(), o.GetName(), err)
+		}
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, mine); err != nil {
+		return false, err
+	}
+	for i := range pods.Items {
+		if pods.Items[i].Namespace != podNS {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// upToDate is upToDate for a cached object. A Deployment comes from the cache without its
+// template: when its live spec is one already seen to match the desired spec, it is up to date;
+// else it is read from the API server and compared in full (once per Deployment and change), and
+// cur becomes that full object, so that what follows needs no second read.
+func (r *ServiceReconciler) upToDate(ctx context.Context, desired, cur client.Object) (bool, error) {
+	d, ok := desired.(*appsv1.Deployment)
+	c, _ := cur.(*appsv1.Deployment)
+	if !ok || c == nil || !lbobjects.TemplateTrimmed(c) {
+		return lbobjects.UpToDate(desired, cur), nil
+	}
+	rest := d.DeepCopy()
+	rest.Spec.Template = corev1.PodTemplateSpec{}
+	if !lbobjects.UpToDate(rest, c) {
+		return false, nil // metadata, owner, replicas, strategy or selector differ: no need to look further
+	}
+	key := client.ObjectKeyFromObject(c)
+	if r.specs.matches(key, lbobjects.SpecDigest(&d.Spec), lbobjects.LiveSpecDigest(c)) {
+		return true, nil
+	}
+	full := &appsv1.Deployment{}
+	if err := r.Reader.Get(ctx, key, full); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("get: %w", err)
+	}
+	full.DeepCopyInto(c)
+	if !lbobjects.UpToDate(desired, c) {
+		return false, nil
+	}
+	r.rememberSpec(desired, c)
+	return true, nil
+}
+
+// The cache keeps our Deployments without their pod template: the template was 8 of the 33 MiB
+// live heap with 1000 Services (make bench-operator, heap.pprof), the largest single part, and the
+// operator reads it only to tell whether the Deployment still matches what it wants. In its place
+// the cached object carries a digest of the whole live spec (lbobjects.CachedSpecDigestKey in the otherwise
+// empty template's annotations), and the reconciler remembers, per Deployment, which live spec it
+// has seen match which desired spec (specDigests). A pass whose desired spec and live spec are
+// both the ones remembered writes nothing without reading the template; any other pass reads the
+// Deployment from the API server once and compares in full, as before. A hand edit of any spec
+// field, a removal included, changes the live spec and so its digest: it is reverted as before.
+
+// specDigests remembers, per Deployment, the desired spec and the live spec that were found to
+// match (or that our own create produced). It is memory only: after a restart each Deployment is
+// read once from the API server and compared in full.
+type specDigests struct {
+	mu   sync.Mutex
+	seen map[types.NamespacedName]specMatch
+}
+
+type specMatch struct{ desired, live string }
+
+func newSpecDigests() *specDigests {
+	return &specDigests{seen: map[types.NamespacedName]specMatch{}}
+}
+
+// matches tells whether the live spec was seen to match the desired spec.
+func (s *specDigests) matches(key types.NamespacedName, desired, live string) bool {
+	if desired == "" || live == "" {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m, ok := s.seen[key]
+	return ok && m.desired == desired && m.live == live
+}
+
+// remember notes that the live spec matches the desired spec.
+func (s *specDigests) remember(key types.NamespacedName, desired, live string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen[key] = specMatch{desired: desired, live: live}
+}
+
+// forget drops what is remembered of a Deployment that goes.
+func (s *specDigests) forget(key types.NamespacedName) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.seen, key)
+}

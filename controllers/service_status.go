@@ -1,0 +1,236 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+)
+
+// The Service pass's writes to the Service itself (status, then metadata) and its Events. Each
+// write patches only a difference, so that a pass that changes nothing writes nothing.
+
+// recordServed shows a served Service's addresses: the ingress and conditions first, then our
+// finalizer and the mirror annotations. Our condition goes in before our finalizer: it is the
+// proof (which a tenant cannot write) that lets a later pass remove the finalizer, whenever the
+// operator is killed.
+func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Service, plan decide.Plan, addrs []netip.Addr) error {
+	allocated := plan.AllocatedCondition(addrs)
+	if plan.Refusal != nil {
+		r.warnOnChange(svc, allocated)
+	}
+	current := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace),
+		Name: lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}
+	if err := r.Client.Get(ctx, key, current); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err := r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, decide.LBPodCondition(current)}); err != nil {
+		return err
+	}
+	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
+		controllerutil.AddFinalizer(s, lbv1.CleanupFinalizer)
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[lbv1.AllocatedIPsAnnotation] = decide.JoinAddrs(addrs)
+		s.Annotations[lbv1.AllocatedSubnetAnnotation] = plan.Subnet
+	}); err != nil {
+		return err
+	}
+	if plan.ReplicasWarning != "" {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonInvalidReplicas, actionApply, "%s", plan.ReplicasWarning)
+	}
+	return nil
+}
+
+// reportServed ends a served pass: the Event of a new or moved address, and the lb pod condition
+// from the Deployment as ensured.
+func (r *ServiceReconciler) reportServed(ctx context.Context, svc *corev1.Service, plan decide.Plan, addrs []netip.Addr,
+	previous string, claimedAny bool, deploy *appsv1.Deployment) error {
+	recorded := decide.JoinAddrs(addrs)
+	switch {
+	case previous == "" && claimedAny:
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonAllocated, actionAllocate, "allocated %s from subnet %q", recorded, plan.Subnet)
+	case previous != recorded && previous != "":
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonAddressMoved, actionAllocate,
+			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", decide.BoundedMessage(previous), recorded, plan.Subnet)
+	}
+	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), decide.LBPodCondition(deploy)})
+}
+
+// recordTeardown clears what we wrote on a Service we tore down (owned: the IP objects it owned
+// before the drain): our annotations, our finalizer when it is let go, our ingress entries, and
+// our conditions, or the refusal's.
+func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Service, plan decide.Plan, owned []decide.OwnedIP) error {
+	ours := map[string]bool{}
+	for _, o := range owned {
+		ours[o.Addr.String()] = true
+	}
+	recorded := svc.Annotations[lbv1.AllocatedIPsAnnotation]
+	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
+		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
+		delete(s.Annotations, lbv1.AllocatedSubnetAnnotation)
+		if plan.RemoveFinalizer {
+			controllerutil.RemoveFinalizer(s, lbv1.CleanupFinalizer)
+		}
+	}); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	switch {
+	case plan.Refusal != nil:
+		cond := decide.RefusedCondition(plan.Refusal)
+		r.warnOnChange(svc, cond)
+		if err := r.patchStatus(ctx, svc, nil, ours, []metav1.Condition{cond}); err != nil {
+			return err
+		}
+	case plan.Deleting:
+		// The Service goes: its status goes with it.
+	default:
+		if err := r.patchStatus(ctx, svc, nil, ours, nil); err != nil {
+			return err
+		}
+	}
+	if len(owned) > 0 && plan.Refusal == nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonCleanedUp, actionCleanup,
+			"released %s: it drains until its lb pod is gone; the lb-svc objects are deleted", joinOwnedOr(owned, recorded))
+	}
+	return nil
+}
+
+// warnOnChange sends the Warning Event of a refusal when the condition changes, so requeues and
+// unrelated updates do not flood the Service's events.
+func (r *ServiceReconciler) warnOnChange(svc *corev1.Service, cond metav1.Condition) {
+	old := meta.FindStatusCondition(svc.Status.Conditions, cond.Type)
+	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason || old.Message != cond.Message {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, cond.Reason, actionAllocate, "%s", cond.Message)
+	}
+}
+
+// patchMeta applies mutate to the Service's metadata and patches only when something changed.
+func (r *ServiceReconciler) patchMeta(ctx context.Context, svc *corev1.Service, mutate func(*corev1.Service)) error {
+	before := svc.DeepCopy()
+	mutate(svc)
+	if equalStringMaps(before.Annotations, svc.Annotations) && slices.Equal(before.Finalizers, svc.Finalizers) {
+		return nil
+	}
+	if err := r.Client.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("patch service %s/%s metadata: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
+}
+
+// patchStatus sets the ingress to addrs (or, with remove, only drops the entries of those
+// addresses: what another controller wrote stays) and sets conds; with no conds our conditions
+// are removed. It patches only on a difference.
+func (r *ServiceReconciler) patchStatus(ctx context.Context, svc *corev1.Service, addrs []netip.Addr, remove map[string]bool, conds []metav1.Condition) error {
+	before := svc.DeepCopy()
+	if remove != nil {
+		svc.Status.LoadBalancer.Ingress = slices.DeleteFunc(svc.Status.LoadBalancer.Ingress, func(i corev1.LoadBalancerIngress) bool {
+			return i.Hostname == "" && remove[i.IP]
+		})
+		if len(svc.Status.LoadBalancer.Ingress) == 0 {
+			svc.Status.LoadBalancer.Ingress = nil
+		}
+	} else {
+		svc.Status.LoadBalancer.Ingress = ingressFor(addrs)
+	}
+	if conds == nil {
+		meta.RemoveStatusCondition(&svc.Status.Conditions, decide.ConditionAddressAllocated)
+		meta.RemoveStatusCondition(&svc.Status.Conditions, decide.ConditionLBPodAvailable)
+	}
+	for _, c := range conds {
+		c.ObservedGeneration = svc.Generation
+		meta.SetStatusCondition(&svc.Status.Conditions, c)
+	}
+	if remove != nil {
+		// Let go or refused: there is no lb pod to report on.
+		meta.RemoveStatusCondition(&svc.Status.Conditions, decide.ConditionLBPodAvailable)
+	}
+	if statusEqual(before.Status, svc.Status) {
+		return nil
+	}
+	if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("patch service %s/%s status: %w", svc.Namespace, svc.Name, err)
+	}
+	return nil
+}
+
+// ingressFor lists the addresses as ingress points; ipMode stays unset (VIP) so that kube-proxy
+// serves in-cluster clients directly.
+func ingressFor(addrs []netip.Addr) []corev1.LoadBalancerIngress {
+	if len(addrs) == 0 {
+		return nil
+	}
+	out := make([]corev1.LoadBalancerIngress, len(addrs))
+	for i, a := range addrs {
+		out[i] = corev1.LoadBalancerIngress{IP: a.String()}
+	}
+	return out
+}
+
+func statusEqual(a, b corev1.ServiceStatus) bool {
+	if len(a.LoadBalancer.Ingress) != len(b.LoadBalancer.Ingress) || len(a.Conditions) != len(b.Conditions) {
+		return false
+	}
+	for i := range a.LoadBalancer.Ingress {
+		x, y := a.LoadBalancer.Ingress[i], b.LoadBalancer.Ingress[i]
+		if x.IP != y.IP || x.Hostname != y.Hostname || ipMode(x) != ipMode(y) || len(x.Ports) != len(y.Ports) {
+			return false
+		}
+	}
+	for i := range a.Conditions {
+		x, y := a.Conditions[i], b.Conditions[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message ||
+			x.ObservedGeneration != y.ObservedGeneration || !x.LastTransitionTime.Equal(&y.LastTransitionTime) {
+			return false
+		}
+	}
+	return true
+}
+
+// ipMode reads an ingress' ipMode with the API server's default (VIP) for unset, so that the
+// defaulted value the server returns compares equal to the unset one we write.
+func ipMode(i corev1.LoadBalancerIngress) corev1.LoadBalancerIPMode {
+	if i.IPMode == nil {
+		return corev1.LoadBalancerIPModeVIP
+	}
+	return *i.IPMode
+}
+
+func equalStringMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func joinOwnedOr(owned []decide.OwnedIP, recorded string) string {
+	if len(owned) == 0 {
+		return orDash(recorded)
+	}
+	return decide.JoinOwned(owned)
+}
