@@ -59,7 +59,7 @@ type NFTChain struct {
 }
 
 // NFTRule is one rule: the expressions written, and how `nft list` shows them (for the log,
-// the dry run and the README; comparisons use Canon of the expressions).
+// the dry run and docs/lbpod.md; comparisons use Canon of the expressions).
 type NFTRule struct {
 	Text  string
 	Exprs []expr.Any

@@ -27,7 +27,7 @@ func main() {
 }
 
 // Defaults sized on make bench-operator (1000 Services created at once against a real API server;
-// README "Operator throughput and memory"):
+// docs/benchmarks.md "The operator"):
 //   - 64 Services in parallel: a pass spends nearly all its time waiting for its API round trips,
 //     and as a ServiceAccount (not system:masters) its Role and RoleBinding creates wait 107-145 ms
 //     each for the API server's escalation check. With 16 workers a burst of 1000 Services waited

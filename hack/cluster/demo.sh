@@ -64,7 +64,7 @@ up() {
   fi
   ready_ms=$(now_ms)
   log "demo up with $NODES nodes in $((SECONDS - t0))s; the LB address $ip answers from the client namespace and its lb pod is 1/1 Running"
-  # Figures (README "Measured"): the whole demo, and how long `kubectl get pod` lagged behind the
+  # Figures (docs/benchmarks.md "Measured on the demo cluster"): the whole demo, and how long `kubectl get pod` lagged behind the
   # first answer through the LB address (both polled every 0.2 s).
   echo "figure: demo_up_seconds=$(seconds "$t0ms" "$ready_ms")"
   echo "figure: demo_first_curl_to_lb_pod_ready_seconds=$(seconds "$served_ms" "$ready_ms")"
@@ -83,7 +83,7 @@ Curl the LB address from the underlay's client namespace ($CLIENT_NS holds ${CLI
   nsenter --net=/run/netns/$CLIENT_NS curl -s http://$ip:80/
   (or: ip netns exec $CLIENT_NS curl -s http://$ip:80/)
 
-Dual stack: the client also holds 172.19.0.1 and fd00:172:19::1 (an IPv6 underlay); README "Dual stack
+Dual stack: the client also holds 172.19.0.1 and fd00:172:19::1 (an IPv6 underlay); docs/demo-cluster.md "Dual stack
 walk-through" adds a Dual Subnet and IPv6 / RequireDualStack Services.
 
 Fail a node like a power-off, bring it back, drain it (each prints the moment, RFC 3339 with ms):

@@ -1,7 +1,7 @@
 # Shared names, paths and helpers of the demo / e2e cluster. Sourced by up.sh, down.sh, demo.sh,
 # e2e.sh, node.sh and mem.sh; the Go e2e tests use the same names (test/e2e/cluster_test.go).
 #
-# Topology (README "Topology"; everything in network namespaces of its own, nothing routes to the
+# Topology (docs/demo-cluster.md "Topology"; everything in network namespaces of its own, nothing routes to the
 # outside world). NODES nodes (default 2, at most 3), node i = netns lbsvc-node<i>:
 #   host netns          lbsvc-h 10.250.0.1/30   only to reach the API server (host forwarding untouched)
 #   netns lbsvc-node1   lbsvc-n 10.250.0.2/30   + the control plane: etcd, kube-apiserver :6443,
@@ -50,7 +50,7 @@ SERVICE_CIDR6=fd00:10:211::/112
 POD_SUPERNET6=fd00:10:212::/48
 CLIENT_ADDR=172.18.0.1/16
 # The client also holds the gateways of a dual-stack underlay network beside the seed's IPv4 one, for
-# Dual Subnets (172.19.0.0/16,fd00:172:19::/64): the IPv6 underlay of README "Dual stack".
+# Dual Subnets (172.19.0.0/16,fd00:172:19::/64): the IPv6 underlay of docs/demo-cluster.md "Dual stack walk-through".
 CLIENT_ADDR_DUAL4=172.19.0.1/16
 CLIENT_ADDR6=fd00:172:19::1/64
 # Every node's cgroups live under this root, in every cgroup v1 hierarchy (no systemd here):
