@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -45,14 +46,23 @@ const drainRecheck = 2 * time.Second
 
 // IPReconciler keeps each IP object's status (phase, holders) and lets a draining address go
 // once no lb pod that could hold it exists. It also drains an address whose owner Service is
-// gone (a claim made just before the operator stopped).
+// gone (a claim made just before the operator stopped). Only objects provably ours count as
+// holders (see drainproof.go); others that carry the address label are ignored and named once
+// in a ForeignHolderIgnored Warning Event.
 type IPReconciler struct {
 	Client client.Client
 	// Reader reads from the API server directly: a release is decided on the server's word.
 	Reader   client.Reader
 	Recorder events.EventRecorder
+	// LBPodNamespace is --lb-pod-namespace (empty: lb pods run beside their Service): lb pods
+	// there may hold an address.
+	LBPodNamespace string
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
+
+	// reported is, per IP object name, the last ForeignHolderIgnored note sent.
+	reportedMu sync.Mutex
+	reported   map[string]string
 }
 
 // SetupWithManager registers the pod index and the controller.
@@ -114,6 +124,9 @@ func addressLabelValues(l map[string]string) []string {
 func (r *IPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ip := &lbv1.IP{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ip); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetForeign(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ip.DeletionTimestamp.IsZero() {
@@ -122,14 +135,45 @@ func (r *IPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	return r.reconcileDraining(ctx, ip)
 }
 
-// holders lists the lb pods (from the cache) that carry the address in their labels.
-func (r *IPReconciler) holders(ctx context.Context, ip *lbv1.IP) ([]corev1.Pod, error) {
+// holders lists the lb pods (from the cache) of ours that carry the address in their labels
+// and may hold it, and names the pods carrying it that are not ours.
+func (r *IPReconciler) holders(ctx context.Context, ip *lbv1.IP) ([]corev1.Pod, []string, error) {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexPodAddress: ip.Name}); err != nil {
-		return nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
+		return nil, nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return podKey(&pods.Items[i]) < podKey(&pods.Items[j]) })
-	return pods.Items, nil
+	holding, foreign := holdingPods(pods.Items, ip, r.LBPodNamespace)
+	return holding, foreign, nil
+}
+
+// reportForeign sends one ForeignHolderIgnored Warning Event on ip when the objects ignored for
+// it are not the ones last reported (remembered in memory: after a restart they are reported
+// once more).
+func (r *IPReconciler) reportForeign(ip *lbv1.IP, foreign []string) {
+	msg := foreignMessage(ip, foreign)
+	r.reportedMu.Lock()
+	last := r.reported[ip.Name]
+	switch {
+	case msg == "":
+		delete(r.reported, ip.Name)
+	case msg != last:
+		if r.reported == nil {
+			r.reported = map[string]string{}
+		}
+		r.reported[ip.Name] = msg
+	}
+	r.reportedMu.Unlock()
+	if msg != "" && msg != last {
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, ReasonForeignHolderIgnored, actionRelease, "%s", msg)
+	}
+}
+
+// forgetForeign drops what was reported about an IP object that is gone.
+func (r *IPReconciler) forgetForeign(name string) {
+	r.reportedMu.Lock()
+	delete(r.reported, name)
+	r.reportedMu.Unlock()
 }
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
@@ -171,30 +215,32 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 			return nil
 		}
 	}
-	pods, err := r.holders(ctx, ip)
+	pods, foreign, err := r.holders(ctx, ip)
 	if err != nil {
 		return err
 	}
+	r.reportForeign(ip, foreign)
 	return r.patchStatus(ctx, ip, lbv1.IPBound, pods, "")
 }
 
-// reconcileDraining lets the address go once nothing can hold it: no lb pod carries it, no
-// ReplicaSet may still create one, no Deployment still asks for it. The last word is the API
-// server's, read past the cache.
+// reconcileDraining lets the address go once nothing of ours can hold it: no lb pod of ours
+// carries it, no ReplicaSet of ours may still create one, no Deployment of ours still asks for
+// it. The last word is the API server's, read past the cache.
 func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(ip, lbv1.DrainFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	pods, err := r.holders(ctx, ip)
+	pods, foreign, err := r.holders(ctx, ip)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if len(pods) == 0 {
 		var why string
-		why, pods, err = r.confirmNoHolder(ctx, ip)
+		why, pods, foreign, err = r.confirmNoHolder(ctx, ip)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		r.reportForeign(ip, foreign)
 		if why == "" && len(pods) == 0 {
 			before := ip.DeepCopy()
 			controllerutil.RemoveFinalizer(ip, lbv1.DrainFinalizer)
@@ -202,6 +248,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 				return ctrl.Result{}, client.IgnoreNotFound(err)
 			}
 			drains.Observe(time.Since(ip.DeletionTimestamp.Time).Seconds())
+			r.forgetForeign(ip.Name)
 			r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, ReasonDrained, actionRelease,
 				"%s is free: no lb pod can hold it any more", ip.Spec.Address)
 			return ctrl.Result{}, nil
@@ -209,6 +256,8 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 		if why != "" {
 			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, nil, why)
 		}
+	} else {
+		r.reportForeign(ip, foreign)
 	}
 	msg := fmt.Sprintf("waiting for %s to be gone", podNames(pods))
 	for i := range pods {
@@ -233,9 +282,11 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, pods, msg)
 }
 
-// confirmNoHolder asks the API server for pods, ReplicaSets and Deployments that carry the
-// address; it returns why the address is not free yet ("" when it is) and the pods found.
-func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string, []corev1.Pod, error) {
+// confirmNoHolder asks the API server for the pods, ReplicaSets and Deployments that carry the
+// address, and lets drainVerdict decide: it returns why the address is not free yet ("" when
+// it is), the pods of ours that hold it, and the objects ignored as not ours. All three lists
+// are read: it runs only once the cache shows no holder, when the three had to be read anyway.
+func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string, []corev1.Pod, []string, error) {
 	key := lbv1.IPv4Label
 	if strings.Contains(ip.Name, "-") {
 		key = lbv1.IPv6Label
@@ -243,31 +294,19 @@ func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string
 	sel := client.MatchingLabels{key: ip.Name}
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, sel); err != nil {
-		return "", nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
-	}
-	if len(pods.Items) > 0 {
-		return "", pods.Items, nil
+		return "", nil, nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
 	}
 	var rss appsv1.ReplicaSetList
 	if err := r.Reader.List(ctx, &rss, sel); err != nil {
-		return "", nil, fmt.Errorf("list replicasets of %s: %w", ip.Name, err)
-	}
-	for i := range rss.Items {
-		rs := &rss.Items[i]
-		if (rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0) || rs.Status.Replicas > 0 {
-			return fmt.Sprintf("replicaset %s/%s may still create a pod holding %s", rs.Namespace, rs.Name, ip.Spec.Address), nil, nil
-		}
+		return "", nil, nil, fmt.Errorf("list replicasets of %s: %w", ip.Name, err)
 	}
 	var deps appsv1.DeploymentList
 	if err := r.Reader.List(ctx, &deps, sel); err != nil {
-		return "", nil, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
+		return "", nil, nil, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
 	}
-	for i := range deps.Items {
-		if deps.Items[i].DeletionTimestamp.IsZero() {
-			return fmt.Sprintf("deployment %s/%s still asks for %s", deps.Items[i].Namespace, deps.Items[i].Name, ip.Spec.Address), nil, nil
-		}
-	}
-	return "", nil, nil
+	sort.Slice(pods.Items, func(i, j int) bool { return podKey(&pods.Items[i]) < podKey(&pods.Items[j]) })
+	why, holding, foreign := drainVerdict(ip, r.LBPodNamespace, pods.Items, rss.Items, deps.Items)
+	return why, holding, foreign, nil
 }
 
 func podNames(pods []corev1.Pod) string {

@@ -23,15 +23,17 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
-// lbPodObject stands in for an lb pod that still holds addr: envtest has no kubelet, so a pod
-// object with the address label is what the drain must wait for (the operator reads pods only).
-// With node set the pod is bound there, so that deleting it waits for a kubelet that never comes
-// (like a pod on a powered-off node) until it is force-deleted.
-func lbPodObject(t *testing.T, ns, name, addr, node string) *corev1.Pod {
+// lbPodObject stands in for an lb pod of svc that still holds addr: envtest has no kubelet, so a
+// pod object with the labels of svc's lb pods (ours, svc's UID, the address) in svc's namespace
+// is what the drain must wait for (the operator reads pods only). With node set the pod is bound
+// there, so that deleting it waits for a kubelet that never comes (like a pod on a powered-off
+// node) until it is force-deleted.
+func lbPodObject(t *testing.T, svc *corev1.Service, name, addr, node string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
-			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.IPv4Label: addr}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svc.Namespace, Labels: map[string]string{
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, controllers.ManagedByLabel: controllers.ManagedByValue,
+			lbv1.ServiceUIDLabel: string(svc.UID), lbv1.IPv4Label: addr}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
 	}
 	create(t, p)
@@ -75,7 +77,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		first := lbService(f.ns, "first", f.provider, f.ip("50"))
 		create(t, first)
 		waitAddress(t, f.ns, "first", f.ip("50"))
-		pod := lbPodObject(t, f.ns, "lb-first-pod", f.ip("50"), "")
+		pod := lbPodObject(t, first, "lb-first-pod", f.ip("50"), "")
 		g.Expect(k8s.Delete(ctx, getService(g, f.ns, "first"))).To(Succeed())
 		ip := waitDraining(t, f.ip("50"))
 		g.Eventually(func(g Gomega) {
@@ -97,7 +99,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		mover := lbService(f.ns, "mover", f.provider, f.ip("60"))
 		create(t, mover)
 		waitAddress(t, f.ns, "mover", f.ip("60"))
-		pod := lbPodObject(t, f.ns, "lb-mover-old", f.ip("60"), "")
+		pod := lbPodObject(t, mover, "lb-mover-old", f.ip("60"), "")
 		update(t, mover, func(s *corev1.Service) { s.Spec.LoadBalancerIP = f.ip("61") })
 		waitAddress(t, f.ns, "mover", f.ip("61"))
 		waitDraining(t, f.ip("60"))
@@ -118,7 +120,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		victim := lbService(f.ns, "victim", f.provider, f.ip("70"))
 		create(t, victim)
 		waitAddress(t, f.ns, "victim", f.ip("70"))
-		pod := lbPodObject(t, f.ns, "lb-victim-pod", f.ip("70"), node.Name)
+		pod := lbPodObject(t, victim, "lb-victim-pod", f.ip("70"), node.Name)
 		// Deleting a pod bound to a node waits for its kubelet: it stays Terminating, as on a
 		// powered-off node.
 		g.Expect(k8s.Delete(ctx, pod)).To(Succeed())
@@ -404,8 +406,7 @@ func TestLBPodNamespace(t *testing.T) {
 	g.Eventually(func() error {
 		return k8s.Get(ctx, client.ObjectKey{Namespace: pre.ns, Name: "lb-svc-moved"}, old)
 	}, timeout, interval).Should(Succeed())
-	oldPod := lbPodObject(t, pre.ns, "lb-moved-old", pre.ip("6"), "")
-	update(t, oldPod, func(p *corev1.Pod) { p.Labels[lbv1.ServiceUIDLabel] = string(moved.UID) })
+	oldPod := lbPodObject(t, moved, "lb-moved-old", pre.ip("6"), "")
 
 	stopOperator()
 	opMu.Lock()
@@ -459,7 +460,7 @@ func TestOperatorMetrics(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	create(t, lbService(f.ns, "m1", f.provider, ""))
-	waitAddress(t, f.ns, "m1", f.ip("6"))
+	m1 := waitAddress(t, f.ns, "m1", f.ip("6"))
 	gauge := func(g Gomega, state string) float64 {
 		mfs, err := metrics.Registry.Gather()
 		g.Expect(err).NotTo(HaveOccurred())
@@ -493,7 +494,7 @@ func TestOperatorMetrics(t *testing.T) {
 	g.Expect(names).To(HaveKey("lbsvc_allocations_total"))
 	g.Expect(names).To(HaveKey("lbsvc_services"))
 	g.Expect(names).To(HaveKey("lbsvc_drain_seconds"))
-	pod := lbPodObject(t, f.ns, "lb-m1-pod", f.ip("6"), "")
+	pod := lbPodObject(t, m1, "lb-m1-pod", f.ip("6"), "")
 	g.Expect(k8s.Delete(context.Background(), getService(g, f.ns, "m1"))).To(Succeed())
 	g.Eventually(func(g Gomega) { g.Expect(gauge(g, "draining")).To(Equal(1.0)) }, timeout, interval).Should(Succeed())
 	forceDelete(t, pod)
