@@ -40,22 +40,21 @@ import (
 // status.holders.
 //
 // Why the last is sound: only the operator writes IP objects and their status (no built-in
-// role aggregates them), and it writes into status.holders only pods that passed
-// provablyOurs with the namespaces trusted at that moment. So a namespace enters the set only
-// as the Service's namespace or as the --lb-pod-namespace of some operator run, and stays in
-// it only while one of our pods (our labels, the owner's UID, not finished) still lives there:
-// the first status write that finds none drops it for good. That keeps the lb pods left in a
-// previous --lb-pod-namespace counted until they are gone after the flag changed (the Service
-// controller deletes their Deployment first; ReplicaSets go with it before the pods do), and
-// never lets a tenant's namespace in. Limits: status.holders lists at most 16 pods (a Service
-// has at most 5 replicas, and the new lb pod namespace gets pods only once the old one's are
-// gone); pods created in the old namespace and never recorded (an operator restart with the new
-// flag in the moment between their creation and the next status write) are not known; a
-// ReplicaSet of ours there is counted only while the namespace is (if its last pod died just as
-// the garbage collector was about to remove it, a status write in between drops it); and a
-// status written by a release before this rule (which listed any pod with the label) may name a
-// foreign namespace, which stays trusted only for pods there that forge our labels and the
-// exact UID, and only until the first status write that finds none.
+// role aggregates them), and it writes into status.holders only pods that passed provablyOurs
+// with the namespaces trusted at that moment, plus entries already there (keptHolders). So a
+// namespace enters the set only as the Service's namespace or as the --lb-pod-namespace of some
+// operator run, and stays in it only while something of ours there may hold the address: a pod
+// of ours (our labels, the owner's UID, not finished), or a ReplicaSet or Deployment of ours
+// that may still create one (keptHolders, read from the API server). The first status write
+// that finds none drops it for good. That keeps the lb pods left in a previous
+// --lb-pod-namespace counted until they, and what could bring them back, are gone after the flag
+// changed, and never lets a tenant's namespace in. Limits: status.holders lists at most 16 pods
+// (a Service has at most 5 replicas, and the new lb pod namespace gets pods only once the old
+// one's are gone); lb pods created in the old namespace and never recorded (the operator
+// restarted with the new flag in the moment between their creation and the next status write)
+// are not known; and a status written by a release before this rule (which listed any pod with
+// the label) may name a foreign namespace, which then stays trusted only for objects there that
+// forge our labels and the exact UID, and only as long as they exist.
 func trustedNamespaces(ip *lbv1.IP, lbPodNamespace string) map[string]bool {
 	ns := map[string]bool{ip.Spec.Service.Namespace: true}
 	if lbPodNamespace != "" {
@@ -109,39 +108,115 @@ func splitPods(pods []corev1.Pod, ip *lbv1.IP, trusted map[string]bool) (holding
 	return holding, foreign
 }
 
+// mayCreate tells whether a ReplicaSet may still create a pod (or still has one).
+func mayCreate(rs *appsv1.ReplicaSet) bool {
+	return (rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0) || rs.Status.Replicas > 0
+}
+
+// asks tells whether a Deployment still asks for its pods: it is not being deleted.
+func asks(d *appsv1.Deployment) bool { return d.DeletionTimestamp.IsZero() }
+
+// drainDecision is what the API server's lists of the objects carrying an address say.
+type drainDecision struct {
+	// Why the address may not go yet although no pod of ours holds it ("" when nothing of ours
+	// may create a holder, or when Holding is not empty).
+	Why string
+	// Holding are the pods of ours that may hold the address.
+	Holding []corev1.Pod
+	// Kept are the status.holders entries to keep listed (see keptHolders).
+	Kept []lbv1.IPHolder
+	// Foreign names the objects ignored as not ours ("pod ns/name", "replicaset ...", ...).
+	Foreign []string
+}
+
 // drainVerdict decides, from the API server's lists of the pods, ReplicaSets and Deployments
 // that carry ip's address label, whether the address may go: the pods of ours that hold it,
 // else why it may not go yet ("" when nothing of ours can hold it any more), and the names of
 // the objects ignored as not ours.
-func drainVerdict(ip *lbv1.IP, lbPodNamespace string, pods []corev1.Pod, rss []appsv1.ReplicaSet, deps []appsv1.Deployment) (why string, holding []corev1.Pod, foreign []string) {
+func drainVerdict(ip *lbv1.IP, lbPodNamespace string, pods []corev1.Pod, rss []appsv1.ReplicaSet, deps []appsv1.Deployment) drainDecision {
 	trusted := trustedNamespaces(ip, lbPodNamespace)
-	holding, foreign = splitPods(pods, ip, trusted)
+	var d drainDecision
+	d.Holding, d.Foreign = splitPods(pods, ip, trusted)
 	var whyRS, whyDep string
 	for i := range rss {
 		rs := &rss[i]
 		switch {
 		case !ours(rs, ip, trusted):
-			foreign = append(foreign, "replicaset "+rs.Namespace+"/"+rs.Name)
-		case whyRS == "" && ((rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0) || rs.Status.Replicas > 0):
+			d.Foreign = append(d.Foreign, "replicaset "+rs.Namespace+"/"+rs.Name)
+		case whyRS == "" && mayCreate(rs):
 			whyRS = fmt.Sprintf("replicaset %s/%s may still create a pod holding %s", rs.Namespace, rs.Name, ip.Spec.Address)
 		}
 	}
 	for i := range deps {
-		d := &deps[i]
+		dep := &deps[i]
 		switch {
-		case !ours(d, ip, trusted):
-			foreign = append(foreign, "deployment "+d.Namespace+"/"+d.Name)
-		case whyDep == "" && d.DeletionTimestamp.IsZero():
-			whyDep = fmt.Sprintf("deployment %s/%s still asks for %s", d.Namespace, d.Name, ip.Spec.Address)
+		case !ours(dep, ip, trusted):
+			d.Foreign = append(d.Foreign, "deployment "+dep.Namespace+"/"+dep.Name)
+		case whyDep == "" && asks(dep):
+			whyDep = fmt.Sprintf("deployment %s/%s still asks for %s", dep.Namespace, dep.Name, ip.Spec.Address)
 		}
 	}
+	d.Kept = keptHolders(ip, lbPodNamespace, d.Holding, rss, deps)
 	switch {
-	case len(holding) > 0:
-		return "", holding, foreign
+	case len(d.Holding) > 0:
 	case whyRS != "":
-		return whyRS, nil, foreign
+		d.Why = whyRS
+	default:
+		d.Why = whyDep
 	}
-	return whyDep, nil, foreign
+	return d
+}
+
+// droppingNamespaces are the namespaces trusted only because ip's status.holders lists them
+// (neither the Service's nor lbPodNamespace) in which none of holding, the pods of ours found
+// now, lives: the next status write would drop them, and with them the trust in what is there.
+func droppingNamespaces(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod) map[string]bool {
+	var out map[string]bool
+	for _, h := range ip.Status.Holders {
+		n, _, ok := strings.Cut(h.Pod, "/")
+		if !ok || n == "" || n == ip.Spec.Service.Namespace || n == lbPodNamespace ||
+			slices.ContainsFunc(holding, func(p corev1.Pod) bool { return p.Namespace == n }) {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[n] = true
+	}
+	return out
+}
+
+// keptHolders are the entries of ip's status.holders that stay listed although no pod of ours
+// holds the address in their namespace: those of a dropping namespace (droppingNamespaces) where
+// an object of ours may still create a holder (a ReplicaSet that may create a pod, a Deployment
+// that still asks). Dropping them would stop trusting that namespace, so that the object would
+// be ignored and the address released while it may still create a pod that holds it (an lb pod
+// evicted in a previous --lb-pod-namespace, its ReplicaSet about to replace it). They are kept
+// as they were, less the role: none of them is known to hold the address now.
+func keptHolders(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod, rss []appsv1.ReplicaSet, deps []appsv1.Deployment) []lbv1.IPHolder {
+	dropping := droppingNamespaces(ip, lbPodNamespace, holding)
+	if len(dropping) == 0 {
+		return nil
+	}
+	trusted := trustedNamespaces(ip, lbPodNamespace)
+	blocked := map[string]bool{}
+	for i := range rss {
+		if rs := &rss[i]; dropping[rs.Namespace] && ours(rs, ip, trusted) && mayCreate(rs) {
+			blocked[rs.Namespace] = true
+		}
+	}
+	for i := range deps {
+		if d := &deps[i]; dropping[d.Namespace] && ours(d, ip, trusted) && asks(d) {
+			blocked[d.Namespace] = true
+		}
+	}
+	var out []lbv1.IPHolder
+	for _, h := range ip.Status.Holders {
+		if n, _, _ := strings.Cut(h.Pod, "/"); blocked[n] {
+			out = append(out, lbv1.IPHolder{Pod: h.Pod, Node: h.Node})
+		}
+	}
+	return out
 }
 
 // foreignMessage is the note of the ForeignHolderIgnored Event about the objects ignored for

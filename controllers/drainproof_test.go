@@ -146,6 +146,7 @@ func TestDrainVerdict(t *testing.T) {
 		deps        []appsv1.Deployment
 		wantWhy     string
 		wantHolding []string
+		wantKept    []string
 		wantForeign []string
 	}{
 		"nothing carries the address: it is free": {ip: drainIP()},
@@ -203,10 +204,49 @@ func TestDrainVerdict(t *testing.T) {
 				return d
 			}()},
 		},
-		"our ReplicaSet left in the previous lb pod namespace keeps the address while our pod there is recorded": {
-			ip: drainIP("old-system/lb-1"), lbPodNS: lbPodNS,
-			rss:     []appsv1.ReplicaSet{drainRS("old-system", "lb-1", ours, 1)},
-			wantWhy: "replicaset old-system/lb-1 may still create a pod holding 10.0.0.7",
+		// Its last pod there was evicted and is about to be replaced: listing the namespace no
+		// more would make the ReplicaSet foreign and let the address go.
+		"our ReplicaSet left in the previous lb pod namespace keeps the address and that namespace listed": {
+			ip: func() *lbv1.IP {
+				ip := drainIP("old-system/lb-1-a")
+				ip.Status.Holders[0].Node, ip.Status.Holders[0].Role = "n1", lbv1.RoleActive
+				return ip
+			}(), lbPodNS: lbPodNS,
+			rss:      []appsv1.ReplicaSet{drainRS("old-system", "lb-1", ours, 1)},
+			wantWhy:  "replicaset old-system/lb-1 may still create a pod holding 10.0.0.7",
+			wantKept: []string{"old-system/lb-1-a"},
+		},
+		"our Deployment left in the previous lb pod namespace keeps it listed while it asks": {
+			ip: drainIP("old-system/lb-1-a", "team-a/lb-2-b"), lbPodNS: lbPodNS,
+			pods:        []corev1.Pod{drainPod("team-a", "lb-2-b", ours, corev1.PodRunning)},
+			deps:        []appsv1.Deployment{drainDeployment("old-system", "lb", ours, 1)},
+			wantHolding: []string{"team-a/lb-2-b"},
+			wantKept:    []string{"old-system/lb-1-a"},
+		},
+		"the previous lb pod namespace drops out once nothing of ours there may hold the address": {
+			ip: drainIP("old-system/lb-1-a"), lbPodNS: lbPodNS,
+			rss: []appsv1.ReplicaSet{drainRS("old-system", "lb-1", ours, 0)},
+			deps: []appsv1.Deployment{func() appsv1.Deployment {
+				d := drainDeployment("old-system", "lb", ours, 1)
+				d.DeletionTimestamp = ptr.To(metav1.Now())
+				return d
+			}()},
+		},
+		"our pod in the previous lb pod namespace lists it by itself: nothing kept": {
+			ip: drainIP("old-system/lb-1-a"), lbPodNS: lbPodNS,
+			pods:        []corev1.Pod{drainPod("old-system", "lb-1-b", ours, corev1.PodPending)},
+			rss:         []appsv1.ReplicaSet{drainRS("old-system", "lb-1", ours, 1)},
+			wantHolding: []string{"old-system/lb-1-b"},
+		},
+		"a squatter's ReplicaSet keeps no namespace listed": {
+			ip: drainIP("team-a/lb-gone"), lbPodNS: lbPodNS,
+			rss:         []appsv1.ReplicaSet{drainRS("team-b", "squat-1", ours, 1)},
+			wantForeign: []string{"replicaset team-b/squat-1"},
+		},
+		"the Service's namespace is never kept: it is trusted anyway": {
+			ip:      drainIP("team-a/lb-1-a"),
+			rss:     []appsv1.ReplicaSet{drainRS("team-a", "lb-1", ours, 1)},
+			wantWhy: "replicaset team-a/lb-1 may still create a pod holding 10.0.0.7",
 		},
 		"a pod with a forged Service UID in the Service's own namespace is ignored and named": {
 			ip:          drainIP(),
@@ -216,14 +256,21 @@ func TestDrainVerdict(t *testing.T) {
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			why, holding, foreign := drainVerdict(tc.ip, tc.lbPodNS, tc.pods, tc.rss, tc.deps)
-			var keys []string
-			for i := range holding {
-				keys = append(keys, podKey(&holding[i]))
+			d := drainVerdict(tc.ip, tc.lbPodNS, tc.pods, tc.rss, tc.deps)
+			var keys, kept []string
+			for i := range d.Holding {
+				keys = append(keys, podKey(&d.Holding[i]))
 			}
-			if why != tc.wantWhy || strings.Join(keys, ",") != strings.Join(tc.wantHolding, ",") ||
-				strings.Join(foreign, ",") != strings.Join(tc.wantForeign, ",") {
-				t.Errorf("got why %q holding %q foreign %q, want %q %q %q", why, keys, foreign, tc.wantWhy, tc.wantHolding, tc.wantForeign)
+			for _, h := range d.Kept {
+				kept = append(kept, h.Pod)
+				if h.Role != "" {
+					t.Errorf("kept entry %s has role %q: none of them is known to hold the address", h.Pod, h.Role)
+				}
+			}
+			if d.Why != tc.wantWhy || strings.Join(keys, ",") != strings.Join(tc.wantHolding, ",") ||
+				strings.Join(kept, ",") != strings.Join(tc.wantKept, ",") || strings.Join(d.Foreign, ",") != strings.Join(tc.wantForeign, ",") {
+				t.Errorf("got why %q holding %q kept %q foreign %q,\nwant    %q         %q      %q         %q",
+					d.Why, keys, kept, d.Foreign, tc.wantWhy, tc.wantHolding, tc.wantKept, tc.wantForeign)
 			}
 		})
 	}

@@ -178,13 +178,15 @@ func (r *IPReconciler) forgetForeign(name string) {
 
 func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
-func holderList(pods []corev1.Pod) []lbv1.IPHolder {
+// holderList is status.holders: the pods, then the kept entries (see keptHolders), at most 16.
+func holderList(pods []corev1.Pod, kept []lbv1.IPHolder) []lbv1.IPHolder {
 	var out []lbv1.IPHolder
 	for i := range pods {
-		if len(out) == 16 {
-			break
-		}
 		out = append(out, lbv1.IPHolder{Pod: podKey(&pods[i]), Node: pods[i].Spec.NodeName, Role: pods[i].Labels[lbv1.RoleLabel]})
+	}
+	out = append(out, kept...)
+	if len(out) > 16 {
+		out = out[:16]
 	}
 	// The active holder first: it is the one `kubectl get ips` shows.
 	slices.SortStableFunc(out, func(a, b lbv1.IPHolder) int {
@@ -220,7 +222,17 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 		return err
 	}
 	r.reportForeign(ip, foreign)
-	return r.patchStatus(ctx, ip, lbv1.IPBound, pods, "")
+	var kept []lbv1.IPHolder
+	if len(droppingNamespaces(ip, r.LBPodNamespace, pods)) > 0 {
+		// A namespace trusted only through status.holders has no pod of ours any more: the API
+		// server says whether something of ours there may still create one.
+		d, err := r.confirmNoHolder(ctx, ip)
+		if err != nil {
+			return err
+		}
+		kept = d.Kept
+	}
+	return r.patchStatus(ctx, ip, lbv1.IPBound, holderList(pods, kept), "")
 }
 
 // reconcileDraining lets the address go once nothing of ours can hold it: no lb pod of ours
@@ -234,14 +246,15 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(pods) == 0 {
-		var why string
-		why, pods, foreign, err = r.confirmNoHolder(ctx, ip)
+	var kept []lbv1.IPHolder
+	if len(pods) == 0 || len(droppingNamespaces(ip, r.LBPodNamespace, pods)) > 0 {
+		d, err := r.confirmNoHolder(ctx, ip)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		pods, kept, foreign = d.Holding, d.Kept, d.Foreign
 		r.reportForeign(ip, foreign)
-		if why == "" && len(pods) == 0 {
+		if d.Why == "" && len(pods) == 0 {
 			before := ip.DeepCopy()
 			controllerutil.RemoveFinalizer(ip, lbv1.DrainFinalizer)
 			if err := r.Client.Patch(ctx, ip, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
@@ -253,8 +266,8 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 				"%s is free: no lb pod can hold it any more", ip.Spec.Address)
 			return ctrl.Result{}, nil
 		}
-		if why != "" {
-			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, nil, why)
+		if d.Why != "" {
+			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(nil, kept), d.Why)
 		}
 	} else {
 		r.reportForeign(ip, foreign)
@@ -279,14 +292,14 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 			break
 		}
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, pods, msg)
+	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(pods, kept), msg)
 }
 
 // confirmNoHolder asks the API server for the pods, ReplicaSets and Deployments that carry the
-// address, and lets drainVerdict decide: it returns why the address is not free yet ("" when
-// it is), the pods of ours that hold it, and the objects ignored as not ours. All three lists
-// are read: it runs only once the cache shows no holder, when the three had to be read anyway.
-func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string, []corev1.Pod, []string, error) {
+// address, and lets drainVerdict decide. All three lists are read: it runs once the cache shows
+// no holder (when the three had to be read anyway), or when a namespace trusted only through
+// status.holders would drop out of it (after --lb-pod-namespace changed).
+func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (drainDecision, error) {
 	key := lbv1.IPv4Label
 	if strings.Contains(ip.Name, "-") {
 		key = lbv1.IPv6Label
@@ -294,19 +307,18 @@ func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string
 	sel := client.MatchingLabels{key: ip.Name}
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, sel); err != nil {
-		return "", nil, nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
+		return drainDecision{}, fmt.Errorf("list pods of %s: %w", ip.Name, err)
 	}
 	var rss appsv1.ReplicaSetList
 	if err := r.Reader.List(ctx, &rss, sel); err != nil {
-		return "", nil, nil, fmt.Errorf("list replicasets of %s: %w", ip.Name, err)
+		return drainDecision{}, fmt.Errorf("list replicasets of %s: %w", ip.Name, err)
 	}
 	var deps appsv1.DeploymentList
 	if err := r.Reader.List(ctx, &deps, sel); err != nil {
-		return "", nil, nil, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
+		return drainDecision{}, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return podKey(&pods.Items[i]) < podKey(&pods.Items[j]) })
-	why, holding, foreign := drainVerdict(ip, r.LBPodNamespace, pods.Items, rss.Items, deps.Items)
-	return why, holding, foreign, nil
+	return drainVerdict(ip, r.LBPodNamespace, pods.Items, rss.Items, deps.Items), nil
 }
 
 func podNames(pods []corev1.Pod) string {
@@ -337,10 +349,10 @@ func (r *IPReconciler) nodeReady(ctx context.Context, name string) (bool, error)
 	return false, nil
 }
 
-func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.IPPhase, pods []corev1.Pod, msg string) error {
+func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.IPPhase, holders []lbv1.IPHolder, msg string) error {
 	before := ip.DeepCopy()
 	ip.Status.Phase = phase
-	ip.Status.Holders = holderList(pods)
+	ip.Status.Holders = holders
 	ip.Status.Node, ip.Status.Active = "", ""
 	if len(ip.Status.Holders) > 0 && ip.Status.Holders[0].Role == lbv1.RoleActive {
 		ip.Status.Active = ip.Status.Holders[0].Pod
