@@ -137,34 +137,43 @@ func drainVerdict(ip *lbv1.IP, lbPodNamespace string, pods []corev1.Pod, rss []a
 	trusted := trustedNamespaces(ip, lbPodNamespace)
 	var d drainDecision
 	d.Holding, d.Foreign = splitPods(pods, ip, trusted)
-	var whyRS, whyDep string
-	for i := range rss {
-		rs := &rss[i]
-		switch {
-		case !ours(rs, ip, trusted):
-			d.Foreign = append(d.Foreign, "replicaset "+rs.Namespace+"/"+rs.Name)
-		case whyRS == "" && mayCreate(rs):
-			whyRS = fmt.Sprintf("replicaset %s/%s may still create a pod holding %s", rs.Namespace, rs.Name, ip.Spec.Address)
-		}
+	creating := blocking(rss, "replicaset", ip, trusted, mayCreate, &d.Foreign)
+	asking := blocking(deps, "deployment", ip, trusted, asks, &d.Foreign)
+	blocked := map[string]bool{}
+	for _, o := range creating {
+		blocked[o.Namespace] = true
 	}
-	for i := range deps {
-		dep := &deps[i]
-		switch {
-		case !ours(dep, ip, trusted):
-			d.Foreign = append(d.Foreign, "deployment "+dep.Namespace+"/"+dep.Name)
-		case whyDep == "" && asks(dep):
-			whyDep = fmt.Sprintf("deployment %s/%s still asks for %s", dep.Namespace, dep.Name, ip.Spec.Address)
-		}
+	for _, o := range asking {
+		blocked[o.Namespace] = true
 	}
-	d.Kept = keptHolders(ip, lbPodNamespace, d.Holding, rss, deps)
+	d.Kept = keptHolders(ip, lbPodNamespace, d.Holding, blocked)
 	switch {
 	case len(d.Holding) > 0:
-	case whyRS != "":
-		d.Why = whyRS
-	default:
-		d.Why = whyDep
+	case len(creating) > 0:
+		d.Why = fmt.Sprintf("replicaset %s/%s may still create a pod holding %s", creating[0].Namespace, creating[0].Name, ip.Spec.Address)
+	case len(asking) > 0:
+		d.Why = fmt.Sprintf("deployment %s/%s still asks for %s", asking[0].Namespace, asking[0].Name, ip.Spec.Address)
 	}
 	return d
+}
+
+// blocking returns those of items (ReplicaSets or Deployments) that are ours and may still
+// create a holder (blocks), and appends "<kind> <namespace>/<name>" of those not ours to foreign.
+func blocking[T any, P interface {
+	*T
+	metav1.Object
+}](items []T, kind string, ip *lbv1.IP, trusted map[string]bool, blocks func(P) bool, foreign *[]string) []P {
+	var out []P
+	for i := range items {
+		o := P(&items[i])
+		switch {
+		case !ours(o, ip, trusted):
+			*foreign = append(*foreign, kind+" "+o.GetNamespace()+"/"+o.GetName())
+		case blocks(o):
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 // droppingNamespaces are the namespaces trusted only because ip's status.holders lists them
@@ -187,32 +196,17 @@ func droppingNamespaces(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod
 }
 
 // keptHolders are the entries of ip's status.holders that stay listed although no pod of ours
-// holds the address in their namespace: those of a dropping namespace (droppingNamespaces) where
-// an object of ours may still create a holder (a ReplicaSet that may create a pod, a Deployment
-// that still asks). Dropping them would stop trusting that namespace, so that the object would
+// holds the address in their namespace: those of a dropping namespace (droppingNamespaces) that
+// is blocked, where an object of ours may still create a holder (a ReplicaSet that may create a
+// pod, a Deployment that still asks). Dropping them would stop trusting that namespace, so that the object would
 // be ignored and the address released while it may still create a pod that holds it (an lb pod
 // evicted in a previous --lb-pod-namespace, its ReplicaSet about to replace it). They are kept
 // as they were, less the role: none of them is known to hold the address now.
-func keptHolders(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod, rss []appsv1.ReplicaSet, deps []appsv1.Deployment) []lbv1.IPHolder {
+func keptHolders(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod, blocked map[string]bool) []lbv1.IPHolder {
 	dropping := droppingNamespaces(ip, lbPodNamespace, holding)
-	if len(dropping) == 0 {
-		return nil
-	}
-	trusted := trustedNamespaces(ip, lbPodNamespace)
-	blocked := map[string]bool{}
-	for i := range rss {
-		if rs := &rss[i]; dropping[rs.Namespace] && ours(rs, ip, trusted) && mayCreate(rs) {
-			blocked[rs.Namespace] = true
-		}
-	}
-	for i := range deps {
-		if d := &deps[i]; dropping[d.Namespace] && ours(d, ip, trusted) && asks(d) {
-			blocked[d.Namespace] = true
-		}
-	}
 	var out []lbv1.IPHolder
 	for _, h := range ip.Status.Holders {
-		if n, _, _ := strings.Cut(h.Pod, "/"); blocked[n] {
+		if n, _, _ := strings.Cut(h.Pod, "/"); dropping[n] && blocked[n] {
 			out = append(out, lbv1.IPHolder{Pod: h.Pod, Node: h.Node})
 		}
 	}
