@@ -417,11 +417,7 @@ func TestLBPodNamespace(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	oldPod := lbPodObject(t, moved, "lb-moved-old", pre.ip("6"), "")
 
-	stopOperator()
-	opMu.Lock()
-	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: system})
-	opMu.Unlock()
-	t.Cleanup(func() { startOperator(true) })
+	restartWithLBPodNamespace(t, system)
 	f := newFixture(t)
 	svc := lbService(f.ns, "web", f.provider, "")
 	create(t, svc)
@@ -630,6 +626,17 @@ func TestSquattersInAnotherNamespaceHoldNoAddress(t *testing.T) {
 		"every status of %s's IP objects lists no holder, or exactly the victim's lb pod, and no active one", addr)
 }
 
+// restartWithLBPodNamespace replaces the running operator with one run with
+// --lb-pod-namespace=ns; the usual one comes back when the test ends.
+func restartWithLBPodNamespace(t *testing.T, ns string) {
+	t.Helper()
+	stopOperator()
+	opMu.Lock()
+	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: ns})
+	opMu.Unlock()
+	t.Cleanup(func() { startOperator(true) })
+}
+
 // --lb-pod-namespace changed while a Service's lb pod still ran in the old one: that namespace
 // is neither the Service's nor the lb pod namespace any more, but the IP object's status.holders
 // lists it, so the pod there still holds the address after the Service is deleted, and the
@@ -638,11 +645,7 @@ func TestDrainWaitsForLBPodLeftInPreviousLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	system := newNamespace(t)
-	stopOperator()
-	opMu.Lock()
-	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: system})
-	opMu.Unlock()
-	t.Cleanup(func() { startOperator(true) })
+	restartWithLBPodNamespace(t, system)
 
 	f := newFixture(t)
 	addr := f.ip("90")
