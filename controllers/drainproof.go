@@ -198,10 +198,10 @@ func droppingNamespaces(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod
 // keptHolders are the entries of ip's status.holders that stay listed although no pod of ours
 // holds the address in their namespace: those of a dropping namespace (droppingNamespaces) that
 // is blocked, where an object of ours may still create a holder (a ReplicaSet that may create a
-// pod, a Deployment that still asks). Dropping them would stop trusting that namespace, so that the object would
-// be ignored and the address released while it may still create a pod that holds it (an lb pod
-// evicted in a previous --lb-pod-namespace, its ReplicaSet about to replace it). They are kept
-// as they were, less the role: none of them is known to hold the address now.
+// pod, a Deployment that still asks). Dropping them would stop trusting that namespace, so that
+// the object would be ignored and the address released while it may still create a pod that
+// holds it (an lb pod evicted in a previous --lb-pod-namespace, its ReplicaSet about to replace
+// it). They are kept as they were, less the role: none of them is known to hold the address now.
 func keptHolders(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod, blocked map[string]bool) []lbv1.IPHolder {
 	dropping := droppingNamespaces(ip, lbPodNamespace, holding)
 	var out []lbv1.IPHolder
