@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -47,14 +48,23 @@ const drainRecheck = 2 * time.Second
 
 // IPReconciler keeps each IP object's status (phase, holders) and lets a draining address go
 // once no lb pod that could hold it exists. It also drains an address whose owner Service is
-// gone (a claim made just before the operator stopped).
+// gone (a claim made just before the operator stopped). Only objects provably ours count as
+// holders (see drainproof.go); others that carry the address label are ignored and named once
+// in a ForeignHolderIgnored Warning Event.
 type IPReconciler struct {
 	Client client.Client
 	// Reader reads from the API server directly: a release is decided on the server's word.
 	Reader   client.Reader
 	Recorder events.EventRecorder
+	// LBPodNamespace is --lb-pod-namespace (empty: lb pods run beside their Service): lb pods
+	// there may hold an address.
+	LBPodNamespace string
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
+
+	// reported is, per IP object name, the last ForeignHolderIgnored note sent.
+	reportedMu sync.Mutex
+	reported   map[string]string
 }
 
 // SetupWithManager registers the pod index and the controller.
@@ -116,6 +126,9 @@ func addressLabelValues(l map[string]string) []string {
 func (r *IPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ip := &lbv1.IP{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ip); err != nil {
+		if apierrors.IsNotFound(err) {
+			r.forgetForeign(req.Name)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if ip.DeletionTimestamp.IsZero() {
@@ -124,25 +137,56 @@ func (r *IPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Re
 	return r.reconcileDraining(ctx, ip)
 }
 
-// holders lists the lb pods (from the cache) that carry the address in their labels.
-func (r *IPReconciler) holders(ctx context.Context, ip *lbv1.IP) ([]corev1.Pod, error) {
+// holders lists the lb pods (from the cache) of ours that carry the address in their labels
+// and may hold it, and names the pods carrying it that are not ours.
+func (r *IPReconciler) holders(ctx context.Context, ip *lbv1.IP) ([]corev1.Pod, []string, error) {
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexPodAddress: ip.Name}); err != nil {
-		return nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
+		return nil, nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
 	}
-	sort.Slice(pods.Items, func(i, j int) bool { return podKey(&pods.Items[i]) < podKey(&pods.Items[j]) })
-	return pods.Items, nil
+	sort.Slice(pods.Items, func(i, j int) bool { return decide.PodKey(&pods.Items[i]) < decide.PodKey(&pods.Items[j]) })
+	holding, foreign := decide.HoldingPods(pods.Items, ip, r.LBPodNamespace)
+	return holding, foreign, nil
 }
 
-func podKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+// reportForeign sends one ForeignHolderIgnored Warning Event on ip when the objects ignored for
+// it are not the ones last reported (remembered in memory: after a restart they are reported
+// once more).
+func (r *IPReconciler) reportForeign(ip *lbv1.IP, foreign []string) {
+	msg := decide.ForeignMessage(ip, foreign)
+	r.reportedMu.Lock()
+	last := r.reported[ip.Name]
+	switch {
+	case msg == "":
+		delete(r.reported, ip.Name)
+	case msg != last:
+		if r.reported == nil {
+			r.reported = map[string]string{}
+		}
+		r.reported[ip.Name] = msg
+	}
+	r.reportedMu.Unlock()
+	if msg != "" && msg != last {
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonForeignHolderIgnored, actionRelease, "%s", msg)
+	}
+}
 
-func holderList(pods []corev1.Pod) []lbv1.IPHolder {
+// forgetForeign drops what was reported about an IP object that is gone.
+func (r *IPReconciler) forgetForeign(name string) {
+	r.reportedMu.Lock()
+	delete(r.reported, name)
+	r.reportedMu.Unlock()
+}
+
+// holderList is status.holders: the pods, then the kept entries (see KeptHolders), at most 16.
+func holderList(pods []corev1.Pod, kept []lbv1.IPHolder) []lbv1.IPHolder {
 	var out []lbv1.IPHolder
 	for i := range pods {
-		if len(out) == 16 {
-			break
-		}
-		out = append(out, lbv1.IPHolder{Pod: podKey(&pods[i]), Node: pods[i].Spec.NodeName, Role: pods[i].Labels[lbv1.RoleLabel]})
+		out = append(out, lbv1.IPHolder{Pod: decide.PodKey(&pods[i]), Node: pods[i].Spec.NodeName, Role: pods[i].Labels[lbv1.RoleLabel]})
+	}
+	out = append(out, kept...)
+	if len(out) > 16 {
+		out = out[:16]
 	}
 	// The active holder first: it is the one `kubectl get ips` shows.
 	slices.SortStableFunc(out, func(a, b lbv1.IPHolder) int {
@@ -173,44 +217,60 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 			return nil
 		}
 	}
-	pods, err := r.holders(ctx, ip)
+	pods, foreign, err := r.holders(ctx, ip)
 	if err != nil {
 		return err
 	}
-	return r.patchStatus(ctx, ip, lbv1.IPBound, pods, "")
+	r.reportForeign(ip, foreign)
+	var kept []lbv1.IPHolder
+	if len(decide.DroppingNamespaces(ip, r.LBPodNamespace, pods)) > 0 {
+		// A namespace trusted only through status.holders has no pod of ours any more: the API
+		// server says whether something of ours there may still create one.
+		d, err := r.confirmNoHolder(ctx, ip)
+		if err != nil {
+			return err
+		}
+		kept = d.Kept
+	}
+	return r.patchStatus(ctx, ip, lbv1.IPBound, holderList(pods, kept), "")
 }
 
-// reconcileDraining lets the address go once nothing can hold it: no lb pod carries it, no
-// ReplicaSet may still create one, no Deployment still asks for it. The last word is the API
-// server's, read past the cache.
+// reconcileDraining lets the address go once nothing of ours can hold it: no lb pod of ours
+// carries it, no ReplicaSet of ours may still create one, no Deployment of ours still asks for
+// it. The last word is the API server's, read past the cache.
 func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(ip, lbv1.DrainFinalizer) {
 		return ctrl.Result{}, nil
 	}
-	pods, err := r.holders(ctx, ip)
+	pods, foreign, err := r.holders(ctx, ip)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if len(pods) == 0 {
-		var why string
-		why, pods, err = r.confirmNoHolder(ctx, ip)
+	var kept []lbv1.IPHolder
+	if len(pods) == 0 || len(decide.DroppingNamespaces(ip, r.LBPodNamespace, pods)) > 0 {
+		d, err := r.confirmNoHolder(ctx, ip)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		if why == "" && len(pods) == 0 {
+		pods, kept, foreign = d.Holding, d.Kept, d.Foreign
+		r.reportForeign(ip, foreign)
+		if d.Why == "" && len(pods) == 0 {
 			before := ip.DeepCopy()
 			controllerutil.RemoveFinalizer(ip, lbv1.DrainFinalizer)
 			if err := r.Client.Patch(ctx, ip, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 				return ctrl.Result{}, client.IgnoreNotFound(err)
 			}
 			drains.Observe(time.Since(ip.DeletionTimestamp.Time).Seconds())
+			r.forgetForeign(ip.Name)
 			r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, decide.ReasonDrained, actionRelease,
 				"%s is free: no lb pod can hold it any more", ip.Spec.Address)
 			return ctrl.Result{}, nil
 		}
-		if why != "" {
-			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, nil, why)
+		if d.Why != "" {
+			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(nil, kept), d.Why)
 		}
+	} else {
+		r.reportForeign(ip, foreign)
 	}
 	msg := fmt.Sprintf("waiting for %s to be gone", podNames(pods))
 	for i := range pods {
@@ -225,19 +285,21 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 		if !ready {
 			msg = fmt.Sprintf("pod %s on node %s, which is not Ready, may still hold %s; it is handed out again only once that pod is gone. "+
 				"If the node is down for good, delete the pod (kubectl delete pod -n %s %s --force --grace-period=0) or the Node; else recover the node",
-				podKey(&pods[i]), node, ip.Spec.Address, pods[i].Namespace, pods[i].Name)
+				decide.PodKey(&pods[i]), node, ip.Spec.Address, pods[i].Namespace, pods[i].Name)
 			if ip.Status.Message != msg {
 				r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonDrainBlocked, actionRelease, "%s", decide.BoundedMessage(msg))
 			}
 			break
 		}
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, pods, msg)
+	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(pods, kept), msg)
 }
 
-// confirmNoHolder asks the API server for pods, ReplicaSets and Deployments that carry the
-// address; it returns why the address is not free yet ("" when it is) and the pods found.
-func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string, []corev1.Pod, error) {
+// confirmNoHolder asks the API server for the pods, ReplicaSets and Deployments that carry the
+// address, and lets DrainVerdict decide. All three lists are read: it runs once the cache shows
+// no holder (when the three had to be read anyway), or when a namespace trusted only through
+// status.holders would drop out of it (after --lb-pod-namespace changed).
+func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (decide.DrainDecision, error) {
 	key := lbv1.IPv4Label
 	if strings.Contains(ip.Name, "-") {
 		key = lbv1.IPv6Label
@@ -245,31 +307,18 @@ func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (string
 	sel := client.MatchingLabels{key: ip.Name}
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, sel); err != nil {
-		return "", nil, fmt.Errorf("list pods of %s: %w", ip.Name, err)
-	}
-	if len(pods.Items) > 0 {
-		return "", pods.Items, nil
+		return decide.DrainDecision{}, fmt.Errorf("list pods of %s: %w", ip.Name, err)
 	}
 	var rss appsv1.ReplicaSetList
 	if err := r.Reader.List(ctx, &rss, sel); err != nil {
-		return "", nil, fmt.Errorf("list replicasets of %s: %w", ip.Name, err)
-	}
-	for i := range rss.Items {
-		rs := &rss.Items[i]
-		if (rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0) || rs.Status.Replicas > 0 {
-			return fmt.Sprintf("replicaset %s/%s may still create a pod holding %s", rs.Namespace, rs.Name, ip.Spec.Address), nil, nil
-		}
+		return decide.DrainDecision{}, fmt.Errorf("list replicasets of %s: %w", ip.Name, err)
 	}
 	var deps appsv1.DeploymentList
 	if err := r.Reader.List(ctx, &deps, sel); err != nil {
-		return "", nil, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
+		return decide.DrainDecision{}, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
 	}
-	for i := range deps.Items {
-		if deps.Items[i].DeletionTimestamp.IsZero() {
-			return fmt.Sprintf("deployment %s/%s still asks for %s", deps.Items[i].Namespace, deps.Items[i].Name, ip.Spec.Address), nil, nil
-		}
-	}
-	return "", nil, nil
+	sort.Slice(pods.Items, func(i, j int) bool { return decide.PodKey(&pods.Items[i]) < decide.PodKey(&pods.Items[j]) })
+	return decide.DrainVerdict(ip, r.LBPodNamespace, pods.Items, rss.Items, deps.Items), nil
 }
 
 func podNames(pods []corev1.Pod) string {
@@ -279,7 +328,7 @@ func podNames(pods []corev1.Pod) string {
 			names = append(names, fmt.Sprintf("and %d more", len(pods)-5))
 			break
 		}
-		names = append(names, "pod "+podKey(&pods[i]))
+		names = append(names, "pod "+decide.PodKey(&pods[i]))
 	}
 	return strings.Join(names, ", ")
 }
@@ -300,10 +349,10 @@ func (r *IPReconciler) nodeReady(ctx context.Context, name string) (bool, error)
 	return false, nil
 }
 
-func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.IPPhase, pods []corev1.Pod, msg string) error {
+func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.IPPhase, holders []lbv1.IPHolder, msg string) error {
 	before := ip.DeepCopy()
 	ip.Status.Phase = phase
-	ip.Status.Holders = holderList(pods)
+	ip.Status.Holders = holders
 	ip.Status.Node, ip.Status.Active = "", ""
 	if len(ip.Status.Holders) > 0 && ip.Status.Holders[0].Role == lbv1.RoleActive {
 		ip.Status.Active = ip.Status.Holders[0].Pod

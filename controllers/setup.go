@@ -44,7 +44,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&IPReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner),
-		SkipNameValidation: opts.SkipNameValidation,
+		LBPodNamespace: opts.LBPodNamespace, SkipNameValidation: opts.SkipNameValidation,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up ip controller: %w", err)
 	}

@@ -69,6 +69,10 @@ const (
 	ReasonDrainBlocked = "DrainBlocked"
 	// ReasonDrained (Event on an IP object): no lb pod can hold the address any more.
 	ReasonDrained = "Drained"
+	// ReasonForeignHolderIgnored (Warning Event on an IP object): pods, ReplicaSets or
+	// Deployments carry the address label but are not provably lb pods of the IP's Service
+	// (labels, Service UID, namespace); they neither hold the address nor delay its release.
+	ReasonForeignHolderIgnored = "ForeignHolderIgnored"
 	// ReasonDeploymentAvailable / ReasonDeploymentUnavailable / ReasonDeploymentPending describe
 	// ConditionLBPodAvailable.
 	ReasonDeploymentAvailable   = "DeploymentAvailable"

@@ -29,7 +29,8 @@ func readyLBPod(t *testing.T, svc *corev1.Service, name, addr, node string, read
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svc.Namespace, Labels: map[string]string{
-			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.ServiceLabel: svc.Name, lbv1.ServiceNamespaceLabel: svc.Namespace,
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, controllers.ManagedByLabel: controllers.ManagedByValue,
+			lbv1.ServiceLabel: svc.Name, lbv1.ServiceNamespaceLabel: svc.Namespace,
 			lbv1.ServiceUIDLabel: string(svc.UID), lbv1.IPv4Label: addr}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
 	}

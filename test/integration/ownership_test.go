@@ -5,6 +5,8 @@ package integration
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +20,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -26,15 +29,23 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers"
 )
 
-// lbPodObject stands in for an lb pod that still holds addr: envtest has no kubelet, so a pod
-// object with the address label is what the drain must wait for (the operator reads pods only).
-// With node set the pod is bound there, so that deleting it waits for a kubelet that never comes
-// (like a pod on a powered-off node) until it is force-deleted.
-func lbPodObject(t *testing.T, ns, name, addr, node string) *corev1.Pod {
+// lbPodObject stands in for an lb pod of svc that still holds addr: envtest has no kubelet, so a
+// pod object with the labels of svc's lb pods (ours, svc's UID, the address) in svc's namespace
+// is what the drain must wait for (the operator reads pods only). With node set the pod is bound
+// there, so that deleting it waits for a kubelet that never comes (like a pod on a powered-off
+// node) until it is force-deleted.
+func lbPodObject(t *testing.T, svc *corev1.Service, name, addr, node string) *corev1.Pod {
+	t.Helper()
+	return lbPodObjectIn(t, svc.Namespace, svc, name, addr, node)
+}
+
+// lbPodObjectIn is lbPodObject in namespace ns (an lb pod namespace).
+func lbPodObjectIn(t *testing.T, ns string, svc *corev1.Service, name, addr, node string) *corev1.Pod {
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
-			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.IPv4Label: addr}},
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, controllers.ManagedByLabel: controllers.ManagedByValue,
+			lbv1.ServiceUIDLabel: string(svc.UID), lbv1.IPv4Label: addr}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
 	}
 	create(t, p)
@@ -78,7 +89,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		first := lbService(f.ns, "first", f.provider, f.ip("50"))
 		create(t, first)
 		waitAddress(t, f.ns, "first", f.ip("50"))
-		pod := lbPodObject(t, f.ns, "lb-first-pod", f.ip("50"), "")
+		pod := lbPodObject(t, first, "lb-first-pod", f.ip("50"), "")
 		g.Expect(k8s.Delete(ctx, getService(g, f.ns, "first"))).To(Succeed())
 		ip := waitDraining(t, f.ip("50"))
 		g.Eventually(func(g Gomega) {
@@ -100,7 +111,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		mover := lbService(f.ns, "mover", f.provider, f.ip("60"))
 		create(t, mover)
 		waitAddress(t, f.ns, "mover", f.ip("60"))
-		pod := lbPodObject(t, f.ns, "lb-mover-old", f.ip("60"), "")
+		pod := lbPodObject(t, mover, "lb-mover-old", f.ip("60"), "")
 		update(t, mover, func(s *corev1.Service) { s.Spec.LoadBalancerIP = f.ip("61") })
 		waitAddress(t, f.ns, "mover", f.ip("61"))
 		waitDraining(t, f.ip("60"))
@@ -121,7 +132,7 @@ func TestDrainBeforeRelease(t *testing.T) {
 		victim := lbService(f.ns, "victim", f.provider, f.ip("70"))
 		create(t, victim)
 		waitAddress(t, f.ns, "victim", f.ip("70"))
-		pod := lbPodObject(t, f.ns, "lb-victim-pod", f.ip("70"), node.Name)
+		pod := lbPodObject(t, victim, "lb-victim-pod", f.ip("70"), node.Name)
 		// Deleting a pod bound to a node waits for its kubelet: it stays Terminating, as on a
 		// powered-off node.
 		g.Expect(k8s.Delete(ctx, pod)).To(Succeed())
@@ -407,14 +418,9 @@ func TestLBPodNamespace(t *testing.T) {
 	g.Eventually(func() error {
 		return k8s.Get(ctx, client.ObjectKey{Namespace: pre.ns, Name: "lb-svc-moved"}, old)
 	}, timeout, interval).Should(Succeed())
-	oldPod := lbPodObject(t, pre.ns, "lb-moved-old", pre.ip("6"), "")
-	update(t, oldPod, func(p *corev1.Pod) { p.Labels[lbv1.ServiceUIDLabel] = string(moved.UID) })
+	oldPod := lbPodObject(t, moved, "lb-moved-old", pre.ip("6"), "")
 
-	stopOperator()
-	opMu.Lock()
-	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: system})
-	opMu.Unlock()
-	t.Cleanup(func() { startOperator(true) })
+	restartWithLBPodNamespace(t, system)
 	f := newFixture(t)
 	svc := lbService(f.ns, "web", f.provider, "")
 	create(t, svc)
@@ -462,7 +468,7 @@ func TestOperatorMetrics(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
 	create(t, lbService(f.ns, "m1", f.provider, ""))
-	waitAddress(t, f.ns, "m1", f.ip("6"))
+	m1 := waitAddress(t, f.ns, "m1", f.ip("6"))
 	gauge := func(g Gomega, state string) float64 {
 		mfs, err := metrics.Registry.Gather()
 		g.Expect(err).NotTo(HaveOccurred())
@@ -496,7 +502,7 @@ func TestOperatorMetrics(t *testing.T) {
 	g.Expect(names).To(HaveKey("lbsvc_allocations_total"))
 	g.Expect(names).To(HaveKey("lbsvc_services"))
 	g.Expect(names).To(HaveKey("lbsvc_drain_seconds"))
-	pod := lbPodObject(t, f.ns, "lb-m1-pod", f.ip("6"), "")
+	pod := lbPodObject(t, m1, "lb-m1-pod", f.ip("6"), "")
 	g.Expect(k8s.Delete(context.Background(), getService(g, f.ns, "m1"))).To(Succeed())
 	g.Eventually(func(g Gomega) { g.Expect(gauge(g, "draining")).To(Equal(1.0)) }, timeout, interval).Should(Succeed())
 	forceDelete(t, pod)
@@ -505,4 +511,270 @@ func TestOperatorMetrics(t *testing.T) {
 		g.Expect(gauge(g, "draining")).To(Equal(0.0))
 		g.Expect(gauge(g, "available")).To(Equal(249.0))
 	}, timeout, interval).Should(Succeed())
+}
+
+// Issue 22, drain squatting: a tenant of another namespace (team-b) puts a Service's address
+// label on a zero-replica Deployment and on a pod, with our component and managed-by labels and
+// the victim Service's own UID (the strongest forgery a tenant can write). None of it holds the
+// address: the victim's IP object lists only its own lb pod, the drain waits for that pod alone,
+// the address is released and handed to the next Service that asks for it, and a Warning Event
+// on the IP object names team-b's objects. The operator leaves them alone.
+func TestSquattersInAnotherNamespaceHoldNoAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	addr := f.ip("80")
+	seen := watchIPStatus(t, addr)
+
+	web := lbService(f.ns, "web", f.provider, addr)
+	create(t, web)
+	waitAddress(t, f.ns, "web", addr)
+	// The Service's pass has applied its objects: no later pass of it is under way.
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "lb-svc-web"}, &appsv1.Deployment{})
+	}, timeout, interval).Should(Succeed())
+	ourPod := lbPodObject(t, web, "lb-web-pod", addr, "")
+	ours := []lbv1.IPHolder{{Pod: f.ns + "/lb-web-pod"}}
+	victim := &lbv1.IP{}
+	g.Eventually(func(g Gomega) {
+		victim = getIP(g, addr)
+		g.Expect(victim.Status.Holders).To(Equal(ours))
+	}, timeout, interval).Should(Succeed())
+
+	const teamB = "team-b"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamB}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", teamB, err)
+	}
+	squat := "squat-" + suffix()
+	forged := func() map[string]string {
+		return map[string]string{
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, controllers.ManagedByLabel: controllers.ManagedByValue,
+			lbv1.ServiceUIDLabel: string(web.UID), lbv1.IPv4Label: addr,
+		}
+	}
+	squatDeploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: squat, Namespace: teamB, Labels: forged()},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{lbv1.ComponentLabel: lbv1.ComponentLBPod, "squat": squat}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: func() map[string]string { l := forged(); l["squat"] = squat; return l }()},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
+			},
+		},
+	}
+	create(t, squatDeploy)
+	// It even claims to be the active holder.
+	podLabels := forged()
+	podLabels[lbv1.RoleLabel] = lbv1.RoleActive
+	squatPod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: squat, Namespace: teamB, Labels: podLabels},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
+	}
+	create(t, squatPod)
+
+	note := func(svc string, names ...string) string {
+		return fmt.Sprintf("%s: ignored %d object(s) carrying its address label that are not lb pods of service %s/%s "+
+			"(not our labels, another UID, or outside its namespace and the lb pod namespace); they neither hold it nor delay its release: %s",
+			addr, len(names), f.ns, svc, strings.Join(names, ", "))
+	}
+	boundNote := note("web", "pod "+teamB+"/"+squat)
+	g.Eventually(func() []string { return ignoredNotes(t, victim.UID) }, timeout, interval).Should(Equal([]string{boundNote}))
+	g.Consistently(func(g Gomega) {
+		ip := getIP(g, addr)
+		g.Expect(ip.Status.Holders).To(Equal(ours))
+		g.Expect(ip.Status.Active).To(BeEmpty())
+	}, time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// The Service goes: its address drains while its own lb pod exists, and only that long.
+	g.Expect(k8s.Delete(ctx, getService(g, f.ns, "web"))).To(Succeed())
+	waitDraining(t, addr)
+	g.Consistently(func(g Gomega) {
+		ip := getIP(g, addr)
+		g.Expect(ip.Status.Phase).To(Equal(lbv1.IPDraining))
+		g.Expect(ip.Status.Holders).To(Equal(ours))
+	}, time.Second, 200*time.Millisecond).Should(Succeed())
+	forceDelete(t, ourPod)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: addr}, &lbv1.IP{}))
+	}, timeout, interval).Should(BeTrue(), "the address must be released while team-b's objects carry its label")
+	// The release looked at every kind and named all of team-b's objects.
+	drainNote := note("web", "deployment "+teamB+"/"+squat, "pod "+teamB+"/"+squat)
+	g.Eventually(func() []string { return ignoredNotes(t, victim.UID) }, timeout, interval).Should(ConsistOf(boundNote, drainNote))
+
+	// The next Service that asks for that exact address gets it; the squatters hold nothing of it
+	// either.
+	next := lbService(f.ns, "next", f.provider, addr)
+	create(t, next)
+	waitAddress(t, f.ns, "next", addr)
+	claimed := getIP(g, addr)
+	g.Expect(claimed.Spec.Service).To(Equal(lbv1.IPOwner{Namespace: f.ns, Name: "next", UID: string(next.UID)}))
+	g.Eventually(func() []string { return ignoredNotes(t, claimed.UID) }, timeout, interval).
+		Should(Equal([]string{note("next", "pod "+teamB+"/"+squat)}))
+	g.Consistently(func(g Gomega) {
+		ip := getIP(g, addr)
+		g.Expect(ip.Status.Holders).To(BeEmpty())
+		g.Expect(ip.Status.Active).To(BeEmpty())
+	}, time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// team-b's objects are its own business: still there, untouched.
+	for _, o := range []client.Object{squatDeploy, squatPod} {
+		cur := o.DeepCopyObject().(client.Object)
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(o), cur)).To(Succeed())
+		g.Expect(cur.GetUID()).To(Equal(o.GetUID()))
+		g.Expect(cur.GetDeletionTimestamp()).To(BeNil())
+	}
+	// Every status the IP objects of addr ever had: the squatter never showed as a holder.
+	g.Expect(seen.stop()).To(ConsistOf(lbv1.IPStatus{}, lbv1.IPStatus{Holders: ours}),
+		"every status of %s's IP objects lists no holder, or exactly the victim's lb pod, and no active one", addr)
+}
+
+// restartWithLBPodNamespace replaces the running operator with one run with
+// --lb-pod-namespace=ns; the usual one comes back when the test ends.
+func restartWithLBPodNamespace(t *testing.T, ns string) {
+	t.Helper()
+	stopOperator()
+	opMu.Lock()
+	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: ns})
+	opMu.Unlock()
+	t.Cleanup(func() { startOperator(true) })
+}
+
+// --lb-pod-namespace changed while a Service's lb pod still ran in the old one: that namespace
+// is neither the Service's nor the lb pod namespace any more, but the IP object's status.holders
+// lists it, so the pod there still holds the address after the Service is deleted, and the
+// address drains until that pod is gone.
+func TestDrainWaitsForLBPodLeftInPreviousLBPodNamespace(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	system := newNamespace(t)
+	restartWithLBPodNamespace(t, system)
+
+	f := newFixture(t)
+	addr := f.ip("90")
+	web := lbService(f.ns, "web", f.provider, addr)
+	create(t, web)
+	waitAddress(t, f.ns, "web", addr)
+	deploy := client.ObjectKey{Namespace: system, Name: controllers.ObjectNameIn(system, f.ns, "web")}
+	g.Eventually(func() error { return k8s.Get(ctx, deploy, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	pod := lbPodObjectIn(t, system, web, "lb-web-old", addr, "")
+	old := []lbv1.IPHolder{{Pod: system + "/lb-web-old"}}
+	g.Eventually(func(g Gomega) { g.Expect(getIP(g, addr).Status.Holders).To(Equal(old)) }, timeout, interval).Should(Succeed())
+
+	// The operator comes back with lb pods beside their Service: the old Deployment goes, the
+	// old pod is left to go (here it stays: no kubelet, no garbage collector).
+	startOperator(true)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, deploy, &appsv1.Deployment{}))
+	}, timeout, interval).Should(BeTrue())
+	g.Expect(k8s.Delete(ctx, getService(g, f.ns, "web"))).To(Succeed())
+	ip := waitDraining(t, addr)
+	g.Consistently(func(g Gomega) {
+		cur := getIP(g, addr)
+		g.Expect(cur.Status.Phase).To(Equal(lbv1.IPDraining))
+		g.Expect(cur.Status.Holders).To(Equal(old))
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	forceDelete(t, pod)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: addr}, &lbv1.IP{}))
+	}, timeout, interval).Should(BeTrue())
+	g.Expect(ignoredNotes(t, ip.UID)).To(BeEmpty())
+}
+
+// ignoredNotes are the notes of the ForeignHolderIgnored Warning Events about the IP object
+// with uid (Events about a cluster-scoped object live in "default").
+func ignoredNotes(t *testing.T, uid types.UID) []string {
+	t.Helper()
+	var list corev1.EventList
+	if err := k8s.List(context.Background(), &list, client.InNamespace("default")); err != nil {
+		t.Fatalf("list events: %v", err)
+	}
+	var out []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == uid && e.Reason == controllers.ReasonForeignHolderIgnored && e.Type == corev1.EventTypeWarning {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// ipStatuses records, from a watch, each distinct status the IP objects named addr had.
+type ipStatuses struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	mu     sync.Mutex
+	seen   []lbv1.IPStatus
+	ended  error
+}
+
+// watchIPStatus starts recording the statuses of the IP objects named addr (none exists yet).
+func watchIPStatus(t *testing.T, addr string) *ipStatuses {
+	t.Helper()
+	scheme, err := controllers.NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wc, err := client.NewWithWatch(restCfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatalf("watch client: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := wc.Watch(ctx, &lbv1.IPList{}, client.MatchingFields{"metadata.name": addr})
+	if err != nil {
+		cancel()
+		t.Fatalf("watch IP %s: %v", addr, err)
+	}
+	s := &ipStatuses{cancel: cancel, done: make(chan struct{})}
+	t.Cleanup(func() { _ = s.stop() })
+	go func() {
+		defer close(s.done)
+		defer w.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					s.mu.Lock()
+					s.ended = fmt.Errorf("watch of IP %s ended before the test did", addr)
+					s.mu.Unlock()
+					return
+				}
+				ip, isIP := ev.Object.(*lbv1.IP)
+				if !isIP {
+					continue
+				}
+				s.mu.Lock()
+				st := lbv1.IPStatus{Holders: ip.Status.Holders, Active: ip.Status.Active}
+				if len(st.Holders) == 0 {
+					st.Holders = nil
+				}
+				if !containsStatus(s.seen, st) {
+					s.seen = append(s.seen, st)
+				}
+				s.mu.Unlock()
+			}
+		}
+	}()
+	return s
+}
+
+// stop ends the watch and returns the distinct (holders, active) pairs seen. A watch that
+// ended early returns nothing, so the caller's assertion fails.
+func (s *ipStatuses) stop() []lbv1.IPStatus {
+	s.cancel()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended != nil {
+		return []lbv1.IPStatus{{Message: s.ended.Error()}}
+	}
+	return s.seen
+}
+
+func containsStatus(list []lbv1.IPStatus, st lbv1.IPStatus) bool {
+	return slices.ContainsFunc(list, func(o lbv1.IPStatus) bool {
+		return o.Active == st.Active && slices.Equal(o.Holders, st.Holders)
+	})
 }

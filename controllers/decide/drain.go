@@ -1,0 +1,237 @@
+package decide
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// Who may hold an address (issue 22, "drain squatting"). The address labels (lbsvc.io/ipv4,
+// lbsvc.io/ipv6) are plain labels: anyone who may create a pod, ReplicaSet or Deployment in
+// any namespace can put them on it. Counted by those labels alone, a tenant's zero-replica
+// Deployment keeps any released address Draining for ever. So an object counts, as a holder or
+// as something that may still create one, only when it is provably one the operator made for
+// the IP object's Service:
+//
+//   - it carries our component and managed-by labels (the builders put both, with the Service
+//     UID label, on the Deployment and its pod template, hence on its ReplicaSets and pods);
+//   - its Service UID label is the IP object's spec.service.uid;
+//   - it lives in a namespace trusted for that IP object (trustedNamespaces).
+//
+// A pod that has Succeeded or Failed runs nothing and holds nothing.
+//
+// The namespace is the part a tenant cannot forge: creating an object in the Service's own
+// namespace or in --lb-pod-namespace takes rights there. Labels alone, even our managed-by
+// label and the victim's exact UID, prove nothing. A pod in the Service's own namespace that
+// carries the address with another Service's UID is not ours either: no lb pod of another
+// Service carries this address (the IP object is the one claim on it; a Service created again
+// under the same name is another UID and waits for the drain), so it was written by hand, and
+// whoever may run pods there can announce any address with or without our labels: the drain
+// exists to outwait our own lb pods, not to police the namespace's owner.
+
+// trustedNamespaces are the namespaces whose objects may hold ip's address: the owner
+// Service's namespace, lbPodNamespace when set, and the namespaces of ip's current
+// status.holders.
+//
+// Why the last is sound: only the operator writes IP objects and their status (no built-in
+// role aggregates them), and it writes into status.holders only pods that passed ProvablyOurs
+// with the namespaces trusted at that moment, plus entries already there (KeptHolders). So a
+// namespace enters the set only as the Service's namespace or as the --lb-pod-namespace of some
+// operator run, and stays in it only while something of ours there may hold the address: a pod
+// of ours (our labels, the owner's UID, not finished), or a ReplicaSet or Deployment of ours
+// that may still create one (KeptHolders, read from the API server). The first status write
+// that finds none drops it for good. That keeps the lb pods left in a previous
+// --lb-pod-namespace counted until they, and what could bring them back, are gone after the flag
+// changed, and never lets a tenant's namespace in. Limits: status.holders lists at most 16 pods
+// (a Service has at most 5 replicas, and the new lb pod namespace gets pods only once the old
+// one's are gone); lb pods created in the old namespace and never recorded (the operator
+// restarted with the new flag in the moment between their creation and the next status write)
+// are not known; and a status written by a release before this rule (which listed any pod with
+// the label) may name a foreign namespace, which then stays trusted only for objects there that
+// forge our labels and the exact UID, and only as long as they exist.
+func trustedNamespaces(ip *lbv1.IP, lbPodNamespace string) map[string]bool {
+	ns := map[string]bool{ip.Spec.Service.Namespace: true}
+	if lbPodNamespace != "" {
+		ns[lbPodNamespace] = true
+	}
+	for _, h := range ip.Status.Holders {
+		if n, _, ok := strings.Cut(h.Pod, "/"); ok && n != "" {
+			ns[n] = true
+		}
+	}
+	return ns
+}
+
+// ProvablyOurs tells whether obj, a pod, ReplicaSet or Deployment that carries ip's address
+// label, was made by the operator for ip's Service (see trustedNamespaces). It says nothing
+// about a pod's phase: see podHolds.
+func ProvablyOurs(obj metav1.Object, ip *lbv1.IP, lbPodNamespace string) bool {
+	return ours(obj, ip, trustedNamespaces(ip, lbPodNamespace))
+}
+
+func ours(obj metav1.Object, ip *lbv1.IP, trusted map[string]bool) bool {
+	l := obj.GetLabels()
+	return l[lbobjects.ManagedByLabel] == lbobjects.ManagedByValue && l[lbv1.ComponentLabel] == lbv1.ComponentLBPod &&
+		ip.Spec.Service.UID != "" && l[lbv1.ServiceUIDLabel] == ip.Spec.Service.UID &&
+		trusted[obj.GetNamespace()]
+}
+
+// podHolds tells whether a pod may still hold an address: one that has Succeeded or Failed
+// runs nothing.
+func podHolds(p *corev1.Pod) bool {
+	return p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+// HoldingPods splits pods that carry ip's address label into ours that may hold it (in the
+// order given) and the names ("pod <ns>/<name>") of those that are not ours. Ours that
+// finished are in neither.
+func HoldingPods(pods []corev1.Pod, ip *lbv1.IP, lbPodNamespace string) (holding []corev1.Pod, foreign []string) {
+	return splitPods(pods, ip, trustedNamespaces(ip, lbPodNamespace))
+}
+
+func splitPods(pods []corev1.Pod, ip *lbv1.IP, trusted map[string]bool) (holding []corev1.Pod, foreign []string) {
+	for i := range pods {
+		p := &pods[i]
+		switch {
+		case !ours(p, ip, trusted):
+			foreign = append(foreign, "pod "+PodKey(p))
+		case podHolds(p):
+			holding = append(holding, *p)
+		}
+	}
+	return holding, foreign
+}
+
+// mayCreate tells whether a ReplicaSet may still create a pod (or still has one).
+func mayCreate(rs *appsv1.ReplicaSet) bool {
+	return (rs.Spec.Replicas != nil && *rs.Spec.Replicas > 0) || rs.Status.Replicas > 0
+}
+
+// asks tells whether a Deployment still asks for its pods: it is not being deleted.
+func asks(d *appsv1.Deployment) bool { return d.DeletionTimestamp.IsZero() }
+
+// DrainDecision is what the API server's lists of the objects carrying an address say.
+type DrainDecision struct {
+	// Why the address may not go yet although no pod of ours holds it ("" when nothing of ours
+	// may create a holder, or when Holding is not empty).
+	Why string
+	// Holding are the pods of ours that may hold the address.
+	Holding []corev1.Pod
+	// Kept are the status.holders entries to keep listed (see KeptHolders).
+	Kept []lbv1.IPHolder
+	// Foreign names the objects ignored as not ours ("pod ns/name", "replicaset ...", ...).
+	Foreign []string
+}
+
+// DrainVerdict decides, from the API server's lists of the pods, ReplicaSets and Deployments
+// that carry ip's address label, whether the address may go: the pods of ours that hold it,
+// else why it may not go yet ("" when nothing of ours can hold it any more), and the names of
+// the objects ignored as not ours.
+func DrainVerdict(ip *lbv1.IP, lbPodNamespace string, pods []corev1.Pod, rss []appsv1.ReplicaSet, deps []appsv1.Deployment) DrainDecision {
+	trusted := trustedNamespaces(ip, lbPodNamespace)
+	var d DrainDecision
+	d.Holding, d.Foreign = splitPods(pods, ip, trusted)
+	creating := blocking(rss, "replicaset", ip, trusted, mayCreate, &d.Foreign)
+	asking := blocking(deps, "deployment", ip, trusted, asks, &d.Foreign)
+	blocked := map[string]bool{}
+	for _, o := range creating {
+		blocked[o.Namespace] = true
+	}
+	for _, o := range asking {
+		blocked[o.Namespace] = true
+	}
+	d.Kept = KeptHolders(ip, lbPodNamespace, d.Holding, blocked)
+	switch {
+	case len(d.Holding) > 0:
+	case len(creating) > 0:
+		d.Why = fmt.Sprintf("replicaset %s/%s may still create a pod holding %s", creating[0].Namespace, creating[0].Name, ip.Spec.Address)
+	case len(asking) > 0:
+		d.Why = fmt.Sprintf("deployment %s/%s still asks for %s", asking[0].Namespace, asking[0].Name, ip.Spec.Address)
+	}
+	return d
+}
+
+// blocking returns those of items (ReplicaSets or Deployments) that are ours and may still
+// create a holder (blocks), and appends "<kind> <namespace>/<name>" of those not ours to foreign.
+func blocking[T any, P interface {
+	*T
+	metav1.Object
+}](items []T, kind string, ip *lbv1.IP, trusted map[string]bool, blocks func(P) bool, foreign *[]string) []P {
+	var out []P
+	for i := range items {
+		o := P(&items[i])
+		switch {
+		case !ours(o, ip, trusted):
+			*foreign = append(*foreign, kind+" "+o.GetNamespace()+"/"+o.GetName())
+		case blocks(o):
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// DroppingNamespaces are the namespaces trusted only because ip's status.holders lists them
+// (neither the Service's nor lbPodNamespace) in which none of holding, the pods of ours found
+// now, lives: the next status write would drop them, and with them the trust in what is there.
+func DroppingNamespaces(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod) map[string]bool {
+	var out map[string]bool
+	for _, h := range ip.Status.Holders {
+		n, _, ok := strings.Cut(h.Pod, "/")
+		if !ok || n == "" || n == ip.Spec.Service.Namespace || n == lbPodNamespace ||
+			slices.ContainsFunc(holding, func(p corev1.Pod) bool { return p.Namespace == n }) {
+			continue
+		}
+		if out == nil {
+			out = map[string]bool{}
+		}
+		out[n] = true
+	}
+	return out
+}
+
+// KeptHolders are the entries of ip's status.holders that stay listed although no pod of ours
+// holds the address in their namespace: those of a dropping namespace (DroppingNamespaces) that
+// is blocked, where an object of ours may still create a holder (a ReplicaSet that may create a
+// pod, a Deployment that still asks). Dropping them would stop trusting that namespace, so that
+// the object would be ignored and the address released while it may still create a pod that
+// holds it (an lb pod evicted in a previous --lb-pod-namespace, its ReplicaSet about to replace
+// it). They are kept as they were, less the role: none of them is known to hold the address now.
+func KeptHolders(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod, blocked map[string]bool) []lbv1.IPHolder {
+	dropping := DroppingNamespaces(ip, lbPodNamespace, holding)
+	var out []lbv1.IPHolder
+	for _, h := range ip.Status.Holders {
+		if n, _, _ := strings.Cut(h.Pod, "/"); dropping[n] && blocked[n] {
+			out = append(out, lbv1.IPHolder{Pod: h.Pod, Node: h.Node})
+		}
+	}
+	return out
+}
+
+// ForeignMessage is the note of the ForeignHolderIgnored Event about the objects ignored for
+// ip ("" when none): sorted, at most maxForeignNamed of them named, bounded.
+func ForeignMessage(ip *lbv1.IP, foreign []string) string {
+	if len(foreign) == 0 {
+		return ""
+	}
+	names := slices.Sorted(slices.Values(foreign))
+	if len(names) > maxForeignNamed {
+		names = append(names[:maxForeignNamed], fmt.Sprintf("and %d more", len(foreign)-maxForeignNamed))
+	}
+	return BoundedMessage(fmt.Sprintf("%s: ignored %d object(s) carrying its address label that are not lb pods of service %s/%s "+
+		"(not our labels, another UID, or outside its namespace and the lb pod namespace); they neither hold it nor delay its release: %s",
+		ip.Spec.Address, len(foreign), ip.Spec.Service.Namespace, ip.Spec.Service.Name, strings.Join(names, ", ")))
+}
+
+// maxForeignNamed is how many ignored objects a ForeignHolderIgnored Event names.
+const maxForeignNamed = 5
+
+// PodKey is "<namespace>/<name>", as status.holders and messages name a pod.
+func PodKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }

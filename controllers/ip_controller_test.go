@@ -1,0 +1,63 @@
+package controllers
+
+import (
+	"strings"
+	"testing"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
+)
+
+// The ForeignHolderIgnored Warning Event goes out once per set of ignored objects: not again
+// for the same set, again when it changes, and again once the IP object was gone.
+func TestForeignHolderEventOnlyWhenTheSetChanges(t *testing.T) {
+	rec := events.NewFakeRecorder(10)
+	r := &IPReconciler{Recorder: rec}
+	ip := &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "10.0.0.7"}, Spec: lbv1.IPSpec{Address: "10.0.0.7", Subnet: "sn",
+		Service: lbv1.IPOwner{Namespace: "team-a", Name: "web", UID: "victim-uid"}}}
+	sent := func() []string {
+		var out []string
+		for {
+			select {
+			case e := <-rec.Events:
+				out = append(out, e)
+			default:
+				return out
+			}
+		}
+	}
+	want := func(step string, n int) {
+		t.Helper()
+		got := sent()
+		if len(got) != n {
+			t.Fatalf("%s: %d Events %q, want %d", step, len(got), got, n)
+		}
+		for _, e := range got {
+			if !strings.HasPrefix(e, corev1.EventTypeWarning+" "+decide.ReasonForeignHolderIgnored+" ") {
+				t.Errorf("%s: Event %q, want a %s Warning", step, e, decide.ReasonForeignHolderIgnored)
+			}
+		}
+	}
+	r.reportForeign(ip, []string{"pod team-b/squat"})
+	want("first squatter", 1)
+	r.reportForeign(ip, []string{"pod team-b/squat"})
+	r.reportForeign(ip, []string{"pod team-b/squat"})
+	want("same squatter again", 0)
+	r.reportForeign(ip, []string{"pod team-b/squat", "deployment team-b/squat"})
+	want("a second squatter", 1)
+	r.reportForeign(ip, []string{"deployment team-b/squat", "pod team-b/squat"})
+	want("same two, other order", 0)
+	r.reportForeign(ip, nil)
+	want("squatters gone", 0)
+	r.reportForeign(ip, []string{"pod team-b/squat"})
+	want("a squatter back", 1)
+	r.forgetForeign(ip.Name)
+	if len(r.reported) != 0 {
+		t.Errorf("after forget, %d IP objects remembered, want 0", len(r.reported))
+	}
+	r.reportForeign(ip, []string{"pod team-b/squat"})
+	want("same name, after the IP object was gone", 1)
+}
