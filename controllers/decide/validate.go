@@ -79,7 +79,8 @@ type ValidatedService struct {
 // ValidateServiceInputs is the planner's one entry point: it checks the Service on its own
 // (ValidateServiceSpec) and then against the Subnet it draws from (AllocationFamilies). The first
 // problem found wins, in this order: no ClusterIP, ports, the requested addresses, source
-// ranges, families. The Subnet must have parsed (subnet.CIDRs non-empty); its name is used in messages.
+// ranges, families. The Subnet must have parsed (subnet.CIDRs non-empty); its name is used in
+// messages.
 func ValidateServiceInputs(svc *corev1.Service, subnet ipam.SubnetConfig) (ValidatedService, *Refusal) {
 	v, ref := ValidateServiceSpec(svc)
 	if ref != nil {
