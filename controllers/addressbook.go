@@ -334,7 +334,7 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, 
 		if err != nil {
 			ref := decide.AllocationRefusal(err)
 			if errors.Is(err, ipam.ErrInUse) {
-				ref = decide.InUse(c.Static, b.isDraining(lbv1.IPName(c.Static)))
+				ref = decide.InUse(c.From, c.Static, b.isDraining(lbv1.IPName(c.Static)))
 			}
 			b.waitAfter(svc, seen)
 			return netip.Addr{}, ref, nil
@@ -367,7 +367,7 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, 
 		}
 		if c.Static.IsValid() {
 			b.waitAfter(svc, seen)
-			return netip.Addr{}, decide.InUse(addr, !cur.DeletionTimestamp.IsZero()), nil
+			return netip.Addr{}, decide.InUse(c.From, addr, !cur.DeletionTimestamp.IsZero()), nil
 		}
 	}
 	return netip.Addr{}, nil, fmt.Errorf("claim in subnet %q: lost %d races for a free address", subnet, maxClaimTries)

@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -60,6 +61,19 @@ func TestClaimRefusedWaitsAndIsWoken(t *testing.T) {
 	b.forget(ip.Name, ip.UID)
 	if got := woken(b); len(got) != 1 || got[0] != svcB {
 		t.Fatalf("after the address was released: woken %v, want [%v]", got, svcB)
+	}
+}
+
+// A static address held by another Service is refused naming where this Service asked for it
+// (here the annotation), as the pure decision named it in the claim.
+func TestClaimStaticInUseNamesItsSource(t *testing.T) {
+	b, _ := oneAddressBook(t)
+	c := decide.Claim{Family: ipam.IPv4, Static: netip.MustParseAddr("192.0.2.2"), From: decide.FromLoadBalancerIPs}
+	_, ref, err := b.Claim(context.Background(), "tiny", c, lbv1.IPOwner{Namespace: "ns", Name: "b", UID: "uid-b"})
+	want := decide.Refusal{Reason: decide.ReasonAddressInUse,
+		Message: "annotation lbsvc.io/loadBalancerIPs 192.0.2.2 is held by another Service (kubectl get ip 192.0.2.2)"}
+	if err != nil || ref == nil || *ref != want {
+		t.Fatalf("claim of a held address: refusal %v, err %v; want %v", ref, err, &want)
 	}
 }
 

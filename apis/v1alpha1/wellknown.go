@@ -73,6 +73,12 @@ const (
 	EnvRules = "LBPOD_RULES"
 )
 
+// LoadBalancerIPsAnnotation on a Service asks for its addresses: one per family, comma-separated
+// (either order), as spec.loadBalancerIP takes them. It wins over that field, which Kubernetes
+// deprecated in 1.24 (MetalLB's metallb.io/loadBalancerIPs and Cilium's lbipam.cilium.io/ips
+// are the same move); when both are set they must ask for the same addresses.
+const LoadBalancerIPsAnnotation = "lbsvc.io/loadBalancerIPs"
+
 // ReplicasAnnotation on a Service sets how many lb pods serve it (1 to MaxReplicas); it
 // overrides --lb-replicas. 1 keeps a single lb pod with no standby.
 const ReplicasAnnotation = "lbsvc.io/replicas"

@@ -33,8 +33,12 @@ const (
 	ReasonNamespaceNotAllowed = "NamespaceNotAllowed"
 	// ReasonSubnetNotReady: the Subnet is invalid (see its Ready condition) or being deleted.
 	ReasonSubnetNotReady = "SubnetNotReady"
-	// ReasonInvalidLoadBalancerIP: spec.loadBalancerIP does not parse as address(es).
+	// ReasonInvalidLoadBalancerIP: the annotation lbsvc.io/loadBalancerIPs or spec.loadBalancerIP
+	// does not parse as address(es), at most one per family.
 	ReasonInvalidLoadBalancerIP = "InvalidLoadBalancerIP"
+	// ReasonLoadBalancerIPConflict: the annotation lbsvc.io/loadBalancerIPs and
+	// spec.loadBalancerIP are both set and ask for different addresses.
+	ReasonLoadBalancerIPConflict = "LoadBalancerIPConflict"
 	// ReasonAddressOutOfRange: the static address is outside the Subnet.
 	ReasonAddressOutOfRange = "AddressOutOfRange"
 	// ReasonAddressExcluded: the static address is in the Subnet's excludeIps.
@@ -104,7 +108,8 @@ const (
 	// (or is an IPv4-mapped range, or there are too many).
 	ReasonInvalidSourceRanges = "InvalidSourceRanges"
 	// ReasonFamilyMismatch: the Service has no ClusterIP of any family its Subnet serves, or
-	// spec.loadBalancerIP asks for a family the Service has no ClusterIP of.
+	// the requested addresses (annotation or spec.loadBalancerIP) ask for a family the Service
+	// has no ClusterIP of.
 	ReasonFamilyMismatch = "FamilyMismatch"
 	// ReasonNoClusterIP: the Service (ExternalName, headless, or not allocated yet) has no
 	// ClusterIP for the lb pod to forward to.

@@ -71,6 +71,9 @@ const (
 type Claim struct {
 	Family ipam.Family
 	Static netip.Addr
+	// From, with Static, names where the Service asked for it (ValidatedService.RequestedFrom),
+	// for the refusal of an address held by someone else (InUse).
+	From string
 }
 
 // Plan is what to do for a Service.
@@ -226,7 +229,7 @@ func DecideService(in ServiceInputs) Plan {
 	p.SubnetConfig = cfg
 
 	// The Service's own inputs, checked against the Subnet: something to forward to, ports,
-	// spec.loadBalancerIP, source ranges, and the families both sides have.
+	// the requested addresses, source ranges, and the families both sides have.
 	v, ref := ValidateServiceInputs(svc, cfg)
 	if ref != nil {
 		return refuse(ref)
@@ -256,7 +259,11 @@ func DecideService(in ServiceInputs) Plan {
 			p.Keep = append(p.Keep, *keep)
 			continue
 		}
-		p.Claims = append(p.Claims, Claim{Family: f, Static: static})
+		c := Claim{Family: f, Static: static}
+		if hasStatic {
+			c.From = v.RequestedFrom
+		}
+		p.Claims = append(p.Claims, c)
 	}
 	p.Drain = without(Bound(in.Owned), p.Keep)
 	return p

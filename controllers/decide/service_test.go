@@ -89,8 +89,21 @@ func TestDecideService(t *testing.T) {
 		"static address changed: claim the new one, drain the old after": {
 			in: ServiceInputs{Service: planService(static("10.0.0.20")), NADFound: true, Subnets: []lbv1.Subnet{sn},
 				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
-			want: Plan{Action: PlanServe, Subnet: "sn", Claims: []Claim{{Family: ipam.IPv4, Static: netip.MustParseAddr("10.0.0.20")}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Claims: []Claim{{Family: ipam.IPv4, Static: netip.MustParseAddr("10.0.0.20"), From: FromLoadBalancerIP}},
 				Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+		},
+		"annotation changed: claim its address (named by the annotation), drain the old after": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) { s.Annotations[lbv1.LoadBalancerIPsAnnotation] = "10.0.0.21" }),
+				NADFound: true, Subnets: []lbv1.Subnet{sn}, Owned: []OwnedIP{owned("10.0.0.20", "10.0.0.20", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Claims: []Claim{{Family: ipam.IPv4, Static: netip.MustParseAddr("10.0.0.21"), From: FromLoadBalancerIPs}},
+				Drain: []OwnedIP{owned("10.0.0.20", "10.0.0.20", "sn", false)}},
+		},
+		"annotation and field disagree: refused, the held address drains": {
+			in: ServiceInputs{Service: planService(static("10.0.0.22"), func(s *corev1.Service) { s.Annotations[lbv1.LoadBalancerIPsAnnotation] = "10.0.0.21" }),
+				NADFound: true, Subnets: []lbv1.Subnet{sn}, Owned: []OwnedIP{owned("10.0.0.21", "10.0.0.21", "sn", false)}},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonLoadBalancerIPConflict,
+				`annotation lbsvc.io/loadBalancerIPs "10.0.0.21" and spec.loadBalancerIP "10.0.0.22" ask for different addresses; remove spec.loadBalancerIP (deprecated upstream; the annotation takes its place)`},
+				Drain: []OwnedIP{owned("10.0.0.21", "10.0.0.21", "sn", false)}},
 		},
 		"a draining address of the Service is neither kept nor drained again": {
 			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{sn},

@@ -193,13 +193,14 @@ func FamilyParams(addrs []netip.Addr, cfg ipam.SubnetConfig) (cidrs []netip.Pref
 	return cidrs, gateways
 }
 
-// InUse is the refusal of a static address another claim holds. It names the IP object, never
-// the other Service: an admin finds the holder there, a tenant learns nothing of another tenant.
-func InUse(addr netip.Addr, draining bool) *Refusal {
+// InUse is the refusal of a static address another claim holds; from names where the Service
+// asked for it (Claim.From). It names the IP object, never the other Service: an admin finds the
+// holder there, a tenant learns nothing of another tenant.
+func InUse(from string, addr netip.Addr, draining bool) *Refusal {
 	if draining {
 		return &Refusal{ReasonAddressDraining, fmt.Sprintf(
-			"spec.loadBalancerIP %s is draining: an lb pod that held it still exists; this Service gets it once that pod is gone (kubectl get ip %s)",
-			addr, lbv1.IPName(addr))}
+			"%s %s is draining: an lb pod that held it still exists; this Service gets it once that pod is gone (kubectl get ip %s)",
+			from, addr, lbv1.IPName(addr))}
 	}
-	return &Refusal{ReasonAddressInUse, fmt.Sprintf("spec.loadBalancerIP %s is held by another Service (kubectl get ip %s)", addr, lbv1.IPName(addr))}
+	return &Refusal{ReasonAddressInUse, fmt.Sprintf("%s %s is held by another Service (kubectl get ip %s)", from, addr, lbv1.IPName(addr))}
 }

@@ -3,6 +3,7 @@ package decide
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -162,6 +163,28 @@ func TestAllocationRefusal(t *testing.T) {
 		ref := AllocationRefusal(err)
 		if ref.Reason != want || ref.Message != err.Error() {
 			t.Errorf("%v: %s %q", sentinel, ref.Reason, ref.Message)
+		}
+	}
+}
+
+// An address held by someone else is refused naming where the Service asked for it, and the IP
+// object, never the other Service.
+func TestInUse(t *testing.T) {
+	addr := netip.MustParseAddr("fd00::5")
+	for name, tc := range map[string]struct {
+		from     string
+		draining bool
+		want     Refusal
+	}{
+		"field, held": {FromLoadBalancerIP, false, Refusal{ReasonAddressInUse,
+			"spec.loadBalancerIP fd00::5 is held by another Service (kubectl get ip fd00-0000-0000-0000-0000-0000-0000-0005)"}},
+		"annotation, held": {FromLoadBalancerIPs, false, Refusal{ReasonAddressInUse,
+			"annotation lbsvc.io/loadBalancerIPs fd00::5 is held by another Service (kubectl get ip fd00-0000-0000-0000-0000-0000-0000-0005)"}},
+		"annotation, draining": {FromLoadBalancerIPs, true, Refusal{ReasonAddressDraining,
+			"annotation lbsvc.io/loadBalancerIPs fd00::5 is draining: an lb pod that held it still exists; this Service gets it once that pod is gone (kubectl get ip fd00-0000-0000-0000-0000-0000-0000-0005)"}},
+	} {
+		if got := InUse(tc.from, addr, tc.draining); *got != tc.want {
+			t.Errorf("%s:\n got %v\nwant %v", name, got, &tc.want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
 )
 
@@ -54,9 +55,13 @@ func refusal(reason, format string, args ...any) *Refusal {
 type ValidatedService struct {
 	// ClusterIPs are the Service's ClusterIPs, IPv4 first: what the lb pod forwards to.
 	ClusterIPs []netip.Addr
-	// Requested is spec.loadBalancerIP: at most one address per family, IPv4 first; nil asks
-	// for the lowest free address of each family.
+	// Requested are the addresses asked for (the annotation lbsvc.io/loadBalancerIPs, else
+	// spec.loadBalancerIP): at most one per family, IPv4 first; nil asks for the lowest free
+	// address of each family.
 	Requested []netip.Addr
+	// RequestedFrom names where Requested was read, as messages name it: FromLoadBalancerIPs or
+	// FromLoadBalancerIP; empty when Requested is nil.
+	RequestedFrom string
 	// SourceRanges are the allowed client ranges (spec.loadBalancerSourceRanges, else the
 	// annotation), masked, deduplicated and sorted (IPv4 first, then by address and length), so
 	// that reordering the list changes nothing. Nil allows every source. A /0 (0.0.0.0/0, ::/0)
@@ -73,8 +78,9 @@ type ValidatedService struct {
 
 // ValidateServiceInputs is the planner's one entry point: it checks the Service on its own
 // (ValidateServiceSpec) and then against the Subnet it draws from (AllocationFamilies). The first
-// problem found wins, in this order: no ClusterIP, ports, spec.loadBalancerIP, source ranges,
-// families. The Subnet must have parsed (subnet.CIDRs non-empty); its name is used in messages.
+// problem found wins, in this order: no ClusterIP, ports, the requested addresses, source
+// ranges, families. The Subnet must have parsed (subnet.CIDRs non-empty); its name is used in
+// messages.
 func ValidateServiceInputs(svc *corev1.Service, subnet ipam.SubnetConfig) (ValidatedService, *Refusal) {
 	v, ref := ValidateServiceSpec(svc)
 	if ref != nil {
@@ -87,7 +93,7 @@ func ValidateServiceInputs(svc *corev1.Service, subnet ipam.SubnetConfig) (Valid
 }
 
 // ValidateServiceSpec checks what needs no Subnet: the Service has a ClusterIP to forward to,
-// sane ports, a parseable spec.loadBalancerIP and valid source ranges.
+// sane ports, parseable requested addresses (ParseLoadBalancerIP) and valid source ranges.
 func ValidateServiceSpec(svc *corev1.Service) (ValidatedService, *Refusal) {
 	var v ValidatedService
 	var ref *Refusal
@@ -97,7 +103,7 @@ func ValidateServiceSpec(svc *corev1.Service) (ValidatedService, *Refusal) {
 	if ref = ValidatePorts(svc.Spec.Ports); ref != nil {
 		return ValidatedService{}, ref
 	}
-	if v.Requested, ref = ParseLoadBalancerIP(svc); ref != nil {
+	if v.Requested, v.RequestedFrom, ref = ParseLoadBalancerIP(svc); ref != nil {
 		return ValidatedService{}, ref
 	}
 	if v.SourceRanges, ref = ParseSourceRanges(svc); ref != nil {
@@ -176,23 +182,61 @@ func ValidatePorts(ports []corev1.ServicePort) *Refusal {
 	return nil
 }
 
-// ParseLoadBalancerIP parses spec.loadBalancerIP: empty or blank asks for any address;
-// otherwise one address, or one per family comma-separated (either order), whitespace around
-// each ignored. Refused with ReasonInvalidLoadBalancerIP: anything ipam.ParseAddrs refuses (not
-// an address, leading zeros, a zone, an IPv4-mapped IPv6 spelling, an empty item, a repeat) and
-// two addresses of one family. The result is IPv4 first.
-func ParseLoadBalancerIP(svc *corev1.Service) ([]netip.Addr, *Refusal) {
-	v := svc.Spec.LoadBalancerIP //nolint:staticcheck // the seed's field, deprecated upstream but ours to honour
+// Where requested addresses are read from, as messages name them.
+const (
+	// FromLoadBalancerIPs is the annotation lbsvc.io/loadBalancerIPs, which wins.
+	FromLoadBalancerIPs = "annotation " + lbv1.LoadBalancerIPsAnnotation
+	// FromLoadBalancerIP is spec.loadBalancerIP, deprecated upstream since Kubernetes 1.24.
+	FromLoadBalancerIP = "spec.loadBalancerIP"
+)
+
+// ParseLoadBalancerIP reads the addresses a Service asks for and names where they came from:
+// the annotation lbsvc.io/loadBalancerIPs when it is set, else spec.loadBalancerIP (the field is
+// deprecated upstream, and the annotation also works where a tool drops it). Both are parsed by
+// parseRequested. When both are set they must ask for the same addresses, in any order and
+// spelling ("10.0.0.5, fd00::5" is "fd00::5,10.0.0.5"); else the Service is refused with
+// ReasonLoadBalancerIPConflict, and the message says to remove the field. A bad value is
+// refused for its own source, the annotation checked first.
+func ParseLoadBalancerIP(svc *corev1.Service) (addrs []netip.Addr, from string, ref *Refusal) {
+	annotation := svc.Annotations[lbv1.LoadBalancerIPsAnnotation]
+	field := svc.Spec.LoadBalancerIP //nolint:staticcheck // deprecated upstream but ours to honour
+	fromAnnotation, ref := parseRequested(FromLoadBalancerIPs, annotation)
+	if ref != nil {
+		return nil, "", ref
+	}
+	fromField, ref := parseRequested(FromLoadBalancerIP, field)
+	if ref != nil {
+		return nil, "", ref
+	}
+	switch {
+	case fromAnnotation != nil && fromField != nil && !slices.Equal(fromAnnotation, fromField):
+		return nil, "", refusal(ReasonLoadBalancerIPConflict,
+			"%s %s and %s %s ask for different addresses; remove %s (deprecated upstream; the annotation takes its place)",
+			FromLoadBalancerIPs, quote(annotation), FromLoadBalancerIP, quote(field), FromLoadBalancerIP)
+	case fromAnnotation != nil:
+		return fromAnnotation, FromLoadBalancerIPs, nil
+	case fromField != nil:
+		return fromField, FromLoadBalancerIP, nil
+	}
+	return nil, "", nil
+}
+
+// parseRequested parses one source of requested addresses (from names it in messages): empty
+// or blank asks for any address; otherwise one address, or one per family comma-separated
+// (either order), whitespace around each ignored. Refused with ReasonInvalidLoadBalancerIP:
+// anything ipam.ParseAddrs refuses (not an address, leading zeros, a zone, an IPv4-mapped IPv6
+// spelling, an empty item, a repeat) and two addresses of one family. The result is IPv4 first.
+func parseRequested(from, v string) ([]netip.Addr, *Refusal) {
 	addrs, err := ipam.ParseAddrs(v)
 	if err != nil {
 		// ipam's sentinel says "invalid subnet configuration", which is not what is wrong here.
 		detail := strings.TrimSuffix(err.Error(), ": "+ipam.ErrInvalid.Error())
-		return nil, refusal(ReasonInvalidLoadBalancerIP, "spec.loadBalancerIP: %s", detail)
+		return nil, refusal(ReasonInvalidLoadBalancerIP, "%s: %s", from, detail)
 	}
 	for i := 1; i < len(addrs); i++ {
 		if addrs[i].Is4() == addrs[0].Is4() {
-			return nil, refusal(ReasonInvalidLoadBalancerIP, "spec.loadBalancerIP %s has two %s addresses; at most one per family",
-				quote(v), ipam.FamilyOf(addrs[0]))
+			return nil, refusal(ReasonInvalidLoadBalancerIP, "%s %s has two %s addresses; at most one per family",
+				from, quote(v), ipam.FamilyOf(addrs[0]))
 		}
 	}
 	return ipam.SortIPv4First(addrs), nil
@@ -286,9 +330,10 @@ func comparePrefixes(a, b netip.Prefix) int {
 // IPv4-only Service only an IPv4 address (an IPv6 address would have nothing to forward to and
 // would blackhole its traffic), and an IPv4 Subnet gives a dual-stack Service an IPv4 address
 // only (reachable over IPv4; MetalLB-style "dual or nothing" would refuse a Service that works).
-// Refused with ReasonFamilyMismatch when no family is left, or when spec.loadBalancerIP asks for
-// an address of a family the Service has no ClusterIP of; with ReasonAddressFamily (as the
-// allocator would) when it asks for a family the Subnet does not serve.
+// Refused with ReasonFamilyMismatch when no family is left, or when the requested addresses
+// (named by v.RequestedFrom) ask for a family the Service has no ClusterIP of; with
+// ReasonAddressFamily (as the allocator would) when they ask for a family the Subnet does not
+// serve.
 func AllocationFamilies(svc *corev1.Service, v ValidatedService, subnet ipam.SubnetConfig) ([]ipam.Family, *Refusal) {
 	svcFams := familiesOfAddrs(v.ClusterIPs)
 	subnetFams := make([]ipam.Family, 0, len(subnet.CIDRs))
@@ -298,12 +343,12 @@ func AllocationFamilies(svc *corev1.Service, v ValidatedService, subnet ipam.Sub
 	for _, r := range v.Requested {
 		f := ipam.FamilyOf(r)
 		if !slices.Contains(subnetFams, f) {
-			return nil, refusal(ReasonAddressFamily, "spec.loadBalancerIP %s is %s but subnet %q serves only %s",
-				r, f, subnet.Name, joinFamilies(subnetFams))
+			return nil, refusal(ReasonAddressFamily, "%s %s is %s but subnet %q serves only %s",
+				v.RequestedFrom, r, f, subnet.Name, joinFamilies(subnetFams))
 		}
 		if !slices.Contains(svcFams, f) {
-			return nil, refusal(ReasonFamilyMismatch, "spec.loadBalancerIP %s is %s but the Service has no %s ClusterIP (%s)",
-				r, f, f, describeServiceFamilies(svc, svcFams))
+			return nil, refusal(ReasonFamilyMismatch, "%s %s is %s but the Service has no %s ClusterIP (%s)",
+				v.RequestedFrom, r, f, f, describeServiceFamilies(svc, svcFams))
 		}
 	}
 	var out []ipam.Family

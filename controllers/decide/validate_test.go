@@ -46,6 +46,10 @@ func lbIP(s string) func(*corev1.Service) {
 	return func(svc *corev1.Service) { svc.Spec.LoadBalancerIP = s }
 }
 
+func lbIPsAnnotation(s string) func(*corev1.Service) {
+	return func(svc *corev1.Service) { svc.Annotations[lbv1.LoadBalancerIPsAnnotation] = s }
+}
+
 func sourceRanges(r ...string) func(*corev1.Service) {
 	return func(svc *corev1.Service) { svc.Spec.LoadBalancerSourceRanges = r }
 }
@@ -123,12 +127,12 @@ func TestValidateServiceInputs(t *testing.T) {
 		"static addresses for Dual, IPv6 first, with spaces": {
 			svc: validService(dualStack, lbIP(" fd00:18::5 , 172.18.0.5 ")), subnet: dual,
 			want: ValidatedService{ClusterIPs: addrs("10.96.0.10", "fd00:96::10"), Requested: addrs("172.18.0.5", "fd00:18::5"),
-				Families: []ipam.Family{ipam.IPv4, ipam.IPv6}},
+				RequestedFrom: FromLoadBalancerIP, Families: []ipam.Family{ipam.IPv4, ipam.IPv6}},
 		},
 		"static IPv4 on a Dual Subnet and dual-stack Service: IPv6 stays dynamic": {
 			svc: validService(dualStack, lbIP("172.18.0.5")), subnet: dual,
 			want: ValidatedService{ClusterIPs: addrs("10.96.0.10", "fd00:96::10"), Requested: addrs("172.18.0.5"),
-				Families: []ipam.Family{ipam.IPv4, ipam.IPv6}},
+				RequestedFrom: FromLoadBalancerIP, Families: []ipam.Family{ipam.IPv4, ipam.IPv6}},
 		},
 		"blank loadBalancerIP is dynamic": {
 			svc: validService(lbIP("  ")), subnet: v4,
@@ -276,6 +280,68 @@ func TestValidateServiceInputs(t *testing.T) {
 		"loadBalancerIP three": {
 			svc: validService(dualStack, lbIP("172.18.0.5,fd00:18::5,172.18.0.6")), subnet: dual, reason: ReasonInvalidLoadBalancerIP,
 			msg: `spec.loadBalancerIP "172.18.0.5,fd00:18::5,172.18.0.6" has two IPv4 addresses; at most one per family`,
+		},
+
+		// The annotation lbsvc.io/loadBalancerIPs, preferred over spec.loadBalancerIP.
+		"annotation only": {
+			svc: validService(dualStack, lbIPsAnnotation(" fd00:18::5 , 172.18.0.5 ")), subnet: dual,
+			want: ValidatedService{ClusterIPs: addrs("10.96.0.10", "fd00:96::10"), Requested: addrs("172.18.0.5", "fd00:18::5"),
+				RequestedFrom: FromLoadBalancerIPs, Families: []ipam.Family{ipam.IPv4, ipam.IPv6}},
+		},
+		"field only": {
+			svc: validService(lbIP("172.18.0.5")), subnet: v4,
+			want: ValidatedService{ClusterIPs: addrs("10.96.0.10"), Requested: addrs("172.18.0.5"),
+				RequestedFrom: FromLoadBalancerIP, Families: []ipam.Family{ipam.IPv4}},
+		},
+		"both equal in another order": {
+			svc: validService(dualStack, lbIPsAnnotation("172.18.0.5, fd00:18::5"), lbIP("fd00:18::5,172.18.0.5")), subnet: dual,
+			want: ValidatedService{ClusterIPs: addrs("10.96.0.10", "fd00:96::10"), Requested: addrs("172.18.0.5", "fd00:18::5"),
+				RequestedFrom: FromLoadBalancerIPs, Families: []ipam.Family{ipam.IPv4, ipam.IPv6}},
+		},
+		"blank annotation: the field is used": {
+			svc: validService(lbIPsAnnotation("  "), lbIP("172.18.0.5")), subnet: v4,
+			want: ValidatedService{ClusterIPs: addrs("10.96.0.10"), Requested: addrs("172.18.0.5"),
+				RequestedFrom: FromLoadBalancerIP, Families: []ipam.Family{ipam.IPv4}},
+		},
+		"annotation with a blank field": {
+			svc: validService(lbIPsAnnotation("172.18.0.5"), lbIP(" ")), subnet: v4,
+			want: ValidatedService{ClusterIPs: addrs("10.96.0.10"), Requested: addrs("172.18.0.5"),
+				RequestedFrom: FromLoadBalancerIPs, Families: []ipam.Family{ipam.IPv4}},
+		},
+		"both different: refused LoadBalancerIPConflict": {
+			svc: validService(lbIPsAnnotation("172.18.0.5"), lbIP("172.18.0.6")), subnet: v4, reason: ReasonLoadBalancerIPConflict,
+			msg: `annotation lbsvc.io/loadBalancerIPs "172.18.0.5" and spec.loadBalancerIP "172.18.0.6" ask for different addresses; remove spec.loadBalancerIP (deprecated upstream; the annotation takes its place)`,
+		},
+		"both different by one family: refused LoadBalancerIPConflict": {
+			svc: validService(dualStack, lbIPsAnnotation("172.18.0.5,fd00:18::5"), lbIP("172.18.0.5")), subnet: dual,
+			reason: ReasonLoadBalancerIPConflict,
+			msg:    `annotation lbsvc.io/loadBalancerIPs "172.18.0.5,fd00:18::5" and spec.loadBalancerIP "172.18.0.5" ask for different addresses; remove spec.loadBalancerIP (deprecated upstream; the annotation takes its place)`,
+		},
+		"both different and long: each value quoted by its prefix": {
+			svc: validService(lbIPsAnnotation("172.18.0.5"+strings.Repeat(" ", 20000)), lbIP(strings.Repeat(" ", 20000)+"172.18.0.6")), subnet: v4,
+			reason: ReasonLoadBalancerIPConflict,
+			msg: `annotation lbsvc.io/loadBalancerIPs "172.18.0.5` + strings.Repeat(" ", 54) + `"... (20010 bytes) and spec.loadBalancerIP "` +
+				strings.Repeat(" ", 64) + `"... (20010 bytes) ask for different addresses; remove spec.loadBalancerIP (deprecated upstream; the annotation takes its place)`,
+		},
+		"bad annotation": {
+			svc: validService(lbIPsAnnotation("172.18.0.05"), lbIP("172.18.0.5")), subnet: v4, reason: ReasonInvalidLoadBalancerIP,
+			msg: `annotation lbsvc.io/loadBalancerIPs: "172.18.0.05" is not an IP address (IPv4 field has octet with leading zero)`,
+		},
+		"bad field beside a good annotation: the field is named": {
+			svc: validService(lbIPsAnnotation("172.18.0.5"), lbIP("lb")), subnet: v4, reason: ReasonInvalidLoadBalancerIP,
+			msg: `spec.loadBalancerIP: "lb" is not an IP address (unable to parse IP)`,
+		},
+		"annotation with two IPv4": {
+			svc: validService(lbIPsAnnotation("172.18.0.5,172.18.0.6")), subnet: v4, reason: ReasonInvalidLoadBalancerIP,
+			msg: `annotation lbsvc.io/loadBalancerIPs "172.18.0.5,172.18.0.6" has two IPv4 addresses; at most one per family`,
+		},
+		"annotation asks for a family the Service lacks": {
+			svc: validService(lbIPsAnnotation("fd00:18::5")), subnet: dual, reason: ReasonFamilyMismatch,
+			msg: "annotation lbsvc.io/loadBalancerIPs fd00:18::5 is IPv6 but the Service has no IPv6 ClusterIP (ipFamilies IPv4)",
+		},
+		"annotation asks for a family the Subnet lacks": {
+			svc: validService(dualStack, lbIPsAnnotation("fd00:18::5")), subnet: v4, reason: ReasonAddressFamily,
+			msg: `annotation lbsvc.io/loadBalancerIPs fd00:18::5 is IPv6 but subnet "sn" serves only IPv4`,
 		},
 
 		// Source ranges.
