@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
 
 	. "github.com/onsi/gomega"
@@ -29,7 +31,7 @@ func readyLBPod(t *testing.T, svc *corev1.Service, name, addr, node string, read
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: svc.Namespace, Labels: map[string]string{
-			lbv1.ComponentLabel: lbv1.ComponentLBPod, controllers.ManagedByLabel: controllers.ManagedByValue,
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
 			lbv1.ServiceLabel: svc.Name, lbv1.ServiceNamespaceLabel: svc.Namespace,
 			lbv1.ServiceUIDLabel: string(svc.UID), lbv1.IPv4Label: addr}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},

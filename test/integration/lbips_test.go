@@ -45,7 +45,7 @@ func TestLoadBalancerIPsAnnotation(t *testing.T) {
 
 	// A changed annotation moves the address; an lb pod still holding the old one keeps it
 	// draining, and a Service asking for it meanwhile is told so, naming its annotation.
-	pod := lbPodObject(t, f.ns, "lb-annotated-old", f.ip("80"), "")
+	pod := lbPodObject(t, svc, "lb-annotated-old", f.ip("80"), "")
 	update(t, svc, func(s *corev1.Service) { s.Annotations[lbv1.LoadBalancerIPsAnnotation] = f.ip("81") })
 	waitAddress(t, f.ns, "annotated", f.ip("81"))
 	ownedBy(g, f.ip("81"))

@@ -44,7 +44,7 @@ func lbPodObjectIn(t *testing.T, ns string, svc *corev1.Service, name, addr, nod
 	t.Helper()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
-			lbv1.ComponentLabel: lbv1.ComponentLBPod, controllers.ManagedByLabel: controllers.ManagedByValue,
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
 			lbv1.ServiceUIDLabel: string(svc.UID), lbv1.IPv4Label: addr}},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: image}}},
 	}
@@ -548,7 +548,7 @@ func TestSquattersInAnotherNamespaceHoldNoAddress(t *testing.T) {
 	squat := "squat-" + suffix()
 	forged := func() map[string]string {
 		return map[string]string{
-			lbv1.ComponentLabel: lbv1.ComponentLBPod, controllers.ManagedByLabel: controllers.ManagedByValue,
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
 			lbv1.ServiceUIDLabel: string(web.UID), lbv1.IPv4Label: addr,
 		}
 	}
@@ -655,7 +655,7 @@ func TestDrainWaitsForLBPodLeftInPreviousLBPodNamespace(t *testing.T) {
 	web := lbService(f.ns, "web", f.provider, addr)
 	create(t, web)
 	waitAddress(t, f.ns, "web", addr)
-	deploy := client.ObjectKey{Namespace: system, Name: controllers.ObjectNameIn(system, f.ns, "web")}
+	deploy := client.ObjectKey{Namespace: system, Name: lbobjects.ObjectNameIn(system, f.ns, "web")}
 	g.Eventually(func() error { return k8s.Get(ctx, deploy, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
 	pod := lbPodObjectIn(t, system, web, "lb-web-old", addr, "")
 	old := []lbv1.IPHolder{{Pod: system + "/lb-web-old"}}
@@ -692,7 +692,7 @@ func ignoredNotes(t *testing.T, uid types.UID) []string {
 	}
 	var out []string
 	for _, e := range list.Items {
-		if e.InvolvedObject.UID == uid && e.Reason == controllers.ReasonForeignHolderIgnored && e.Type == corev1.EventTypeWarning {
+		if e.InvolvedObject.UID == uid && e.Reason == decide.ReasonForeignHolderIgnored && e.Type == corev1.EventTypeWarning {
 			out = append(out, e.Message)
 		}
 	}
