@@ -164,7 +164,7 @@ func TestDecideService(t *testing.T) {
 			}), NADFound: true,
 				Subnets: []lbv1.Subnet{planSubnet("sn", "10.0.0.0/24", 5), planSubnet("older", "10.0.0.0/16", 0)},
 				Owned:   []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
-			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
+			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, HoldObjects: true,
 				Refusal: &Refusal{ReasonSubnetNotReady, `subnet "sn": subnet "sn" (10.0.0.0/24) overlaps older subnet(s) older; the Service keeps 10.0.0.7 and nothing new is handed out`}},
 		},
 		"Subnet invalid and nothing held: refused": {
