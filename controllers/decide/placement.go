@@ -1,6 +1,8 @@
 package decide
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -53,8 +55,12 @@ func Unplaceable(s *lbv1.Subnet, nodes []corev1.Node) *Refusal {
 		}
 		matching++
 	}
+	found := "no node"
+	if matching > 0 {
+		found = fmt.Sprintf("%d node(s), none of them Ready and schedulable (not Ready, cordoned or tainted)", matching)
+	}
 	return refusal(ReasonNoMatchingNode,
-		"subnet %q: spec.nodeSelector %s matches no Ready, schedulable node (%d matching node(s) are not Ready, cordoned or tainted): "+
-			"no lb pod can be scheduled (running ones keep running); label a node that carries the underlay, or change the selector",
-		s.Name, quote(metav1.FormatLabelSelector(s.Spec.NodeSelector)), matching)
+		"subnet %q: spec.nodeSelector %s matches %s: no lb pod can be scheduled (running ones keep running); "+
+			"label a node that carries the underlay, or change the selector",
+		s.Name, quote(metav1.FormatLabelSelector(s.Spec.NodeSelector)), found)
 }

@@ -105,8 +105,12 @@ func TestUnplaceable(t *testing.T) {
 				}
 				return
 			}
-			want := &Refusal{ReasonNoMatchingNode, `subnet "sn": spec.nodeSelector "vlan/100=true" matches no Ready, schedulable node (` +
-				string(rune('0'+tc.wantNodes)) + ` matching node(s) are not Ready, cordoned or tainted): no lb pod can be scheduled (running ones keep running); label a node that carries the underlay, or change the selector`}
+			found := "no node"
+			if tc.wantNodes > 0 {
+				found = string(rune('0'+tc.wantNodes)) + " node(s), none of them Ready and schedulable (not Ready, cordoned or tainted)"
+			}
+			want := &Refusal{ReasonNoMatchingNode, `subnet "sn": spec.nodeSelector "vlan/100=true" matches ` + found +
+				`: no lb pod can be scheduled (running ones keep running); label a node that carries the underlay, or change the selector`}
 			if !reflect.DeepEqual(got, want) {
 				t.Fatalf("\n got %+v\nwant %+v", got, want)
 			}
@@ -159,7 +163,7 @@ func TestDecideServicePlacement(t *testing.T) {
 	available := &appsv1.Deployment{Status: appsv1.DeploymentStatus{Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue}}}}
 	c := p.LBPodCondition(available)
 	if c.Type != ConditionLBPodAvailable || c.Status != metav1.ConditionFalse || c.Reason != ReasonNoMatchingNode ||
-		!strings.HasPrefix(c.Message, `subnet "sn": spec.nodeSelector "vlan/100=true" matches no Ready, schedulable node`) {
+		!strings.HasPrefix(c.Message, `subnet "sn": spec.nodeSelector "vlan/100=true" matches no node: no lb pod can be scheduled`) {
 		t.Errorf("condition %+v", c)
 	}
 	if AllocatedCondition := p.AllocatedCondition(nil); AllocatedCondition.Reason != ReasonAllocated {

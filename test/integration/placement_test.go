@@ -96,7 +96,7 @@ func TestNodeSelectorPlacement(t *testing.T) {
 	waitAddress(t, f.ns, "lonely", lonelyNet+".2")
 	c := waitLBPodReason(t, f.ns, "lonely", decide.ReasonNoMatchingNode)
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
-	g.Expect(c.Message).To(HavePrefix(`subnet "` + lonely.Name + `": spec.nodeSelector "` + other + ` in (b)" matches no Ready, schedulable node`))
+	g.Expect(c.Message).To(HavePrefix(`subnet "` + lonely.Name + `": spec.nodeSelector "` + other + ` in (b)" matches no node: no lb pod can be scheduled`))
 	g.Eventually(func() []string { return warningReasons(t, f.ns, "lonely") }, timeout, interval).Should(ContainElement(decide.ReasonNoMatchingNode))
 	lonelyTerms := terms(corev1.NodeSelectorRequirement{Key: other, Operator: corev1.NodeSelectorOpIn, Values: []string{"b"}})
 	g.Eventually(func(g Gomega) []corev1.NodeSelectorTerm { return requiredTerms(g, f.ns, "lonely") }, timeout, interval).Should(Equal(lonelyTerms))
