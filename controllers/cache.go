@@ -23,7 +23,8 @@ const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 // the ones the operator creates (a cluster holds many, and caching them all would cost memory
 // for nothing), and strips every cached object of what the operator never reads
 // (TrimForCache). Services are cached whole but trimmed: any of them may become one we serve,
-// and the API offers no selector on spec.type.
+// and the API offers no selector on spec.type. Nodes are cached, trimmed, for placement (a
+// Subnet's nodeSelector).
 func CacheOptions() cache.Options {
 	ours := cache.ByObject{Label: labels.SelectorFromSet(labels.Set{lbv1.ComponentLabel: lbv1.ComponentLBPod})}
 	return cache.Options{
@@ -43,7 +44,8 @@ func CacheOptions() cache.Options {
 // TrimForCache is the cache's transform: it drops managedFields (the server-side apply
 // bookkeeping, several KiB per object and never read here) and kubectl's last-applied
 // annotation from every object, reduces an lb pod to what the IP controller reads (name,
-// namespace, UID, labels, owner, deletion, node), and replaces a Deployment's pod template with a
+// namespace, UID, labels, owner, deletion, node) and a Node to what placement reads (labels,
+// cordon, taints, readiness), and replaces a Deployment's pod template with a
 // digest of its spec. It returns the object it was given, changed in
 // place: the informer hands each object to it once, before anyone else sees it, and a second
 // pass changes nothing.
@@ -64,6 +66,8 @@ func TrimForCache(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
 		return trimPod(o), nil
+	case *corev1.Node:
+		return trimNode(o), nil
 	case *appsv1.Deployment:
 		// Only its digest stands for the template (see specdigest.go).
 		lbobjects.TrimDeployment(o)
@@ -87,6 +91,26 @@ func trimPod(p *corev1.Pod) *corev1.Pod {
 		Spec:   corev1.PodSpec{NodeName: p.Spec.NodeName},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, Conditions: readyOnly(p.Status.Conditions)},
 	}
+}
+
+// trimNode keeps of a Node what placement reads (decide.Unplaceable): its labels, cordon, taints
+// and Ready condition (type and status: the heartbeat times change every few seconds). Its images,
+// addresses, capacity and the rest of its status, most of a Node's size, are dropped.
+func trimNode(n *corev1.Node) *corev1.Node {
+	out := &corev1.Node{
+		TypeMeta: n.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, CreationTimestamp: n.CreationTimestamp,
+			DeletionTimestamp: n.DeletionTimestamp, Labels: n.Labels,
+		},
+		Spec: corev1.NodeSpec{Unschedulable: n.Spec.Unschedulable, Taints: n.Spec.Taints},
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			out.Status.Conditions = []corev1.NodeCondition{{Type: c.Type, Status: c.Status}}
+		}
+	}
+	return out
 }
 
 func readyOnly(conds []corev1.PodCondition) []corev1.PodCondition {

@@ -56,6 +56,27 @@ func TestTrimForCache(t *testing.T) {
 				Status: corev1.PodStatus{Phase: corev1.PodRunning},
 			},
 		},
+		"node: labels, cordon, taints and the Ready condition's status only": {
+			in: &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "n1", ResourceVersion: "9", ManagedFields: managed,
+					Labels: map[string]string{"vlan/100": "true"}, Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0"}},
+				Spec: corev1.NodeSpec{PodCIDR: "10.244.1.0/24", Unschedulable: true,
+					Taints: []corev1.Taint{{Key: "dedicated", Effect: corev1.TaintEffectNoSchedule}}},
+				Status: corev1.NodeStatus{
+					Conditions: []corev1.NodeCondition{
+						{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, LastHeartbeatTime: now},
+						{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: now, Reason: "KubeletReady", Message: "kubelet is posting ready status"},
+					},
+					Images:    []corev1.ContainerImage{{Names: []string{"lbpod:dev"}, SizeBytes: 1 << 20}},
+					Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.250.1.1"}},
+				},
+			},
+			want: &corev1.Node{
+				ObjectMeta: metav1.ObjectMeta{Name: "node-1", UID: "n1", ResourceVersion: "9", Labels: map[string]string{"vlan/100": "true"}},
+				Spec:       corev1.NodeSpec{Unschedulable: true, Taints: []corev1.Taint{{Key: "dedicated", Effect: corev1.TaintEffectNoSchedule}}},
+				Status:     corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+			},
+		},
 		"not an object: unchanged": {in: "tombstone", want: "tombstone"},
 	} {
 		t.Run(name, func(t *testing.T) {

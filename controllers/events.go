@@ -9,4 +9,5 @@ const (
 	actionValidate = "Validate"
 	actionDelete   = "Delete"
 	actionRelease  = "Release"
+	actionSchedule = "Schedule"
 )

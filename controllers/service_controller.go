@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -44,6 +45,7 @@ import (
 // +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=nodes,verbs=get;list;watch
 
 // FieldOwner names the operator in managedFields and events.
 const FieldOwner = "lbsvc-operator"
@@ -181,6 +183,9 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		// Subnet status changes (counters) must not wake every Service of the Subnet: only its spec.
 		Watches(&lbv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(servicesOf(subnetProvider)),
 			builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, deletionStarted(), deleted()))).
+		// A node that comes, goes or changes its labels, cordon, taints or readiness may be where
+		// the lb pods of a Subnet with a nodeSelector can (no longer) run.
+		Watches(&corev1.Node{}, r.nodeHandler(mgr)).
 		WatchesRawSource(source.Channel(r.Book.Wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{
 			MaxConcurrentReconciles: r.Options.MaxConcurrentReconciles,
@@ -315,23 +320,34 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 	if len(addrs) == 0 {
 		return r.teardown(ctx, svc, decide.Plan{Action: decide.PlanTeardown, Refusal: plan.Refusal, Drain: plan.Drain})
 	}
-	objects, err := plan.Objects(addrs)
-	if err != nil {
-		return err
+	var objects lbobjects.Set
+	if !plan.HoldObjects {
+		if objects, err = plan.Objects(addrs); err != nil {
+			return err
+		}
 	}
 	previous := svc.Annotations[lbv1.AllocatedIPsAnnotation]
 	if err := r.recordServed(ctx, svc, plan, addrs); err != nil {
 		return err
 	}
-	deploy, foreign, err := r.ensureObjects(ctx, svc, objects)
-	if err != nil {
-		if !errors.Is(err, errServiceGone) && !errors.Is(err, errStrayPods) {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonApplyFailed, actionApply, "%s", decide.BoundedMessage(err.Error()))
+	var deploy *appsv1.Deployment
+	if plan.HoldObjects {
+		// The Subnet is not Ready: the objects stay as they are.
+		if deploy, err = r.currentDeployment(ctx, svc); err != nil {
+			return err
 		}
-		return err
-	}
-	if foreign != "" {
-		return r.teardown(ctx, svc, decide.Refuse(decide.ObjectConflict(foreign), r.Book.OwnedBy(svc.UID)))
+	} else {
+		var foreign string
+		deploy, foreign, err = r.ensureObjects(ctx, svc, objects)
+		if err != nil {
+			if !errors.Is(err, errServiceGone) && !errors.Is(err, errStrayPods) {
+				r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonApplyFailed, actionApply, "%s", decide.BoundedMessage(err.Error()))
+			}
+			return err
+		}
+		if foreign != "" {
+			return r.teardown(ctx, svc, decide.Refuse(decide.ObjectConflict(foreign), r.Book.OwnedBy(svc.UID)))
+		}
 	}
 	for _, d := range plan.Drain {
 		if err := r.Book.Drain(ctx, d); err != nil {
@@ -409,6 +425,14 @@ func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (de
 		return in, fmt.Errorf("list subnets: %w", err)
 	}
 	in.Subnets = subnets.Items
+	if slices.ContainsFunc(in.Subnets, func(s lbv1.Subnet) bool { return s.Spec.Provider == provider && decide.HasNodeSelector(&s) }) {
+		// Where its lb pods may run. Read-only: no copy of every Node on each pass.
+		var nodes corev1.NodeList
+		if err := r.Client.List(ctx, &nodes, client.UnsafeDisableDeepCopy); err != nil {
+			return in, fmt.Errorf("list nodes: %w", err)
+		}
+		in.Nodes = nodes.Items
+	}
 	if c := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressAllocated); c != nil && c.Reason == decide.ReasonObjectConflict {
 		// Only after a conflict was seen: is the foreign object still there? (uncached read)
 		foreign, err := r.foreignObject(ctx, svc)

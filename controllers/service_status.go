@@ -28,15 +28,17 @@ import (
 func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Service, plan decide.Plan, addrs []netip.Addr) error {
 	allocated := plan.AllocatedCondition(addrs)
 	if plan.Refusal != nil {
-		r.warnOnChange(svc, allocated)
+		r.warnOnChange(svc, allocated, actionAllocate)
 	}
-	current := &appsv1.Deployment{}
-	key := client.ObjectKey{Namespace: lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace),
-		Name: lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}
-	if err := r.Client.Get(ctx, key, current); err != nil && !apierrors.IsNotFound(err) {
+	current, err := r.currentDeployment(ctx, svc)
+	if err != nil {
 		return err
 	}
-	if err := r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, decide.LBPodCondition(current)}); err != nil {
+	lbPod := plan.LBPodCondition(current)
+	if plan.Unplaceable != nil {
+		r.warnOnChange(svc, lbPod, actionSchedule)
+	}
+	if err := r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, lbPod}); err != nil {
 		return err
 	}
 	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
@@ -67,7 +69,19 @@ func (r *ServiceReconciler) reportServed(ctx context.Context, svc *corev1.Servic
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonAddressMoved, actionAllocate,
 			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", decide.BoundedMessage(previous), recorded, plan.Subnet)
 	}
-	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), decide.LBPodCondition(deploy)})
+	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), plan.LBPodCondition(deploy)})
+}
+
+// currentDeployment is the Service's Deployment as the cache shows it (an empty one when there
+// is none): its status is what the lb pod condition reads.
+func (r *ServiceReconciler) currentDeployment(ctx context.Context, svc *corev1.Service) (*appsv1.Deployment, error) {
+	current := &appsv1.Deployment{}
+	key := client.ObjectKey{Namespace: lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace),
+		Name: lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}
+	if err := r.Client.Get(ctx, key, current); err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	return current, nil
 }
 
 // recordTeardown clears what we wrote on a Service we tore down (owned: the IP objects it owned
@@ -91,7 +105,7 @@ func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Serv
 	switch {
 	case plan.Refusal != nil:
 		cond := decide.RefusedCondition(plan.Refusal)
-		r.warnOnChange(svc, cond)
+		r.warnOnChange(svc, cond, actionAllocate)
 		if err := r.patchStatus(ctx, svc, nil, ours, []metav1.Condition{cond}); err != nil {
 			return err
 		}
@@ -111,10 +125,10 @@ func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Serv
 
 // warnOnChange sends the Warning Event of a refusal when the condition changes, so requeues and
 // unrelated updates do not flood the Service's events.
-func (r *ServiceReconciler) warnOnChange(svc *corev1.Service, cond metav1.Condition) {
+func (r *ServiceReconciler) warnOnChange(svc *corev1.Service, cond metav1.Condition, action string) {
 	old := meta.FindStatusCondition(svc.Status.Conditions, cond.Type)
 	if old == nil || old.Status != cond.Status || old.Reason != cond.Reason || old.Message != cond.Message {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, cond.Reason, actionAllocate, "%s", cond.Message)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, cond.Reason, action, "%s", cond.Message)
 	}
 }
 

@@ -62,6 +62,15 @@ type SubnetSpec struct {
 	// +kubebuilder:validation:items:MaxLength=63
 	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespaces []string `json:"namespaces,omitempty"`
+
+	// NodeSelector, when set, is where the lb pods of this Subnet's Services may run: only on
+	// nodes whose labels it matches (nodes whose uplink carries the underlay VLAN). It becomes a
+	// required node affinity of the lb pods (matchLabels as In with one value; matchExpressions
+	// In, NotIn, Exists and DoesNotExist as they are). An empty selector matches every node.
+	// An invalid one (another operator, In without values, a bad key) makes the Subnet not Ready
+	// (InvalidSpec). Changing it moves the lb pods by their Deployment's own strategy.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
 }
 
 // SubnetStatus reports whether the Subnet is usable and how many addresses it has left.

@@ -82,6 +82,10 @@ const (
 	ReasonDeploymentAvailable   = "DeploymentAvailable"
 	ReasonDeploymentUnavailable = "DeploymentUnavailable"
 	ReasonDeploymentPending     = "DeploymentPending"
+	// ReasonNoMatchingNode (ConditionLBPodAvailable, and a Warning Event): the Subnet's
+	// spec.nodeSelector matches no Ready, schedulable node, so no lb pod can be scheduled. The
+	// address stays allocated and the Deployment applied: it schedules once a node matches.
+	ReasonNoMatchingNode = "NoMatchingNode"
 
 	// ReasonInvalidReplicas (Warning Event): the lbsvc.io/replicas annotation is not a whole
 	// number from 1 to 5; the Service keeps --lb-replicas.

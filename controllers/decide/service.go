@@ -47,6 +47,9 @@ type ServiceInputs struct {
 	Owned []OwnedIP
 	// ForeignObject, when set, names an object at one of our per-Service names that is not ours.
 	ForeignObject string
+	// Nodes are the cluster's Nodes (trimmed to labels, taints, unschedulable and Ready), read
+	// only when a Subnet of the Service's provider has a nodeSelector.
+	Nodes []corev1.Node
 	// LBPod holds the operator-wide lb pod settings (--lb-svc-image, --forwarding-sysctls,
 	// --lb-pod-namespace, --lb-ha-interval, --lb-rules, and --lb-replicas as Replicas); the
 	// Service's own fields are filled in by DecideService.
@@ -103,6 +106,15 @@ type Plan struct {
 	// ReplicasWarning, when set, says why the Service's lbsvc.io/replicas annotation was ignored
 	// (a typo must not take the Service down: it keeps the default, and says so).
 	ReplicasWarning string
+	// Unplaceable, with PlanServe, says that the Subnet's nodeSelector matches no node an lb pod
+	// can be scheduled on: the Service keeps its address and its Deployment, and shows it in
+	// ConditionLBPodAvailable (LBPodCondition).
+	Unplaceable *Refusal
+	// HoldObjects, with PlanServe, leaves the per-Service objects as they are: the Subnet is not
+	// Ready (invalid, overlapping or being deleted) and the Service only keeps what it holds.
+	// Objects rebuilt from an invalid Subnet could break the lb pods (an unparseable Subnet
+	// gives no CIDR or gateway) or move them (an invalid nodeSelector gives no placement).
+	HoldObjects bool
 }
 
 // Refuse is the teardown of a Service refused while its plan was carried out: a claim the API
@@ -142,6 +154,16 @@ func (p Plan) AllocatedCondition(addrs []netip.Addr) metav1.Condition {
 func RefusedCondition(ref *Refusal) metav1.Condition {
 	return metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionFalse, Reason: ref.Reason,
 		Message: BoundedMessage(ref.Message)}
+}
+
+// LBPodCondition is the lb pod condition of a served Service: False NoMatchingNode while its
+// Subnet's nodeSelector matches no node an lb pod can be scheduled on, else the Deployment's.
+func (p Plan) LBPodCondition(d *appsv1.Deployment) metav1.Condition {
+	if p.Unplaceable != nil {
+		return metav1.Condition{Type: ConditionLBPodAvailable, Status: metav1.ConditionFalse, Reason: p.Unplaceable.Reason,
+			Message: BoundedMessage(p.Unplaceable.Message)}
+	}
+	return LBPodCondition(d)
 }
 
 // LBPodCondition mirrors the Deployment's Available condition; it never waits for the pod.
@@ -223,10 +245,13 @@ func DecideService(in ServiceInputs) Plan {
 		p.SubnetConfig = parsed
 		p.Keep = held
 		p.Drain = without(Bound(in.Owned), held)
+		p.HoldObjects = true
 		p.Refusal = &Refusal{ref.Reason, ref.Message + "; the Service keeps " + JoinOwned(held) + " and nothing new is handed out"}
 		return p
 	}
 	p.SubnetConfig = cfg
+	p.LBPod.NodeSelector = subnet.Spec.NodeSelector.DeepCopy()
+	p.Unplaceable = Unplaceable(subnet, in.Nodes)
 
 	// The Service's own inputs, checked against the Subnet: something to forward to, ports,
 	// the requested addresses, source ranges, and the families both sides have.

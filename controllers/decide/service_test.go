@@ -177,8 +177,17 @@ func TestDecideService(t *testing.T) {
 			}), NADFound: true,
 				Subnets: []lbv1.Subnet{planSubnet("sn", "10.0.0.0/24", 5), planSubnet("older", "10.0.0.0/16", 0)},
 				Owned:   []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
-			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
+			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, HoldObjects: true,
 				Refusal: &Refusal{ReasonSubnetNotReady, `subnet "sn": subnet "sn" (10.0.0.0/24) overlaps older subnet(s) older; the Service keeps 10.0.0.7 and nothing new is handed out`}},
+		},
+		"Subnet unparseable (gateway outside): the address stays, the objects are left as they are (no CIDR to build them from)": {
+			in: ServiceInputs{Service: planService(), NADFound: true, Subnets: []lbv1.Subnet{func() lbv1.Subnet {
+				s := sn
+				s.Spec.Gateway = "10.9.9.1"
+				return s
+			}()}, Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+			want: Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, HoldObjects: true,
+				Refusal: &Refusal{ReasonSubnetNotReady, `subnet "sn": subnet "sn": gateway 10.9.9.1 is outside 10.0.0.0/24: invalid subnet configuration; the Service keeps 10.0.0.7 and nothing new is handed out`}},
 		},
 		"Subnet invalid and nothing held: refused": {
 			in: ServiceInputs{Service: planService(func(s *corev1.Service) {

@@ -121,6 +121,9 @@ func ValidateSubnet(s *lbv1.Subnet, all []lbv1.Subnet) (ipam.SubnetConfig, error
 	if err != nil {
 		return ipam.SubnetConfig{}, &Refusal{ReasonSubnetInvalid, err.Error()}
 	}
+	if ref := validNodeSelector(s); ref != nil {
+		return ipam.SubnetConfig{}, ref
+	}
 	var overlapping []string
 	for i := range all {
 		o := &all[i]

@@ -26,11 +26,13 @@ func ptrTrue(b *bool) bool { return b != nil && *b }
 // --lb-ha-interval set back to the default) stayed in the Deployment, and a capability, a
 // container, a volume or host networking added by hand survived. The API server's defaulting
 // appends to none of these lists and sets none of these flags, so they must match exactly in
-// length and be off.
+// length and be off. The required node affinity (the Subnet's nodeSelector) must be exactly the
+// desired one: DeepDerivative would let a removed selector, or a removed requirement, stay.
 func SamePodShape(want, have *corev1.PodSpec) bool {
 	if len(want.Containers) != len(have.Containers) || len(want.InitContainers) != len(have.InitContainers) ||
 		len(want.Volumes) != len(have.Volumes) || len(want.EphemeralContainers) != len(have.EphemeralContainers) ||
-		have.HostNetwork || have.HostPID || have.HostIPC || (have.HostUsers != nil) != (want.HostUsers != nil) {
+		have.HostNetwork || have.HostPID || have.HostIPC || (have.HostUsers != nil) != (want.HostUsers != nil) ||
+		!equality.Semantic.DeepEqual(requiredNodeAffinity(want), requiredNodeAffinity(have)) {
 		return false
 	}
 	sameContainer := func(w, h *corev1.Container) bool {
@@ -57,6 +59,14 @@ func SamePodShape(want, have *corev1.PodSpec) bool {
 		return true
 	}
 	return sameContainers(want.Containers, have.Containers) && sameContainers(want.InitContainers, have.InitContainers)
+}
+
+// requiredNodeAffinity is the pod's required node selector, nil when it has none.
+func requiredNodeAffinity(p *corev1.PodSpec) *corev1.NodeSelector {
+	if p.Affinity == nil || p.Affinity.NodeAffinity == nil {
+		return nil
+	}
+	return p.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 }
 
 func subset(want, have map[string]string) bool {

@@ -112,6 +112,7 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 					AutomountServiceAccountToken:  ptr.To(true),
 					TerminationGracePeriodSeconds: ptr.To[int64](terminationGraceSeconds),
 					Tolerations:                   failoverTolerations(),
+					Affinity:                      NodeAffinity(p.NodeSelector),
 					TopologySpreadConstraints:     p.spread(),
 					SecurityContext: &corev1.PodSecurityContext{
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
@@ -164,7 +165,8 @@ func (p Params) strategy() appsv1.DeploymentStrategy {
 // spread keeps the lb pods of one Service on different nodes. DoNotSchedule on the hostname makes
 // it required wherever enough nodes exist, yet a one-node cluster still runs every replica, since
 // the skew among a single domain is 0; nodes whose taints the pod does not tolerate (NotReady,
-// cordoned) do not count as domains. pod-template-hash keeps a rollout's old and new pods apart.
+// cordoned) do not count as domains, nor (NodeAffinityPolicy Honor) nodes outside the Subnet's
+// nodeSelector. pod-template-hash keeps a rollout's old and new pods apart.
 func (p Params) spread() []corev1.TopologySpreadConstraint {
 	if p.LBReplicas() == 1 {
 		return nil

@@ -101,6 +101,9 @@ type Params struct {
 	// Rules is the lb pod's rules back end (--lb-rules): empty leaves the lb pod's default
 	// (iptables); "nftables" sets LBPOD_RULES.
 	Rules string
+	// NodeSelector is the Subnet's spec.nodeSelector: the lb pods run only on the nodes it
+	// matches (a required node affinity, see NodeAffinity). nil: anywhere.
+	NodeSelector *metav1.LabelSelector
 }
 
 // LBReplicas is p.Replicas with 0 read as 1.
