@@ -96,6 +96,9 @@ type runner struct {
 	ready    bool
 	links    *linkProbe
 	buf      []byte // for drain
+	// refusedSeen: the refusal reasons already logged as a warning (later ones are counted and
+	// logged at debug level only: a forger on the underlay must not flood the log).
+	refusedSeen map[string]bool
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
@@ -269,6 +272,10 @@ func (r *runner) receive(ctx context.Context, c *conn) {
 func (r *runner) handle(ev Event) Output {
 	before := r.m.Role()
 	out := r.m.Handle(ev)
+	if out.Refused != "" {
+		r.refused(ev.Advert, out.Refused)
+		return out
+	}
 	switch out.Hold {
 	case Take:
 		r.holder.SetActive(true)
@@ -281,6 +288,29 @@ func (r *runner) handle(ev Event) Output {
 		}
 		r.sendAdvert(*out.Send)
 	}
+	r.report(ev, before, out)
+	return out
+}
+
+// refused counts an advert the machine refused; the first of each reason is a warning.
+func (r *runner) refused(a Advert, why string) {
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.AdvertsRejected.WithLabelValues(why).Inc()
+	}
+	attrs := []any{"reason", why, "sender", a.Sender.String(), "term", a.Term, "interval", a.Interval, "priority", a.Priority, "resigning", a.Resigning}
+	if r.refusedSeen[why] {
+		r.log.Debug("advert refused", attrs...)
+		return
+	}
+	if r.refusedSeen == nil {
+		r.refusedSeen = map[string]bool{}
+	}
+	r.refusedSeen[why] = true
+	r.log.Warn("advert refused as impossible; further ones are counted in lbpod_ha_adverts_rejected_total", attrs...)
+}
+
+// report updates the metrics, logs a change and tells OnChange about a new role.
+func (r *runner) report(ev Event, before Role, out Output) {
 	mt := r.opts.Metrics
 	if mt != nil {
 		mt.Term.Set(float64(r.m.Term()))
@@ -310,7 +340,6 @@ func (r *runner) handle(ev Event) Output {
 			r.opts.OnChange(out.Role, out.Reason)
 		}
 	}
-	return out
 }
 
 func (r *runner) sendAdvert(a Advert) {
