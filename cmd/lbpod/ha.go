@@ -215,41 +215,43 @@ func addressLifetime(lease, holdFor time.Duration) time.Duration {
 	return max(lease, (holdFor + time.Second/2 + time.Second - 1).Truncate(time.Second))
 }
 
+// The holder is the election's Leaser: without Renew the type assertion in ha.Run would fail
+// silently and the addresses would lapse a second after every takeover.
+var _ ha.Leaser = (*loopHolder)(nil)
+
 // Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
 // for announce, and, every quarter of the lease, replaces the addresses with a fresh lifetime.
 // (Not at every advert: each replace is a netlink event.) The lifetime is addressLifetime's; a
 // longer one, after the election stretched its dead interval on a starved node, is put on at once.
-func (h *loopHolder) Renew(holdFor time.Duration) {
+// An error (no netlink socket, net1 gone, an address refused) makes the election step down: the
+// lifetime is the fence, and an active that cannot keep it must not hold on.
+func (h *loopHolder) Renew(holdFor time.Duration) error {
 	h.confirm(true)
 	h.mu.Lock()
 	if holdFor > 0 {
 		h.dead = holdFor
 	}
-	lifetime := addressLifetime(h.lease, holdFor)
-	due := h.lease > 0 && (h.now().Sub(h.renewed) >= h.lease/4 || lifetime > h.lifetime)
-	if due {
-		h.renewed, h.lifetime = h.now(), lifetime
-	}
+	lifetime, now := addressLifetime(h.lease, holdFor), h.now()
+	due := h.lease > 0 && (now.Sub(h.renewed) >= h.lease/4 || lifetime > h.lifetime)
 	h.mu.Unlock()
 	if !due {
-		return
+		return nil
 	}
 	// One netlink socket kept for the renewals (the package functions open one per call: eight
 	// sockets a second per active lb pod).
 	if h.nl == nil {
 		nl, err := netlink.NewHandle()
 		if err != nil {
-			h.log.Warn("lease", "err", err)
-			return
+			return fmt.Errorf("lease: netlink socket: %w", err)
 		}
 		h.nl = nl
 	}
 	link, err := h.nl.LinkByName(h.iface)
 	if err != nil {
-		h.log.Warn("lease", "err", err)
-		return
+		return fmt.Errorf("lease: interface %q: %w", h.iface, err)
 	}
 	secs := int(lifetime / time.Second)
+	var errs []error
 	for _, p := range h.addrs {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
 			ValidLft: secs, PreferedLft: secs}
@@ -257,7 +259,14 @@ func (h *loopHolder) Renew(holdFor time.Duration) {
 			a.Flags = unix.IFA_F_NODAD // as the loop adds it: usable at once
 		}
 		if err := h.nl.AddrReplace(link, a); err != nil {
-			h.log.Warn("lease", "addr", p, "err", err)
+			errs = append(errs, fmt.Errorf("lease: %s with lifetime %ds: %w", p, secs, err))
 		}
 	}
+	if err := errors.Join(errs...); err != nil {
+		return err // not recorded: the next advert tries again, if the election stays active
+	}
+	h.mu.Lock()
+	h.renewed, h.lifetime = now, lifetime
+	h.mu.Unlock()
+	return nil
 }

@@ -114,3 +114,22 @@ func TestAddressLifetime(t *testing.T) {
 		}
 	}
 }
+
+// A renewal that cannot be done is an error for the election (which steps down), not a log line:
+// here net1 does not exist.
+func TestRenewFailureIsReported(t *testing.T) {
+	o, err := parseFlags("lbpod", []string{"--service-file", "/svc.yaml", "--interface", "lbsvc-test-none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16")}}
+	h := newLoopHolder(o, network, slog.New(slog.DiscardHandler))
+	err = h.Renew(300 * time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), `"lbsvc-test-none"`) {
+		t.Fatalf("Renew without net1: %v, want an error naming the interface", err)
+	}
+	// A failed renewal is not recorded: the next one tries again (and fails again) at once.
+	if err := h.Renew(300 * time.Millisecond); err == nil {
+		t.Fatal("second Renew right after a failed one: nil, want it tried again and failing")
+	}
+}

@@ -85,7 +85,9 @@
 // asks the old one. And a Holder that implements Leaser keeps the addresses on a kernel lifetime
 // of a second, renewed as the adverts go out: the kernel removes them by itself about a second
 // after the process stopped renewing (measured: 0.6 to 0.8 s after the failover). A node
-// failure removes the old kernel altogether.
+// failure removes the old kernel altogether. The fence never silently goes away: a renewal that
+// fails (Leaser.Renew's error) makes the active release the addresses and resign at once
+// (RenewFailed), as a stop would.
 //
 // # The API server
 //

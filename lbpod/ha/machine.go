@@ -190,6 +190,11 @@ const (
 	// the data path should not cost a failover).
 	NotReady
 	Ready
+	// RenewFailed: the holder could not renew the addresses' kernel lifetime (Leaser). The
+	// lifetime is the fence that removes the addresses from a kernel whose process died or
+	// froze; an active that cannot keep it steps down: it releases the addresses at once, sends
+	// a resigning advert so that a standby takes over after its skew, and listens as a standby.
+	RenewFailed
 )
 
 func (k EventKind) String() string {
@@ -210,6 +215,8 @@ func (k EventKind) String() string {
 		return "not-ready"
 	case Ready:
 		return "ready"
+	case RenewFailed:
+		return "renew-failed"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -521,6 +528,18 @@ func (m *Machine) Handle(ev Event) Output {
 			// Listen a whole dead interval before claiming: the other side of the link may have an
 			// active we have not heard yet.
 			m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
+		}
+	case RenewFailed:
+		switch m.role {
+		case Active:
+			// Resign first (the advert carries our term), then let go at once: unlike a
+			// shutdown, the addresses are not kept until a successor advertises, since nothing
+			// fences them any more if this process stops.
+			resign := m.advert(now, true)
+			m.stepDown(now, &out, "the addresses' kernel lifetime could not be renewed: released them and resigned")
+			out.Send = resign
+		case Resigning:
+			m.stop(&out, "the addresses' kernel lifetime could not be renewed while resigning")
 		}
 	}
 	out.Role = m.role

@@ -187,6 +187,18 @@ func TestMachine(t *testing.T) {
 		"a clock that goes back stands still": {steps: append(activeAt315[:5:5],
 			step{ev: at(Tick, 200), role: Active, wake: 415},
 		)},
+		"a failed renewal: the active lets go at once, resigns, and listens as a standby": {steps: append(activeAt315[:5:5],
+			step{ev: at(RenewFailed, 330), hold: Release, send: "term 1 resigning", role: Standby, wake: 645, reason: "kernel lifetime could not be renewed"},
+			step{ev: recv(350, from(idB, 2)), role: Standby, wake: 665},
+		)},
+		"a failed renewal while resigning: lets go at once": {steps: append(activeAt315[:5:5],
+			step{ev: at(Shutdown, 350), send: "term 1 resigning", role: Resigning, wake: 375, reason: "resigning"},
+			step{ev: at(RenewFailed, 360), hold: Release, role: Stopped, wake: 360, reason: "could not be renewed while resigning"},
+		)},
+		"a failed renewal on a standby changes nothing": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: at(RenewFailed, 10), role: Standby, wake: 315},
+		}},
 		"a slower active's advertised interval sets the dead interval": {steps: []step{
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: recv(50, Advert{Group: group, Term: 1, Priority: 100, Sender: idB, Interval: ms(200)}), role: Standby, wake: 665},

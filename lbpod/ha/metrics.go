@@ -15,6 +15,9 @@ type Metrics struct {
 	Slack           prometheus.Gauge
 	// AdvertsRejected counts the adverts the machine refused, by reason (RefusalReasons).
 	AdvertsRejected *prometheus.CounterVec
+	// RenewalFailures counts the failed renewals of the addresses' kernel lifetime; each made the
+	// active step down.
+	RenewalFailures prometheus.Counter
 }
 
 // NewMetrics builds the metrics, all at zero.
@@ -39,6 +42,8 @@ func NewMetrics() *Metrics {
 		AdvertsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lbpod_ha_adverts_rejected_total",
 			Help: "Adverts of this Service's group refused as impossible, by reason: interval (outside the accepted range), term (above 2^63-1), sender (zero or a group MAC). They change nothing."},
 			[]string{"reason"}),
+		RenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_lifetime_renewal_failures_total",
+			Help: "Renewals of the held addresses' kernel lifetime that failed; each made the active release the addresses and resign."}),
 	}
 	for _, r := range RefusalReasons {
 		m.AdvertsRejected.WithLabelValues(r)
@@ -49,5 +54,5 @@ func NewMetrics() *Metrics {
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover, m.Slack,
-		m.AdvertsRejected}
+		m.AdvertsRejected, m.RenewalFailures}
 }

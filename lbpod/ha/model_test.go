@@ -14,8 +14,8 @@ import (
 // arrive; a frozen replica's adverts wait in its socket buffer, as in the kernel. Beside the
 // faults, an adversary on the underlay may, at any op, send a frame that the machine must refuse
 // (a term above MaxTerm, an interval outside the accepted range, an impossible sender; any
-// priority, flags and sender, a replica's own ID included). Every forged frame must be refused,
-// and the properties below must hold regardless.
+// priority, flags and sender, a replica's own ID included), and a holder's lifetime renewal may
+// fail. Every forged frame must be refused, and the properties below must hold regardless.
 // (A forged frame that is plausible, such as a resignation from a made-up sender, is obeyed like
 // a real one: the machine cannot tell them apart without authenticated adverts, so the adversary
 // sends none.)
@@ -212,9 +212,14 @@ func runModel(t *testing.T, data []byte) {
 		// The replica byte's top bit adds the adversary's move (bytes below 128, as in the
 		// corpus written before it existed, add nothing): bits 4 to 6 choose it.
 		if b := data[k+2]; b&0x80 != 0 {
-			a := s.forge(b>>4&7%6, i)
-			s.logf("forged advert: term %d interval %s priority %d sender %s resigning %t", a.Term, a.Interval, a.Priority, a.Sender, a.Resigning)
-			s.inject(a)
+			if kind := b >> 4 & 7; kind < 6 {
+				a := s.forge(kind, i)
+				s.logf("forged advert: term %d interval %s priority %d sender %s resigning %t", a.Term, a.Interval, a.Priority, a.Sender, a.Resigning)
+				s.inject(a)
+			} else if r.alive && !r.frozen {
+				s.logf("r%d lifetime renewal fails", i)
+				s.handle(i, Event{Kind: RenewFailed, Now: s.now})
+			}
 		}
 	}
 	// Repair everything (once the replicas told to stop have stopped: a resignation takes up to
@@ -253,6 +258,7 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{100, 2, 0, 60, 3, 0, 1, 2, 1, 60, 3, 1})
 	// Op 3 (SIGCONT) on a replica that runs does nothing: the adversary's move alone.
 	f.Add([]byte{100, 3, 0x80, 2, 3, 0x80, 50, 3, 0x90, 50, 3, 0xa1, 50, 3, 0xb0, 50, 3, 0xc0, 50, 3, 0xd0}) // forged frames of every kind
+	f.Add([]byte{100, 3, 0xe0, 100, 3, 0xf1, 100, 7, 0x80, 100, 7, 0xb0, 9})                                 // renewals fail; forged frames across a partition
 	f.Fuzz(func(t *testing.T, data []byte) { runModel(t, data) })
 }
 
@@ -268,6 +274,7 @@ func TestModelScenarios(t *testing.T) {
 		"standby not ready, then ready": {100, 8, 1, 20, 0, 0, 150, 9, 1},
 		"the issue's frame, twice":      {100, 3, 0x80, 2, 3, 0x80},
 		"forged frames of every kind":   {100, 3, 0x80, 50, 3, 0x90, 50, 3, 0xa0, 50, 3, 0xb0, 50, 3, 0xc0, 50, 3, 0xd0},
+		"the renewals fail":             {100, 3, 0xe0, 100, 3, 0xe1, 100, 3, 0xe0},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}

@@ -30,8 +30,13 @@ type Holder interface {
 // than that would drop the addresses of a live but late active with nobody yet allowed to take
 // them: the holder keeps the lifetime above it, and treats an active whose last renewal is older
 // than it as possibly frozen.
+//
+// An error means the lifetime could not be renewed: the fence may lapse with the addresses in use,
+// or be gone. Run then feeds RenewFailed to the machine: the active releases the addresses and
+// resigns (a standby takes over after its skew), logs why and counts it
+// (lbpod_ha_lifetime_renewal_failures_total); it does not send the advert it was renewing for.
 type Leaser interface {
-	Renew(holdFor time.Duration)
+	Renew(holdFor time.Duration) error
 }
 
 // Readier is an optional extension of Holder: Ready says whether the data path could serve the
@@ -268,7 +273,9 @@ func (r *runner) receive(ctx context.Context, c *conn) {
 }
 
 // handle feeds one event to the machine and carries out its output: the holder first, then the
-// advert (so a successor's advert is only sent once it holds the addresses).
+// advert (so a successor's advert is only sent once it holds the addresses). An active's advert
+// goes out only once the holder renewed the addresses' lifetime (Leaser); when that fails, the
+// advert is not sent and the machine is told (RenewFailed), and handle returns what it said.
 func (r *runner) handle(ev Event) Output {
 	before := r.m.Role()
 	out := r.m.Handle(ev)
@@ -282,13 +289,23 @@ func (r *runner) handle(ev Event) Output {
 	case Release:
 		r.holder.SetActive(false)
 	}
+	var renewErr error
 	if out.Send != nil {
 		if l, ok := r.holder.(Leaser); ok && out.Role == Active {
-			l.Renew(r.m.HoldFor())
+			renewErr = l.Renew(r.m.HoldFor())
 		}
-		r.sendAdvert(*out.Send)
+		if renewErr == nil {
+			r.sendAdvert(*out.Send)
+		}
 	}
 	r.report(ev, before, out)
+	if renewErr != nil {
+		if r.opts.Metrics != nil {
+			r.opts.Metrics.RenewalFailures.Inc()
+		}
+		r.log.Warn("the addresses' kernel lifetime could not be renewed; stepping down", "err", renewErr)
+		return r.handle(Event{Kind: RenewFailed, Now: r.now()})
+	}
 	return out
 }
 
