@@ -38,6 +38,10 @@ type LoopConfig struct {
 	// Announce sends the announcements; nil means Announce (tests may count instead, and the
 	// election withholds a burst it has not confirmed lately).
 	Announce func(ifname string, addrs []netip.Prefix) error
+	// AddressLifetime, when set, says at each apply the kernel lifetime the active loop adds the
+	// LB addresses with, and gives one the kernel holds for ever (State.AddressLifetime): with
+	// standbys, the election's lease. Nil or 0: for ever.
+	AddressLifetime func() time.Duration
 }
 
 // Loop keeps the lb pod's network namespace in the desired state: it applies the state when the
@@ -211,8 +215,11 @@ func (l *Loop) reconcile(svc *corev1.Service, fresh bool) Result {
 	obs.NoSCTP = l.noSCTP.Load()
 	desired := func(obs Observed) State {
 		st := Desired(Config{Network: l.cfg.Network, Service: service}, obs, l.cfg.Names)
-		if !l.Active() {
+		switch {
+		case !l.Active():
 			st = st.Standby()
+		case l.cfg.AddressLifetime != nil:
+			st = st.WithAddressLifetime(l.cfg.AddressLifetime())
 		}
 		return st
 	}

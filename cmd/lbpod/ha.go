@@ -209,6 +209,19 @@ func (h *loopHolder) Ready() bool {
 	return ready
 }
 
+// loopLifetime is the loop's AddressLifetime: the kernel lifetime the loop adds the addresses
+// with (at a takeover, and when it repairs them), so that they are never on the kernel without
+// the fence, not even before the first renewal; 0 without a lease. It is the lifetime Renew puts
+// on, for the dead interval last advertised.
+func (h *loopHolder) loopLifetime() time.Duration {
+	if h.lease <= 0 {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return addressLifetime(h.lease, h.dead)
+}
+
 // addressLifetime is the kernel lifetime of the held addresses: the lease, or holdFor and half a
 // second (the renewals' period and then some) in whole seconds, whichever is longer.
 func addressLifetime(lease, holdFor time.Duration) time.Duration {

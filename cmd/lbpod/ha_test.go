@@ -101,6 +101,33 @@ func TestLoopHolder(t *testing.T) {
 	}
 }
 
+// The loop adds and repairs the addresses on the lifetime Renew puts on (none without a lease).
+func TestLoopLifetime(t *testing.T) {
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16")}}
+	for _, tc := range []struct {
+		args []string
+		dead time.Duration
+		want time.Duration
+	}{
+		{[]string{"--ha-lease", "0s"}, 0, 0},
+		{nil, 0, time.Second},                           // the default lease, the default dead interval
+		{nil, 3300 * time.Millisecond, 4 * time.Second}, // stretched on a starved node, as Renew would
+		{[]string{"--ha-lease", "5s"}, 0, 5 * time.Second},
+	} {
+		o, err := parseFlags("lbpod", append([]string{"--service-file", "/svc.yaml"}, tc.args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newLoopHolder(o, network, slog.New(slog.DiscardHandler))
+		if tc.dead > 0 {
+			h.dead = tc.dead
+		}
+		if got := h.loopLifetime(); got != tc.want {
+			t.Errorf("%v, dead interval %s: loop lifetime %s, want %s", tc.args, h.dead, got, tc.want)
+		}
+	}
+}
+
 func TestAddressLifetime(t *testing.T) {
 	for _, tc := range []struct{ lease, holdFor, want time.Duration }{
 		{time.Second, 300 * time.Millisecond, time.Second},     // calm: the lease

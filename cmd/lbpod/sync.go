@@ -35,7 +35,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	var holder *loopHolder
 	if o.haEnabled() {
 		holder = newLoopHolder(o, network, log)
-		cfg.OnHeld, cfg.Announce = holder.onHeld, holder.announce
+		cfg.OnHeld, cfg.Announce, cfg.AddressLifetime = holder.onHeld, holder.announce, holder.loopLifetime
 	}
 	loop := lbpod.NewLoop(cfg)
 

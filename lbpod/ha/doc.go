@@ -87,7 +87,8 @@
 // after the process stopped renewing (measured: 0.6 to 0.8 s after the failover). A node
 // failure removes the old kernel altogether. The fence never silently goes away: a renewal that
 // fails (Leaser.Renew's error) makes the active release the addresses and resign at once
-// (RenewFailed), as a stop would.
+// (RenewFailed), as a stop would; and the lb pod's loop adds and repairs the addresses on the
+// same lifetime, never without one (lbpod.State.AddressLifetime).
 //
 // # The API server
 //

@@ -25,7 +25,7 @@ import (
 func main() {
 	var addresses, gateways, subnets, serviceFile, healthAddr string
 	var standby bool
-	var announce time.Duration
+	var announce, lifetime, resync time.Duration
 	flag.StringVar(&addresses, "addresses", "", "LB address(es) with prefix length")
 	flag.StringVar(&gateways, "gateways", "", "subnet gateway(s)")
 	flag.StringVar(&subnets, "subnets", "", "subnet CIDR(s)")
@@ -33,14 +33,16 @@ func main() {
 	flag.StringVar(&healthAddr, "health-addr", "127.0.0.1:8081", "health server")
 	flag.BoolVar(&standby, "standby", false, "start as a standby")
 	flag.DurationVar(&announce, "announce-interval", 30*time.Second, "periodic announcements")
+	flag.DurationVar(&lifetime, "lifetime", 0, "kernel lifetime of the LB addresses, as with standbys (LoopConfig.AddressLifetime; 0: for ever); nothing renews it")
+	flag.DurationVar(&resync, "resync-period", 10*time.Second, "the loop's resync period")
 	flag.Parse()
-	if err := run(addresses, gateways, subnets, serviceFile, healthAddr, standby, announce); err != nil {
+	if err := run(addresses, gateways, subnets, serviceFile, healthAddr, standby, announce, lifetime, resync); err != nil {
 		fmt.Fprintln(os.Stderr, "loopdriver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby bool, announce time.Duration) error {
+func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby bool, announce, lifetime, resync time.Duration) error {
 	network, err := lbpod.ParseNetwork(addresses, gateways, subnets)
 	if err != nil {
 		return err
@@ -62,8 +64,9 @@ func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby b
 		return err
 	}
 	loop := lbpod.NewLoop(lbpod.LoopConfig{
-		Network: network, Applier: applier, ResyncPeriod: 10 * time.Second, AnnounceInterval: announce, Log: log,
-		OnHeld: func(held bool) { fmt.Printf("held %t\n", held) },
+		Network: network, Applier: applier, ResyncPeriod: resync, AnnounceInterval: announce, Log: log,
+		OnHeld:          func(held bool) { fmt.Printf("held %t\n", held) },
+		AddressLifetime: func() time.Duration { return lifetime },
 	})
 	loop.SetActive(!standby)
 	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), log)
