@@ -147,14 +147,21 @@ func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHold
 // the election has noticed the freeze and stepped down; announcing then would pull the clients
 // back from the replica that took over meanwhile.
 func (h *loopHolder) announce(ifname string, addrs []netip.Prefix) error {
-	h.mu.Lock()
-	fresh := h.active && h.now().Sub(h.confirmed) < h.dead
-	h.mu.Unlock()
-	if !fresh {
+	if !h.confirmedLately() {
 		h.log.Info("announcement withheld: the election has not confirmed this replica active lately")
 		return nil
 	}
 	return lbpod.Announce(ifname, addrs, h.loop.AnnounceStats())
+}
+
+// confirmedLately says whether the election confirmed this replica active (SetActive(true), or
+// an advert sent as active) within the dead interval it last advertised: announce's condition,
+// and the loop's Confirmed. Past it, a standby may have taken over, and the election steps down
+// at its next input (it was frozen), or it hangs.
+func (h *loopHolder) confirmedLately() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.active && h.now().Sub(h.confirmed) < h.dead
 }
 
 func (h *loopHolder) confirm(active bool) {

@@ -35,7 +35,8 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	var holder *loopHolder
 	if o.haEnabled() {
 		holder = newLoopHolder(o, network, log)
-		cfg.OnHeld, cfg.Announce, cfg.AddressLifetime = holder.onHeld, holder.announce, holder.loopLifetime
+		cfg.OnHeld, cfg.Announce = holder.onHeld, holder.announce
+		cfg.AddressLifetime, cfg.Confirmed = holder.loopLifetime, holder.confirmedLately
 	}
 	loop := lbpod.NewLoop(cfg)
 

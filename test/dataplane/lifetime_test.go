@@ -5,6 +5,7 @@ package dataplane
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os/exec"
 	"path/filepath"
@@ -63,7 +64,9 @@ func onLifetime(got map[string]uint32, limit uint32, addrs ...string) (bool, str
 // nothing that renews it, so every lifetime seen is the loop's own: it adds the addresses on it;
 // an address deleted by hand comes back on it (before, the repair added it for ever, and the
 // fence was gone for good); one made permanent by hand is given it again at the next resync
-// (counted as lbpod_repairs_total{cause="lifetime"}).
+// (counted as lbpod_repairs_total{cause="lifetime"}). Then its role stops being confirmed (an
+// election that froze or hangs): at the next resync it lets go of the addresses and repairs
+// nothing, until the role is confirmed again.
 func TestRepairKeepsLifetime(t *testing.T) {
 	tp := newTopology(t)
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
@@ -128,6 +131,22 @@ func TestRepairKeepsLifetime(t *testing.T) {
 	if !regexp.MustCompile(`\nlbpod_repairs_total\{cause="lifetime"\} [1-9]`).MatchString(metrics) {
 		t.Errorf(`lbpod_repairs_total{cause="lifetime"} not counted:\n%s`, metrics)
 	}
+
+	if _, err := io.WriteString(stdin, "unconfirmed\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "an unconfirmed loop lets go at the next resync", func() bool { return len(lifetimes(t, tp.lb)) == 0 })
+	time.Sleep(time.Second) // two resyncs: nothing comes back
+	if got := lifetimes(t, tp.lb); len(got) != 0 {
+		t.Fatalf("unconfirmed: addresses %v came back", got)
+	}
+	if _, err := io.WriteString(stdin, "confirmed\n"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "confirmed again, the addresses come back on the lifetime", func() bool {
+		ok, _ := onLifetime(lifetimes(t, tp.lb), 30, lbs...)
+		return ok
+	})
 }
 
 // TestHALBPodRenewalFailure: two lbpod replicas of a dual-stack Service; the active's renewal of
@@ -176,4 +195,57 @@ func TestHALBPodRenewalFailure(t *testing.T) {
 		t.Errorf("b's lifetimes %s, want both addresses on the %s lease", got, haLease)
 	}
 	t.Logf("figure: ha_renewal_failure_to_standby_holding_ms=%d", took.Milliseconds())
+}
+
+// TestHAStallFence stops the active lbpod (SIGSTOP) for two seconds and measures, from the
+// stop, when the standby holds the address and when the stopped replica's kernel drops it by
+// itself (the lease lapses: renewed every quarter lease, a 1 s lifetime, and the kernel's own
+// lifetime timer). Until then both kernels hold it (the stopped one still answers ARP and
+// forwards; the successor's announcements move the clients). After SIGCONT the stopped replica
+// steps down before it sends anything, and its loop does not put the address back (it holds the
+// addresses only while the election confirmed the role within the dead interval).
+func TestHAStallFence(t *testing.T) {
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	tp := newHATopology(t)
+	tp.addClusterSide()
+	start := func(r string) *haReplica {
+		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4,
+			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String())
+	}
+	a := start("a")
+	waitFor(t, 10*time.Second, "a active", func() bool { return a.role() == "active" && tp.holds("a") })
+	b := start("b")
+	waitFor(t, 10*time.Second, "b standby", func() bool { return b.role() == "standby" })
+	time.Sleep(time.Second) // a few renewals in steady state: the stop lands anywhere between two
+
+	stopped := time.Now()
+	_ = a.cmd.Process.Signal(syscall.SIGSTOP)
+	var claimed, lapsed time.Duration
+	waitFor(t, 5*time.Second, "b holds and a's kernel dropped the address", func() bool {
+		if claimed == 0 && tp.holds("b") {
+			claimed = time.Since(stopped)
+		}
+		if lapsed == 0 && !tp.holds("a") {
+			lapsed = time.Since(stopped)
+		}
+		return claimed > 0 && lapsed > 0
+	})
+	time.Sleep(2*time.Second - time.Since(stopped))
+	logged := len(a.logs.String())
+	_ = a.cmd.Process.Signal(syscall.SIGCONT)
+	waitFor(t, 5*time.Second, "a steps down after SIGCONT", func() bool { return a.role() == "standby" })
+	time.Sleep(500 * time.Millisecond)
+	if tp.holds("a") || !tp.holds("b") {
+		t.Errorf("after SIGCONT: a holds=%t b holds=%t, want b alone", tp.holds("a"), tp.holds("b"))
+	}
+	if after := a.logs.String()[logged:]; strings.Contains(after, "+address "+haLB) {
+		t.Errorf("a's loop put the address back after SIGCONT:\n%s", after)
+	}
+	if lapsed > haLease+time.Second/2 {
+		t.Errorf("a's kernel kept the address %s after the stop, want at most the %s lease and the kernel's timer", lapsed, haLease)
+	}
+	t.Logf("figure: ha_stall_standby_holds_ms=%d ha_stall_fence_lapses_ms=%d ha_stall_overlap_ms=%d (from SIGSTOP; lease %s, interval %s)",
+		claimed.Milliseconds(), lapsed.Milliseconds(), (lapsed - claimed).Milliseconds(), haLease, haInterval)
 }

@@ -1,6 +1,7 @@
 // Command loopdriver runs lbpod.Loop the way a failover controller will: it starts the loop as a
-// standby or active, reads "active" and "standby" lines on stdin and calls SetActive, and prints
-// "held true" / "held false" each time OnHeld reports a change. The data-path tests use it to
+// standby or active, reads "active" and "standby" lines on stdin and calls SetActive ("confirmed"
+// and "unconfirmed" set what LoopConfig.Confirmed says, as an election that stops confirming its
+// role would), and prints "held true" / "held false" each time OnHeld reports a change. The data-path tests use it to
 // check the failover seam from outside (network namespaces are per process, so the loop cannot
 // run inside the test binary).
 package main
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -63,10 +65,12 @@ func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby b
 	if err != nil {
 		return err
 	}
+	var unconfirmed atomic.Bool
 	loop := lbpod.NewLoop(lbpod.LoopConfig{
 		Network: network, Applier: applier, ResyncPeriod: resync, AnnounceInterval: announce, Log: log,
 		OnHeld:          func(held bool) { fmt.Printf("held %t\n", held) },
 		AddressLifetime: func() time.Duration { return lifetime },
+		Confirmed:       func() bool { return !unconfirmed.Load() },
 	})
 	loop.SetActive(!standby)
 	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), log)
@@ -83,6 +87,8 @@ func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby b
 				loop.SetActive(true)
 			case "standby":
 				loop.SetActive(false)
+			case "confirmed", "unconfirmed":
+				unconfirmed.Store(sc.Text() == "unconfirmed")
 			}
 		}
 	}()
