@@ -20,7 +20,8 @@ import (
 // Change is one difference between the desired state and the kernel, found (and, unless
 // verifying, fixed) by Applier.Apply.
 type Change struct {
-	// Kind is what changed: "address", "link", "rule", "route", "chain", "jump", "iptables".
+	// Kind is what changed: "address", "lifetime" (an address held for ever given the state's
+	// lifetime), "link", "rule", "route", "chain", "jump", "iptables".
 	Kind string
 	// Added is true when something was (or must be) added, false when removed.
 	Added bool

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Defaults for the names and numbers the lb pod uses; the seed's listings show these.
@@ -129,8 +130,14 @@ type State struct {
 	Table     int
 	// Addresses go on Interface, with the Subnet's prefix length.
 	Addresses []netip.Prefix
-	Rules     []Rule
-	Routes    []Route
+	// AddressLifetime, above 0, is the kernel lifetime (valid and preferred, whole seconds rounded
+	// up) the Addresses are added with, and an address the kernel holds for ever is given it.
+	// With standbys the election keeps the addresses on a lifetime it renews (the kill -9
+	// fence: they lapse from a kernel whose lb pod was killed or frozen); adding or repairing
+	// one without it would take the fence away for good. 0: for ever (a single lb pod).
+	AddressLifetime time.Duration
+	Rules           []Rule
+	Routes          []Route
 	// IPTables holds one entry per family, IPv4 first.
 	IPTables []Tables
 	// NFTables holds the same rules for the nftables back end, one table per family in the
@@ -147,7 +154,13 @@ type State struct {
 // Standby returns the state without the LB addresses: what a standby lb pod holds, net1 up
 // with every rule and route in place, so that becoming active only adds the addresses.
 func (st State) Standby() State {
-	st.Addresses = nil
+	st.Addresses, st.AddressLifetime = nil, 0
+	return st
+}
+
+// WithAddressLifetime returns the state with the addresses on a kernel lifetime (AddressLifetime).
+func (st State) WithAddressLifetime(d time.Duration) State {
+	st.AddressLifetime = d
 	return st
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -311,4 +312,15 @@ func equalService(a, b Service) bool {
 		}
 	}
 	return true
+}
+
+// A standby holds no address, so no lifetime either; an active's state carries the lifetime.
+func TestStateAddressLifetime(t *testing.T) {
+	st := seedState(t).WithAddressLifetime(time.Second)
+	if st.AddressLifetime != time.Second || len(st.Addresses) != 1 {
+		t.Fatalf("WithAddressLifetime: %s on %v, want 1s on the LB address", st.AddressLifetime, st.Addresses)
+	}
+	if sb := st.Standby(); sb.AddressLifetime != 0 || sb.Addresses != nil {
+		t.Fatalf("Standby: %s on %v, want no address and no lifetime", sb.AddressLifetime, sb.Addresses)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Read reads what PlanSync compares: net1 and its addresses, the interfaces' indexes, the rules
@@ -142,6 +144,9 @@ func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[
 	for _, ad := range addrs {
 		if p, ok := prefixOf(ad.IPNet); ok && !p.Addr().IsLinkLocalUnicast() {
 			k.Link.Addresses = append(k.Link.Addresses, p)
+			if permanent(ad) {
+				k.Link.Permanent = append(k.Link.Permanent, p)
+			}
 		}
 	}
 	for _, fam := range []Family{IPv4, IPv6} {
@@ -286,6 +291,12 @@ func netlinkFamily(fam Family) int {
 		return netlink.FAMILY_V6
 	}
 	return netlink.FAMILY_V4
+}
+
+// permanent says whether the kernel holds the address for ever: it marks such an address
+// IFA_F_PERMANENT ("valid_lft forever" in ip addr), and its valid lifetime is all ones.
+func permanent(ad netlink.Addr) bool {
+	return ad.Flags&unix.IFA_F_PERMANENT != 0 || uint32(ad.ValidLft) == math.MaxUint32
 }
 
 func prefixOf(n *net.IPNet) (netip.Prefix, bool) {

@@ -38,6 +38,18 @@ type LoopConfig struct {
 	// Announce sends the announcements; nil means Announce (tests may count instead, and the
 	// election withholds a burst it has not confirmed lately).
 	Announce func(ifname string, addrs []netip.Prefix) error
+	// AddressLifetime, when set, says at each apply the kernel lifetime the active loop adds the
+	// LB addresses with, and gives one the kernel holds for ever (State.AddressLifetime): with
+	// standbys, the election's lease. Nil or 0: for ever.
+	AddressLifetime func() time.Duration
+	// Confirmed, when set, says at each apply whether the owner of the role still stands by it
+	// (with standbys: the election advertised as active within the dead interval). An active
+	// loop that is not confirmed applies the standby state: it neither adds nor repairs the LB
+	// addresses, and takes them away, as the election is about to (it was stopped or starved past
+	// the time a standby may claim, or hangs). Otherwise, after a SIGSTOP longer than the lease,
+	// the loop could put the lapsed addresses back before the election noticed the freeze, and
+	// with an election that hangs it would keep putting them back. Nil: always confirmed.
+	Confirmed func() bool
 }
 
 // Loop keeps the lb pod's network namespace in the desired state: it applies the state when the
@@ -117,6 +129,12 @@ func (l *Loop) SetActive(active bool) {
 // Active reports whether the loop is to hold the LB address.
 func (l *Loop) Active() bool { return l.active.Load() }
 
+// holding says whether the loop holds the LB addresses now: active and confirmed
+// (LoopConfig.Confirmed).
+func (l *Loop) holding() bool {
+	return l.Active() && (l.cfg.Confirmed == nil || l.cfg.Confirmed())
+}
+
 // Held reports whether the LB addresses are held now (what OnHeld last reported).
 func (l *Loop) Held() bool {
 	l.mu.Lock()
@@ -167,18 +185,19 @@ func (r Result) NotReady() (Problem, bool) {
 	return Problem{}, false
 }
 
-// Reconcile applies the state for svc (without the LB addresses when the loop is not active),
-// then verifies that nothing differs any more. lbpod init runs it once; Run runs it on every
-// trigger.
+// Reconcile applies the state for svc (without the LB addresses when the loop is not active, or
+// not confirmed), then verifies that nothing differs any more. lbpod init runs it once; Run runs
+// it on every trigger.
 func (l *Loop) Reconcile(svc *corev1.Service) Result {
-	return l.reconcileTimed(svc, true)
+	return l.reconcileTimed(svc, true, l.holding())
 }
 
 // reconcileTimed reconciles and records the metrics. fresh reads every iptables table; a
 // Service change, a new active flag or a link event may plan against the tables read last time.
-func (l *Loop) reconcileTimed(svc *corev1.Service, fresh bool) Result {
+// holding says whether the state has the LB addresses.
+func (l *Loop) reconcileTimed(svc *corev1.Service, fresh, holding bool) Result {
 	start := time.Now()
-	res := l.reconcile(svc, fresh)
+	res := l.reconcile(svc, fresh, holding)
 	res.Took = time.Since(start)
 	l.metrics.syncDuration.Observe(res.Took.Seconds())
 	switch {
@@ -192,7 +211,7 @@ func (l *Loop) reconcileTimed(svc *corev1.Service, fresh bool) Result {
 	return res
 }
 
-func (l *Loop) reconcile(svc *corev1.Service, fresh bool) Result {
+func (l *Loop) reconcile(svc *corev1.Service, fresh, holding bool) Result {
 	var res Result
 	service, err := ServiceFromObject(svc)
 	if err != nil {
@@ -211,8 +230,11 @@ func (l *Loop) reconcile(svc *corev1.Service, fresh bool) Result {
 	obs.NoSCTP = l.noSCTP.Load()
 	desired := func(obs Observed) State {
 		st := Desired(Config{Network: l.cfg.Network, Service: service}, obs, l.cfg.Names)
-		if !l.Active() {
+		switch {
+		case !holding:
 			st = st.Standby()
+		case l.cfg.AddressLifetime != nil:
+			st = st.WithAddressLifetime(l.cfg.AddressLifetime())
 		}
 		return st
 	}
@@ -315,7 +337,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		retry     <-chan time.Time
 		backoff   = time.Second
 		announced = false // the start burst was sent
-		wasActive = l.Active()
+		wasActive = l.holding()
 	)
 	// reconcile reports whether the apply failed.
 	reconcile := func(trigger string, causes []string) (failed bool) {
@@ -329,12 +351,12 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.setHeld(false)
 			return false
 		}
-		active := l.Active()
+		active := l.holding()
 		fresh := trigger == "retry" || (trigger == "resync" && (tablesDirty || !tablesKnown))
 		if fresh {
 			tablesDirty = false // events from now on mark the tables read now
 		}
-		res := l.reconcileTimed(svc, fresh)
+		res := l.reconcileTimed(svc, fresh, active)
 		if len(res.Changes) > 0 {
 			a := res.Applied
 			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond),

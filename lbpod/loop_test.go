@@ -80,3 +80,24 @@ func TestRenewalIsNotDrift(t *testing.T) {
 		}
 	}
 }
+
+// An active loop holds the addresses only while the owner of the role confirms it.
+func TestHoldingNeedsConfirmation(t *testing.T) {
+	confirmed := true
+	l := NewLoop(LoopConfig{Confirmed: func() bool { return confirmed }})
+	if !l.holding() {
+		t.Fatal("active and confirmed: not holding")
+	}
+	confirmed = false
+	if l.holding() || !l.Active() {
+		t.Fatalf("active, not confirmed: holding %t active %t, want not holding, still active", l.holding(), l.Active())
+	}
+	confirmed = true
+	l.SetActive(false)
+	if l.holding() {
+		t.Fatal("standby: holding")
+	}
+	if !NewLoop(LoopConfig{}).holding() {
+		t.Fatal("active without Confirmed: not holding")
+	}
+}

@@ -26,6 +26,16 @@ func addressOp(o AddressOp) error {
 		// second, and the operator's IPAM already guarantees it is unique.
 		addr.Flags = unix.IFA_F_NODAD
 	}
+	if o.Lifetime > 0 {
+		// Replace: the address may be there for ever (Link.Permanent), and must end up on the
+		// lifetime either way.
+		secs := lifetimeSeconds(o.Lifetime)
+		addr.ValidLft, addr.PreferedLft = secs, secs
+		if err := netlink.AddrReplace(link, addr); err != nil {
+			return fmt.Errorf("add address %s to %q with lifetime %ds: %w", o.Prefix, o.Name, secs, err)
+		}
+		return nil
+	}
 	if err := netlink.AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("add address %s to %q: %w", o.Prefix, o.Name, err)
 	}

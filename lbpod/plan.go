@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Kernel is what the Applier read from the lb pod's network namespace: the other input of Plan,
@@ -33,6 +34,8 @@ type Link struct {
 	// Addresses are its global addresses with their prefix length (link-local ones belong to the
 	// kernel and are not listed).
 	Addresses []netip.Prefix
+	// Permanent are those of Addresses the kernel holds for ever (no lifetime).
+	Permanent []netip.Prefix
 }
 
 // KernelRule is a policy rule as read. Plain is false when it has a selector we never write
@@ -90,12 +93,17 @@ type ForgetFlowsOp struct {
 // LinkUpOp sets the underlay interface up.
 type LinkUpOp struct{ Name string }
 
-// AddressOp adds (Add) or removes an address of the underlay interface.
+// AddressOp adds (Add) or removes an address of the underlay interface. With a Lifetime the add
+// replaces the address if it is there, so that it ends up on that lifetime either way.
 type AddressOp struct {
-	Add    bool
-	Name   string
-	Prefix netip.Prefix
+	Add      bool
+	Name     string
+	Prefix   netip.Prefix
+	Lifetime time.Duration
 }
+
+// lifetimeSeconds is a lifetime in the kernel's unit, whole seconds, rounded up.
+func lifetimeSeconds(d time.Duration) int { return int((d + time.Second - 1) / time.Second) }
 
 // RuleOp adds the rule (Add) or deletes the one read (Old).
 type RuleOp struct {
@@ -124,6 +132,10 @@ func (o ForgetFlowsOp) String() string {
 func (o LinkUpOp) String() string { return "ip link set " + o.Name + " up" }
 
 func (o AddressOp) String() string {
+	if o.Add && o.Lifetime > 0 {
+		secs := lifetimeSeconds(o.Lifetime)
+		return fmt.Sprintf("ip addr replace %s dev %s valid_lft %d preferred_lft %d", o.Prefix, o.Name, secs, secs)
+	}
 	return fmt.Sprintf("ip addr %s %s dev %s", addOrDel(o.Add), o.Prefix, o.Name)
 }
 
@@ -255,10 +267,20 @@ func planLink(p *Plan, l Link, st State) {
 			p.Changes = append(p.Changes, Change{Kind: "address", What: a.String() + " dev " + st.Interface})
 		}
 	}
+	// A missing address is added on the state's lifetime, whoever removed it (a lapsed lifetime,
+	// a hand, net1 recreated); one held for ever while the state wants a lifetime (added by hand,
+	// or by a lb pod without one) is given it. A finite lifetime is never renewed here: that is
+	// the election's (its Leaser), and a loop that renewed it would keep the fence from lapsing
+	// when the election stopped.
 	for _, a := range st.Addresses {
-		if !slices.Contains(l.Addresses, a) {
-			p.Ops = append(p.Ops, AddressOp{Add: true, Name: st.Interface, Prefix: a})
+		switch {
+		case !slices.Contains(l.Addresses, a):
+			p.Ops = append(p.Ops, AddressOp{Add: true, Name: st.Interface, Prefix: a, Lifetime: st.AddressLifetime})
 			p.Changes = append(p.Changes, Change{Kind: "address", Added: true, What: a.String() + " dev " + st.Interface})
+		case st.AddressLifetime > 0 && slices.Contains(l.Permanent, a):
+			p.Ops = append(p.Ops, AddressOp{Add: true, Name: st.Interface, Prefix: a, Lifetime: st.AddressLifetime})
+			p.Changes = append(p.Changes, Change{Kind: "lifetime", Added: true,
+				What: fmt.Sprintf("%s dev %s valid_lft %ds (was forever)", a, st.Interface, lifetimeSeconds(st.AddressLifetime))})
 		}
 	}
 }

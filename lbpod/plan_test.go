@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // seedState is the seed's desired state (LB 172.18.0.18/16, ClusterIP 10.109.201.193, TCP 80).
@@ -114,6 +115,26 @@ func TestPlanSync(t *testing.T) {
 				"ip route del table 100 default multipath",
 				"ip route del table 100 10.96.0.1 via 10.16.0.1 dev eth0",
 			},
+		},
+		"with a lifetime: a missing address is added on it": {
+			kernel: func(k *Kernel) { k.Link.Addresses = nil },
+			state:  func(st State) State { return st.WithAddressLifetime(1500 * time.Millisecond) },
+			want:   []string{"ip addr replace 172.18.0.18/16 dev net1 valid_lft 2 preferred_lft 2"},
+		},
+		"with a lifetime: an address held for ever is given it": {
+			kernel: func(k *Kernel) { k.Link.Permanent = k.Link.Addresses },
+			state:  func(st State) State { return st.WithAddressLifetime(time.Second) },
+			want:   []string{"ip addr replace 172.18.0.18/16 dev net1 valid_lft 1 preferred_lft 1"},
+		},
+		"with a lifetime: an address on one is left alone (renewing it is the election's)": {
+			state: func(st State) State { return st.WithAddressLifetime(time.Second) },
+		},
+		"without a lifetime: an address held for ever is what the state wants": {
+			kernel: func(k *Kernel) { k.Link.Permanent = k.Link.Addresses },
+		},
+		"standby with a lifetime: the address goes": {
+			state: func(st State) State { return st.WithAddressLifetime(time.Second).Standby() },
+			want:  []string{"ip addr del 172.18.0.18/16 dev net1"},
 		},
 		"net1 recreated: down, no address, a new index; the routes on the old index are replaced": {
 			kernel: func(k *Kernel) {

@@ -147,14 +147,21 @@ func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHold
 // the election has noticed the freeze and stepped down; announcing then would pull the clients
 // back from the replica that took over meanwhile.
 func (h *loopHolder) announce(ifname string, addrs []netip.Prefix) error {
-	h.mu.Lock()
-	fresh := h.active && h.now().Sub(h.confirmed) < h.dead
-	h.mu.Unlock()
-	if !fresh {
+	if !h.confirmedLately() {
 		h.log.Info("announcement withheld: the election has not confirmed this replica active lately")
 		return nil
 	}
 	return lbpod.Announce(ifname, addrs, h.loop.AnnounceStats())
+}
+
+// confirmedLately says whether the election confirmed this replica active (SetActive(true), or
+// an advert sent as active) within the dead interval it last advertised: announce's condition,
+// and the loop's Confirmed. Past it, a standby may have taken over, and the election steps down
+// at its next input (it was frozen), or it hangs.
+func (h *loopHolder) confirmedLately() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.active && h.now().Sub(h.confirmed) < h.dead
 }
 
 func (h *loopHolder) confirm(active bool) {
@@ -209,47 +216,62 @@ func (h *loopHolder) Ready() bool {
 	return ready
 }
 
+// loopLifetime is the loop's AddressLifetime: the kernel lifetime the loop adds the addresses
+// with (at a takeover, and when it repairs them), so that they are never on the kernel without
+// the fence, not even before the first renewal; 0 without a lease. It is the lifetime Renew puts
+// on, for the dead interval last advertised.
+func (h *loopHolder) loopLifetime() time.Duration {
+	if h.lease <= 0 {
+		return 0
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return addressLifetime(h.lease, h.dead)
+}
+
 // addressLifetime is the kernel lifetime of the held addresses: the lease, or holdFor and half a
 // second (the renewals' period and then some) in whole seconds, whichever is longer.
 func addressLifetime(lease, holdFor time.Duration) time.Duration {
 	return max(lease, (holdFor + time.Second/2 + time.Second - 1).Truncate(time.Second))
 }
 
+// The holder is the election's Leaser: without Renew the type assertion in ha.Run would fail
+// silently and the addresses would lapse a second after every takeover.
+var _ ha.Leaser = (*loopHolder)(nil)
+
 // Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
 // for announce, and, every quarter of the lease, replaces the addresses with a fresh lifetime.
 // (Not at every advert: each replace is a netlink event.) The lifetime is addressLifetime's; a
 // longer one, after the election stretched its dead interval on a starved node, is put on at once.
-func (h *loopHolder) Renew(holdFor time.Duration) {
+// An error (no netlink socket, net1 gone, an address refused) makes the election step down: the
+// lifetime is the fence, and an active that cannot keep it must not hold on.
+func (h *loopHolder) Renew(holdFor time.Duration) error {
 	h.confirm(true)
 	h.mu.Lock()
 	if holdFor > 0 {
 		h.dead = holdFor
 	}
-	lifetime := addressLifetime(h.lease, holdFor)
-	due := h.lease > 0 && (h.now().Sub(h.renewed) >= h.lease/4 || lifetime > h.lifetime)
-	if due {
-		h.renewed, h.lifetime = h.now(), lifetime
-	}
+	lifetime, now := addressLifetime(h.lease, holdFor), h.now()
+	due := h.lease > 0 && (now.Sub(h.renewed) >= h.lease/4 || lifetime > h.lifetime)
 	h.mu.Unlock()
 	if !due {
-		return
+		return nil
 	}
 	// One netlink socket kept for the renewals (the package functions open one per call: eight
 	// sockets a second per active lb pod).
 	if h.nl == nil {
 		nl, err := netlink.NewHandle()
 		if err != nil {
-			h.log.Warn("lease", "err", err)
-			return
+			return fmt.Errorf("lease: netlink socket: %w", err)
 		}
 		h.nl = nl
 	}
 	link, err := h.nl.LinkByName(h.iface)
 	if err != nil {
-		h.log.Warn("lease", "err", err)
-		return
+		return fmt.Errorf("lease: interface %q: %w", h.iface, err)
 	}
 	secs := int(lifetime / time.Second)
+	var errs []error
 	for _, p := range h.addrs {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
 			ValidLft: secs, PreferedLft: secs}
@@ -257,7 +279,14 @@ func (h *loopHolder) Renew(holdFor time.Duration) {
 			a.Flags = unix.IFA_F_NODAD // as the loop adds it: usable at once
 		}
 		if err := h.nl.AddrReplace(link, a); err != nil {
-			h.log.Warn("lease", "addr", p, "err", err)
+			errs = append(errs, fmt.Errorf("lease: %s with lifetime %ds: %w", p, secs, err))
 		}
 	}
+	if err := errors.Join(errs...); err != nil {
+		return err // not recorded: the next advert tries again, if the election stays active
+	}
+	h.mu.Lock()
+	h.renewed, h.lifetime = now, lifetime
+	h.mu.Unlock()
+	return nil
 }

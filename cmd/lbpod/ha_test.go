@@ -101,6 +101,33 @@ func TestLoopHolder(t *testing.T) {
 	}
 }
 
+// The loop adds and repairs the addresses on the lifetime Renew puts on (none without a lease).
+func TestLoopLifetime(t *testing.T) {
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16")}}
+	for _, tc := range []struct {
+		args []string
+		dead time.Duration
+		want time.Duration
+	}{
+		{[]string{"--ha-lease", "0s"}, 0, 0},
+		{nil, 0, time.Second},                           // the default lease, the default dead interval
+		{nil, 3300 * time.Millisecond, 4 * time.Second}, // stretched on a starved node, as Renew would
+		{[]string{"--ha-lease", "5s"}, 0, 5 * time.Second},
+	} {
+		o, err := parseFlags("lbpod", append([]string{"--service-file", "/svc.yaml"}, tc.args...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := newLoopHolder(o, network, slog.New(slog.DiscardHandler))
+		if tc.dead > 0 {
+			h.dead = tc.dead
+		}
+		if got := h.loopLifetime(); got != tc.want {
+			t.Errorf("%v, dead interval %s: loop lifetime %s, want %s", tc.args, h.dead, got, tc.want)
+		}
+	}
+}
+
 func TestAddressLifetime(t *testing.T) {
 	for _, tc := range []struct{ lease, holdFor, want time.Duration }{
 		{time.Second, 300 * time.Millisecond, time.Second},     // calm: the lease
@@ -112,5 +139,24 @@ func TestAddressLifetime(t *testing.T) {
 		if got := addressLifetime(tc.lease, tc.holdFor); got != tc.want {
 			t.Errorf("addressLifetime(%s, %s) = %s, want %s", tc.lease, tc.holdFor, got, tc.want)
 		}
+	}
+}
+
+// A renewal that cannot be done is an error for the election (which steps down), not a log line:
+// here net1 does not exist.
+func TestRenewFailureIsReported(t *testing.T) {
+	o, err := parseFlags("lbpod", []string{"--service-file", "/svc.yaml", "--interface", "lbsvc-test-none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16")}}
+	h := newLoopHolder(o, network, slog.New(slog.DiscardHandler))
+	err = h.Renew(300 * time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), `"lbsvc-test-none"`) {
+		t.Fatalf("Renew without net1: %v, want an error naming the interface", err)
+	}
+	// A failed renewal is not recorded: the next one tries again (and fails again) at once.
+	if err := h.Renew(300 * time.Millisecond); err == nil {
+		t.Fatal("second Renew right after a failed one: nil, want it tried again and failing")
 	}
 }

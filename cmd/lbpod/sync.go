@@ -36,6 +36,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	if o.haEnabled() {
 		holder = newLoopHolder(o, network, log)
 		cfg.OnHeld, cfg.Announce = holder.onHeld, holder.announce
+		cfg.AddressLifetime, cfg.Confirmed = holder.loopLifetime, holder.confirmedLately
 	}
 	loop := lbpod.NewLoop(cfg)
 

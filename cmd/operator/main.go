@@ -10,6 +10,7 @@ import (
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -106,8 +107,10 @@ func run() error {
 		return fmt.Errorf("--lb-replicas %d: want 1 to %d", lbReplicas, lbv1.MaxReplicas)
 	}
 	opts.LBReplicas = int32(lbReplicas)
-	if lbHAInterval < 10*time.Millisecond || lbHAInterval > time.Second || lbHAInterval%time.Millisecond != 0 {
-		return fmt.Errorf("--lb-ha-interval %s: want 10ms to 1s in whole milliseconds", lbHAInterval)
+	// The lb pods accept each other's adverts across this whole range (ha.Config.MaxPeerInterval),
+	// so that a rollout changing the interval converges: one pair of constants for both.
+	if lbHAInterval < ha.MinConfigInterval || lbHAInterval > ha.MaxConfigInterval || lbHAInterval%time.Millisecond != 0 {
+		return fmt.Errorf("--lb-ha-interval %s: want %s to %s in whole milliseconds", lbHAInterval, ha.MinConfigInterval, ha.MaxConfigInterval)
 	}
 	if lbHAInterval != 100*time.Millisecond { // the lb pod's default: no env, so that Deployments stay as they were
 		opts.LBHAInterval = lbHAInterval

@@ -19,6 +19,14 @@
 // themselves only), a term, the priority, the sender ID (its net1 MAC), the sender's interval and
 // a "resigning" flag. Standbys are silent.
 //
+// Adverts are not authenticated. A frame that no replica of the Service can send is refused,
+// changes nothing, and is counted (Output.Refused, lbpod_ha_adverts_rejected_total): a term above
+// MaxTerm (2^63-1; a term of 2^64-1 used to make the active step down and the next term wrap to 0),
+// an interval outside Config's accepted range (10 ms to 2 s by default; 65.535 s used to make every
+// replica wait over three minutes), a zero or group MAC as sender. A plausible forged frame (a
+// resignation, or a newer term with a sane interval, from a made-up sender) is obeyed like a real
+// one: telling them apart needs authenticated adverts.
+//
 //   - Start: release whatever an earlier incarnation left on net1, listen as standby.
 //   - A standby that hears no advert for the dead interval (3 of the active's intervals) plus a
 //     skew (priority, then a slot from the ID; at most half an interval) takes over with
@@ -77,7 +85,10 @@
 // asks the old one. And a Holder that implements Leaser keeps the addresses on a kernel lifetime
 // of a second, renewed as the adverts go out: the kernel removes them by itself about a second
 // after the process stopped renewing (measured: 0.6 to 0.8 s after the failover). A node
-// failure removes the old kernel altogether.
+// failure removes the old kernel altogether. The fence never silently goes away: a renewal that
+// fails (Leaser.Renew's error) makes the active release the addresses and resign at once
+// (RenewFailed), as a stop would; and the lb pod's loop adds and repairs the addresses on the
+// same lifetime, never without one (lbpod.State.AddressLifetime).
 //
 // # The API server
 //

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"hash/fnv"
+	"math"
 	"time"
 )
 
@@ -55,6 +56,10 @@ type Config struct {
 	// listens to, was seen late (see Machine.Slack); DefaultMaxSlack when zero, never stretched
 	// when negative.
 	MaxSlack time.Duration
+	// MinPeerInterval and MaxPeerInterval bound the interval an advert of another replica may
+	// carry: an advert outside them is refused (Output.Refused). Zero: derived from Interval, see
+	// peerIntervals.
+	MinPeerInterval, MaxPeerInterval time.Duration
 }
 
 // Defaults: 100 ms adverts and 3 missed ones make a 300 ms dead interval (plus skew), the VRRP
@@ -89,8 +94,78 @@ func (c Config) withDefaults() Config {
 	if c.MaxSlack == 0 {
 		c.MaxSlack = DefaultMaxSlack
 	}
+	lo, hi := c.peerIntervals()
+	if c.MinPeerInterval <= 0 {
+		c.MinPeerInterval = lo
+	}
+	if c.MaxPeerInterval <= 0 {
+		c.MaxPeerInterval = hi
+	}
 	return c
 }
+
+// The advert intervals the operator may give a Service's replicas (--lb-ha-interval; cmd/operator
+// refuses others).
+const (
+	MinConfigInterval = 10 * time.Millisecond
+	MaxConfigInterval = time.Second
+)
+
+// peerIntervals is the default range of the intervals accepted in another replica's advert. The
+// interval sets how long the standbys wait for the active (DeadAdverts of them), so a frame with
+// the longest interval the wire carries (65.535 s) would keep every replica waiting over three
+// minutes; the range keeps out what no replica of this Service can send.
+//
+// Every replica of a Service runs the same Deployment, so normally all carry the same interval.
+// But a rollout that changes --lb-ha-interval runs old and new pods side by side (maxSurge 1,
+// maxUnavailable 0), and they must accept each other's adverts: a replica that refuses its
+// rival's adverts never hears it win, so two holders with the same term would keep the addresses
+// both until the rollout ends. A window relative to our own interval (say own/4 to 4 × own) would
+// refuse the other generation after a change by more than 4×, which the operator allows (10 ms to
+// 1 s). So the window is the operator's whole range, and our own interval in case lbpod runs
+// with one outside it:
+//   - at least min(own, MinConfigInterval) in whole milliseconds (the wire's unit: an interval
+//     under a millisecond is carried as 0);
+//   - at most max(own, MaxConfigInterval) plus what an active on a starved node adds to it (its
+//     slack spread over the dead adverts, at most DefaultMaxSlack/DeadAdverts, rounded up to the
+//     millisecond; neither is a flag, so every replica has the same), and at most MaxInterval.
+//
+// With the defaults that is 10 ms to 2 s: a refused frame can no longer stretch the wait, and
+// the longest a plausible one can make the standbys wait is 3 × 2 s.
+func (c Config) peerIntervals() (lo, hi time.Duration) {
+	lo = min(c.Interval, MinConfigInterval).Truncate(time.Millisecond)
+	d := time.Duration(c.DeadAdverts)
+	stretch := (max(c.MaxSlack, DefaultMaxSlack) + d - 1) / d
+	hi = max(c.Interval, MaxConfigInterval) + stretch + time.Millisecond - 1
+	return lo, min(hi.Truncate(time.Millisecond), MaxInterval)
+}
+
+// MaxTerm is the highest term a replica takes or accepts. Terms grow by one per takeover from 1,
+// so no honest replica comes near it; an advert above it is refused, and a takeover at it stays
+// at it (saturating), so a term never wraps to 0 and loses to every older one.
+const MaxTerm = math.MaxInt64
+
+// nextTerm is the term after t, saturating at MaxTerm.
+func nextTerm(t uint64) uint64 {
+	if t >= MaxTerm {
+		return MaxTerm
+	}
+	return t + 1
+}
+
+// Why an advert is refused (Output.Refused, and the reason label of
+// lbpod_ha_adverts_rejected_total).
+const (
+	// RefusedInterval: the interval is outside [MinPeerInterval, MaxPeerInterval].
+	RefusedInterval = "interval"
+	// RefusedTerm: the term is above MaxTerm, one no replica reaches and whose successor wraps.
+	RefusedTerm = "term"
+	// RefusedSender: the sender ID is zero or a group MAC, which no net1 has.
+	RefusedSender = "sender"
+)
+
+// RefusalReasons lists every reason, for the metric's label values.
+var RefusalReasons = []string{RefusedInterval, RefusedTerm, RefusedSender}
 
 // EventKind says what happened.
 type EventKind uint8
@@ -115,6 +190,11 @@ const (
 	// the data path should not cost a failover).
 	NotReady
 	Ready
+	// RenewFailed: the holder could not renew the addresses' kernel lifetime (Leaser). The
+	// lifetime is the fence that removes the addresses from a kernel whose process died or
+	// froze; an active that cannot keep it steps down: it releases the addresses at once, sends
+	// a resigning advert so that a standby takes over after its skew, and listens as a standby.
+	RenewFailed
 )
 
 func (k EventKind) String() string {
@@ -135,6 +215,8 @@ func (k EventKind) String() string {
 		return "not-ready"
 	case Ready:
 		return "ready"
+	case RenewFailed:
+		return "renew-failed"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -190,6 +272,11 @@ type Output struct {
 	Failover time.Duration
 	// Done: stopped; the caller may exit.
 	Done bool
+	// Refused is set when the event was an advert the machine refused, to the reason
+	// (RefusalReasons): one that no replica of this Service can send. A refused advert changes
+	// nothing at all (not even the clock the machine last saw), and the output repeats the role
+	// and wake time of the last one.
+	Refused string
 }
 
 // Machine is one replica's election state. It is a pure function of the events fed to it.
@@ -333,6 +420,26 @@ func (m *Machine) skew() time.Duration {
 	return (iv*time.Duration(255-int(m.cfg.Priority))/1020 + iv*slot/40).Truncate(time.Millisecond)
 }
 
+// refuse says why advert a (of our group, from another replica) is one that no replica of this
+// Service can send, or "" when it is not. Only impossible frames are refused: an unauthenticated
+// advert that is plausible (a resignation, or a newer term with a sane interval, from a made-up
+// sender) is obeyed like a real one, and stopping those needs authenticated adverts (issue 22).
+// With terms at most MaxTerm and intervals at most MaxPeerInterval (≤ MaxInterval), nothing an
+// accepted advert carries can make the machine's arithmetic overflow: terms only grow through
+// nextTerm, and the longest duration added to a clock reading is DeadAdverts × MaxInterval plus
+// MaxSlack and a skew.
+func (m *Machine) refuse(a Advert) string {
+	switch {
+	case a.Term > MaxTerm:
+		return RefusedTerm
+	case a.Interval < m.cfg.MinPeerInterval || a.Interval > m.cfg.MaxPeerInterval:
+		return RefusedInterval
+	case a.Sender == ID{} || a.Sender[0]&1 != 0:
+		return RefusedSender
+	}
+	return ""
+}
+
 // beats says whether advert a wins over us as active: newer term first, then priority, then ID.
 func (m *Machine) beats(a Advert) bool {
 	if c := cmp.Compare(a.Term, m.term); c != 0 {
@@ -367,6 +474,11 @@ func (m *Machine) Handle(ev Event) Output {
 	var out Output
 	if m.role == Stopped {
 		return Output{Role: Stopped, Done: true, Wake: ev.Now}
+	}
+	if ev.Kind == Received && ev.Advert.Sender != m.cfg.ID && ev.Advert.Group == m.cfg.Group {
+		if why := m.refuse(ev.Advert); why != "" {
+			return Output{Role: m.role, Wake: m.wakeAt, Refused: why}
+		}
 	}
 	now := ev.Now
 	if m.started && now < m.lastNow {
@@ -416,6 +528,18 @@ func (m *Machine) Handle(ev Event) Output {
 			// Listen a whole dead interval before claiming: the other side of the link may have an
 			// active we have not heard yet.
 			m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
+		}
+	case RenewFailed:
+		switch m.role {
+		case Active:
+			// Resign first (the advert carries our term), then let go at once: unlike a
+			// shutdown, the addresses are not kept until a successor advertises, since nothing
+			// fences them any more if this process stops.
+			resign := m.advert(now, true)
+			m.stepDown(now, &out, "the addresses' kernel lifetime could not be renewed: released them and resigned")
+			out.Send = resign
+		case Resigning:
+			m.stop(&out, "the addresses' kernel lifetime could not be renewed while resigning")
 		}
 	}
 	out.Role = m.role
@@ -541,7 +665,7 @@ func (m *Machine) shutdown(now time.Duration, out *Output) {
 func (m *Machine) mayClaim() bool { return !m.linkDown && !m.notReady }
 
 func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
-	m.maxTerm++
+	m.maxTerm = nextTerm(m.maxTerm)
 	m.term = m.maxTerm
 	m.role = Active
 	m.resigned = false

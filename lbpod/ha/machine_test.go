@@ -2,6 +2,7 @@ package ha
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +187,18 @@ func TestMachine(t *testing.T) {
 		"a clock that goes back stands still": {steps: append(activeAt315[:5:5],
 			step{ev: at(Tick, 200), role: Active, wake: 415},
 		)},
+		"a failed renewal: the active lets go at once, resigns, and listens as a standby": {steps: append(activeAt315[:5:5],
+			step{ev: at(RenewFailed, 330), hold: Release, send: "term 1 resigning", role: Standby, wake: 645, reason: "kernel lifetime could not be renewed"},
+			step{ev: recv(350, from(idB, 2)), role: Standby, wake: 665},
+		)},
+		"a failed renewal while resigning: lets go at once": {steps: append(activeAt315[:5:5],
+			step{ev: at(Shutdown, 350), send: "term 1 resigning", role: Resigning, wake: 375, reason: "resigning"},
+			step{ev: at(RenewFailed, 360), hold: Release, role: Stopped, wake: 360, reason: "could not be renewed while resigning"},
+		)},
+		"a failed renewal on a standby changes nothing": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: at(RenewFailed, 10), role: Standby, wake: 315},
+		}},
 		"a slower active's advertised interval sets the dead interval": {steps: []step{
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: recv(50, Advert{Group: group, Term: 1, Priority: 100, Sender: idB, Interval: ms(200)}), role: Standby, wake: 665},
@@ -352,4 +365,140 @@ func TestSlack(t *testing.T) {
 			t.Fatalf("slack %s with MaxSlack -1, want 0", off.Slack())
 		}
 	})
+}
+
+// TestForgedAdvertOutage replays issue 22 with the real machines of three replicas: a frame with
+// the largest term, priority 255 and the longest interval the wire carries, sent twice 10 ms
+// apart by a sender that is no replica. Before the machine refused such frames, the active
+// stepped down to the made-up sender, the second frame reached it as a standby, and every replica
+// then waited 3 × 65.535 s for an advert that never came: more than three minutes with no holder
+// (and the term wrapped to 0 at the next takeover). Now both frames are refused: the active keeps
+// the addresses, nobody's wait changes, and the term stays what it was.
+func TestForgedAdvertOutage(t *testing.T) {
+	s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 1}
+	for i := range 3 {
+		s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
+		s.start(i)
+	}
+	s.run(time.Second)
+	holder := func() int {
+		for i, r := range s.replicas {
+			if r.m.Role().holds() {
+				return i
+			}
+		}
+		return -1
+	}
+	first := holder()
+	if first < 0 {
+		t.Fatalf("no holder after 1 s:\n%s", strings.Join(s.log, "\n"))
+	}
+	term := s.replicas[first].m.Term()
+	forged := Advert{Group: group, Term: math.MaxUint64, Priority: 255, Sender: ID{2, 0xba, 0xd0, 0, 0, 1}, Interval: MaxInterval}
+	begin := s.now
+	s.inject(forged)
+	s.run(10 * time.Millisecond)
+	s.inject(forged)
+	// Step until the address is held again after a gap (or 4 minutes pass).
+	var gapFrom, outage time.Duration = -1, 0
+	for end := begin + 4*time.Minute; s.now < end; s.now += time.Millisecond {
+		s.step()
+		switch h := holder(); {
+		case h < 0 && gapFrom < 0:
+			gapFrom = s.now
+		case h >= 0 && gapFrom >= 0:
+			outage, gapFrom = s.now-gapFrom, -1
+			end = s.now // held again: done
+		}
+		if s.now-begin > 2*time.Second && gapFrom < 0 && outage == 0 {
+			break // held throughout for two seconds
+		}
+	}
+	if gapFrom >= 0 {
+		outage = s.now - gapFrom
+	}
+	t.Logf("outage after two forged adverts: %s", outage)
+	if outage > 0 {
+		t.Fatalf("two forged adverts left the Service without a holder for %s:\n%s", outage, strings.Join(s.log[max(0, len(s.log)-20):], "\n"))
+	}
+	if h := holder(); h != first || s.replicas[h].m.Term() != term {
+		t.Fatalf("holder r%d term %d after the forged adverts, want r%d still with term %d", h, s.replicas[max(h, 0)].m.Term(), first, term)
+	}
+	for i, r := range s.replicas {
+		if r.m.Term() >= 1<<63 {
+			t.Errorf("r%d took term %d from the forged advert", i, r.m.Term())
+		}
+	}
+}
+
+// TestRefused: adverts that no replica of the Service can send are refused, reported, and change
+// nothing at all; the edges of what is accepted are accepted.
+func TestRefused(t *testing.T) {
+	sane := from(idB, 7)
+	with := func(f func(a *Advert)) Advert { a := sane; f(&a); return a }
+	for name, tc := range map[string]struct {
+		cfg  Config
+		a    Advert
+		want string
+	}{
+		"the largest term":                   {a: with(func(a *Advert) { a.Term = math.MaxUint64 }), want: RefusedTerm},
+		"a term of 2^63":                     {a: with(func(a *Advert) { a.Term = 1 << 63 }), want: RefusedTerm},
+		"MaxTerm itself":                     {a: with(func(a *Advert) { a.Term = MaxTerm })},
+		"the longest interval of the wire":   {a: with(func(a *Advert) { a.Interval = MaxInterval }), want: RefusedInterval},
+		"just above the range":               {a: with(func(a *Advert) { a.Interval = ms(2001) }), want: RefusedInterval},
+		"2 s: 1 s stretched by a full slack": {a: with(func(a *Advert) { a.Interval = ms(2000) })},
+		"10 ms: the operator's shortest":     {a: with(func(a *Advert) { a.Interval = ms(10) })},
+		"9 ms":                               {a: with(func(a *Advert) { a.Interval = ms(9) }), want: RefusedInterval},
+		"no interval":                        {a: with(func(a *Advert) { a.Interval = 0 }), want: RefusedInterval},
+		"own interval below the range":       {cfg: Config{Interval: ms(5)}, a: with(func(a *Advert) { a.Interval = ms(5) })},
+		"own interval above the range":       {cfg: Config{Interval: ms(3000)}, a: with(func(a *Advert) { a.Interval = ms(4000) })},
+		"above own interval's stretch":       {cfg: Config{Interval: ms(3000)}, a: with(func(a *Advert) { a.Interval = ms(4001) }), want: RefusedInterval},
+		"a configured range":                 {cfg: Config{MinPeerInterval: ms(50), MaxPeerInterval: ms(200)}, a: with(func(a *Advert) { a.Interval = ms(201) }), want: RefusedInterval},
+		"a zero sender":                      {a: with(func(a *Advert) { a.Sender = ID{} }), want: RefusedSender},
+		"a group MAC as sender":              {a: with(func(a *Advert) { a.Sender = ID{0x03, 0x6c, 0x62, 0x73, 0x76, 0x63} }), want: RefusedSender},
+		"a refused resignation":              {a: with(func(a *Advert) { a.Resigning, a.Interval = true, MaxInterval }), want: RefusedInterval},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := tc.cfg
+			cfg.ID, cfg.Group, cfg.MaxSlack = idA, group, -1
+			// An active and a standby that heard an active: each must come out unchanged.
+			active, standby := NewMachine(cfg), NewMachine(cfg)
+			for _, s := range activeAt315 {
+				active.Handle(s.ev)
+			}
+			standby.Handle(at(Start, 0))
+			standby.Handle(recv(50, from(idC, 3)))
+			for _, m := range []*Machine{active, standby} {
+				before := *m
+				out := m.Handle(recv(330, tc.a))
+				if out.Refused != tc.want {
+					t.Fatalf("%s: refused %q, want %q", before.role, out.Refused, tc.want)
+				}
+				if tc.want == "" {
+					continue
+				}
+				if *m != before {
+					t.Fatalf("%s: a refused advert changed the machine:\n got %+v\nwant %+v", before.role, *m, before)
+				}
+				if out.Hold != Keep || out.Send != nil || out.Role != before.role || out.Wake != before.wakeAt || out.Reason != "" {
+					t.Fatalf("%s: refused advert's output %+v, want the same role and wake, nothing to do", before.role, out)
+				}
+			}
+		})
+	}
+}
+
+// TestTermSaturates: a takeover after the highest term accepted stays at MaxTerm instead of
+// wrapping to 0 (which every older term would beat).
+func TestTermSaturates(t *testing.T) {
+	m := NewMachine(Config{ID: idA, Group: group, Priority: DefaultPriority, MaxSlack: -1})
+	m.Handle(at(Start, 0))
+	m.Handle(recv(10, from(idB, MaxTerm)))
+	out := m.Handle(at(Tick, 325))
+	if out.Hold != Take || m.Term() != MaxTerm || out.Send == nil || out.Send.Term != MaxTerm {
+		t.Fatalf("takeover after term MaxTerm: %+v, term %d; want it active with MaxTerm", out, m.Term())
+	}
+	if nextTerm(math.MaxUint64) != MaxTerm || nextTerm(1) != 2 {
+		t.Fatal("nextTerm does not saturate at MaxTerm")
+	}
 }

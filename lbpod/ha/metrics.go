@@ -13,11 +13,16 @@ type Metrics struct {
 	SendErrors      prometheus.Counter
 	LastFailover    prometheus.Gauge
 	Slack           prometheus.Gauge
+	// AdvertsRejected counts the adverts the machine refused, by reason (RefusalReasons).
+	AdvertsRejected *prometheus.CounterVec
+	// RenewalFailures counts the failed renewals of the addresses' kernel lifetime; each made the
+	// active step down.
+	RenewalFailures prometheus.Counter
 }
 
 // NewMetrics builds the metrics, all at zero.
 func NewMetrics() *Metrics {
-	return &Metrics{
+	m := &Metrics{
 		Active: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_active",
 			Help: "1 while this replica holds the LB addresses (active or resigning), else 0."}),
 		Term: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_term",
@@ -34,10 +39,20 @@ func NewMetrics() *Metrics {
 			Help: "At the last takeover: seconds from the previous active's last advert (or resignation) to this replica becoming active."}),
 		Slack: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_slack_seconds",
 			Help: "How far the dead interval is stretched now because this replica or its active ran late (a starved node); 0 on a calm one."}),
+		AdvertsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lbpod_ha_adverts_rejected_total",
+			Help: "Adverts of this Service's group refused as impossible, by reason: interval (outside the accepted range), term (above 2^63-1), sender (zero or a group MAC). They change nothing."},
+			[]string{"reason"}),
+		RenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_lifetime_renewal_failures_total",
+			Help: "Renewals of the held addresses' kernel lifetime that failed; each made the active release the addresses and resign."}),
 	}
+	for _, r := range RefusalReasons {
+		m.AdvertsRejected.WithLabelValues(r)
+	}
+	return m
 }
 
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover, m.Slack}
+	return []prometheus.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover, m.Slack,
+		m.AdvertsRejected, m.RenewalFailures}
 }

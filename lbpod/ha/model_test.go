@@ -2,6 +2,7 @@ package ha
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,14 @@ import (
 // The model runs 2 or 3 replicas' machines against a simulated underlay at 1 ms resolution, with
 // faults chosen by the fuzzer: kill -9, restart, SIGSTOP/SIGCONT, SIGTERM, link down/up, a
 // partition that the replica cannot see (its link stays up), and a data path not ready. Adverts take 0 to maxDelay to
-// arrive; a frozen replica's adverts wait in its socket buffer, as in the kernel.
+// arrive; a frozen replica's adverts wait in its socket buffer, as in the kernel. Beside the
+// faults, an adversary on the underlay may, at any op, send a frame that the machine must refuse
+// (a term above MaxTerm, an interval outside the accepted range, an impossible sender; any
+// priority, flags and sender, a replica's own ID included), and a holder's lifetime renewal may
+// fail. Every forged frame must be refused, and the properties below must hold regardless.
+// (A forged frame that is plausible, such as a resignation from a made-up sender, is obeyed like
+// a real one: the machine cannot tell them apart without authenticated adverts, so the adversary
+// sends none.)
 //
 // Safety: two replicas that hear each other never both hold the addresses for longer than one
 // advert interval plus two deliveries. Liveness: once every fault is repaired, exactly one holds.
@@ -21,8 +29,9 @@ const (
 )
 
 type delivery struct {
-	at time.Duration
-	a  Advert
+	at     time.Duration
+	a      Advert
+	forged bool // sent by the adversary: the machine must refuse it
 }
 
 type simReplica struct {
@@ -56,7 +65,7 @@ func (s *sim) logf(format string, args ...any) {
 	s.log = append(s.log, fmt.Sprintf("%7s ", s.now)+fmt.Sprintf(format, args...))
 }
 
-func (s *sim) handle(i int, ev Event) {
+func (s *sim) handle(i int, ev Event) Output {
 	r := s.replicas[i]
 	out := r.m.Handle(ev)
 	if out.Reason != "" || out.Hold != Keep {
@@ -74,6 +83,7 @@ func (s *sim) handle(i int, ev Event) {
 		r.alive = false // the process exits
 		s.logf("r%d exited", i)
 	}
+	return out
 }
 
 func (s *sim) start(i int) {
@@ -111,7 +121,10 @@ func (s *sim) step() {
 			case d.at > s.now:
 				keep = append(keep, d)
 			case r.linkUp && !r.isolated && r.alive:
-				s.handle(i, Event{Kind: Received, Now: s.now, Advert: d.a})
+				out := s.handle(i, Event{Kind: Received, Now: s.now, Advert: d.a})
+				if d.forged && d.a.Sender != r.id && out.Refused == "" {
+					s.t.Fatalf("r%d accepted the forged advert %+v:\n%s", i, d.a, strings.Join(s.log, "\n"))
+				}
 			}
 		}
 		r.inbox = keep
@@ -196,6 +209,18 @@ func runModel(t *testing.T, data []byte) {
 			r.unready = data[k+1]%10 == 8
 			s.logf("r%d unready=%t", i, r.unready)
 		}
+		// The replica byte's top bit adds the adversary's move (bytes below 128, as in the
+		// corpus written before it existed, add nothing): bits 4 to 6 choose it.
+		if b := data[k+2]; b&0x80 != 0 {
+			if kind := b >> 4 & 7; kind < 6 {
+				a := s.forge(kind, i)
+				s.logf("forged advert: term %d interval %s priority %d sender %s resigning %t", a.Term, a.Interval, a.Priority, a.Sender, a.Resigning)
+				s.inject(a)
+			} else if r.alive && !r.frozen {
+				s.logf("r%d lifetime renewal fails", i)
+				s.handle(i, Event{Kind: RenewFailed, Now: s.now})
+			}
+		}
 	}
 	// Repair everything (once the replicas told to stop have stopped: a resignation takes up to
 	// an interval); within two seconds exactly one replica holds.
@@ -231,6 +256,9 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{100, 5, 0, 100, 6, 0, 9})       // link down and up, three replicas
 	f.Add([]byte{100, 7, 0, 200, 7, 0})          // a partition the replica cannot see, healed
 	f.Add([]byte{100, 2, 0, 60, 3, 0, 1, 2, 1, 60, 3, 1})
+	// Op 3 (SIGCONT) on a replica that runs does nothing: the adversary's move alone.
+	f.Add([]byte{100, 3, 0x80, 2, 3, 0x80, 50, 3, 0x90, 50, 3, 0xa1, 50, 3, 0xb0, 50, 3, 0xc0, 50, 3, 0xd0}) // forged frames of every kind
+	f.Add([]byte{100, 3, 0xe0, 100, 3, 0xf1, 100, 7, 0x80, 100, 7, 0xb0, 9})                                 // renewals fail; forged frames across a partition
 	f.Fuzz(func(t *testing.T, data []byte) { runModel(t, data) })
 }
 
@@ -244,6 +272,9 @@ func TestModelScenarios(t *testing.T) {
 		"invisible partition, healed":   {100, 7, 0, 150, 7, 0},
 		"three replicas, resignations":  {100, 4, 0, 30, 4, 1, 30, 1, 0, 30, 4, 2, 0},
 		"standby not ready, then ready": {100, 8, 1, 20, 0, 0, 150, 9, 1},
+		"the issue's frame, twice":      {100, 3, 0x80, 2, 3, 0x80},
+		"forged frames of every kind":   {100, 3, 0x80, 50, 3, 0x90, 50, 3, 0xa0, 50, 3, 0xb0, 50, 3, 0xc0, 50, 3, 0xd0},
+		"the renewals fail":             {100, 3, 0xe0, 100, 3, 0xe1, 100, 3, 0xe0},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}
@@ -306,4 +337,44 @@ func TestStarvationDoesNotFlap(t *testing.T) {
 	if adaptive > 1 {
 		t.Errorf("with slack: %d takeovers in 60 s, want at most 1 (the first stall, then the slack holds)", adaptive)
 	}
+}
+
+// inject delivers a frame that no replica sent (a forger on the underlay) to every replica that
+// hears the underlay now.
+func (s *sim) inject(a Advert) {
+	for _, r := range s.replicas {
+		if r.alive && r.linkUp && !r.isolated {
+			r.inbox = append(r.inbox, delivery{at: s.now, a: a, forged: true})
+		}
+	}
+}
+
+// forge makes a frame of one of the kinds the machine refuses, with everything else chosen at
+// random: a plausible or wild term, any priority, resigning or not, a made-up sender or replica
+// i's own ID (whose frames the others would otherwise take for i's).
+func (s *sim) forge(kind byte, i int) Advert {
+	a := Advert{Group: group, Term: uint64(s.rand(64)), Priority: uint8(s.rand(256)), Resigning: s.rand(2) == 0,
+		Sender: ID{2, 0xba, 0xd0, 0, 0, byte(s.rand(256))}, Interval: time.Duration(10+s.rand(1991)) * time.Millisecond}
+	if s.rand(2) == 0 {
+		a.Sender = s.replicas[i].id
+	}
+	wildTerm := func() uint64 {
+		return []uint64{MaxTerm + 1, MaxTerm + 1 + uint64(s.rand(1<<30))<<32, math.MaxUint64}[s.rand(3)]
+	}
+	switch kind {
+	case 0, 1: // the frame and its neighbours: a term no replica reaches
+		a.Term = wildTerm()
+		if kind == 0 { // exactly the issue's
+			a.Priority, a.Interval, a.Resigning = 255, MaxInterval, false
+		}
+	case 2: // too short an interval (none at all included)
+		a.Interval = time.Duration(s.rand(10)) * time.Millisecond
+	case 3: // too long an interval, up to the longest the wire carries
+		a.Interval = 2001*time.Millisecond + time.Duration(s.rand(uint32(MaxInterval/time.Millisecond)-2000))*time.Millisecond
+	case 4: // both
+		a.Term, a.Interval = wildTerm(), MaxInterval
+	case 5: // a sender no net1 has
+		a.Sender = []ID{{}, {0x03, 0x6c, 0x62, 0x73, 0x76, 0x63}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}[s.rand(3)]
+	}
+	return a
 }

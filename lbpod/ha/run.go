@@ -30,8 +30,13 @@ type Holder interface {
 // than that would drop the addresses of a live but late active with nobody yet allowed to take
 // them: the holder keeps the lifetime above it, and treats an active whose last renewal is older
 // than it as possibly frozen.
+//
+// An error means the lifetime could not be renewed: the fence may lapse with the addresses in use,
+// or be gone. Run then feeds RenewFailed to the machine: the active releases the addresses and
+// resigns (a standby takes over after its skew), logs why and counts it
+// (lbpod_ha_lifetime_renewal_failures_total); it does not send the advert it was renewing for.
 type Leaser interface {
-	Renew(holdFor time.Duration)
+	Renew(holdFor time.Duration) error
 }
 
 // Readier is an optional extension of Holder: Ready says whether the data path could serve the
@@ -96,6 +101,9 @@ type runner struct {
 	ready    bool
 	links    *linkProbe
 	buf      []byte // for drain
+	// refusedSeen: the refusal reasons already logged as a warning (later ones are counted and
+	// logged at debug level only: a forger on the underlay must not flood the log).
+	refusedSeen map[string]bool
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
@@ -265,22 +273,61 @@ func (r *runner) receive(ctx context.Context, c *conn) {
 }
 
 // handle feeds one event to the machine and carries out its output: the holder first, then the
-// advert (so a successor's advert is only sent once it holds the addresses).
+// advert (so a successor's advert is only sent once it holds the addresses). An active's advert
+// goes out only once the holder renewed the addresses' lifetime (Leaser); when that fails, the
+// advert is not sent and the machine is told (RenewFailed), and handle returns what it said.
 func (r *runner) handle(ev Event) Output {
 	before := r.m.Role()
 	out := r.m.Handle(ev)
+	if out.Refused != "" {
+		r.refused(ev.Advert, out.Refused)
+		return out
+	}
 	switch out.Hold {
 	case Take:
 		r.holder.SetActive(true)
 	case Release:
 		r.holder.SetActive(false)
 	}
+	var renewErr error
 	if out.Send != nil {
 		if l, ok := r.holder.(Leaser); ok && out.Role == Active {
-			l.Renew(r.m.HoldFor())
+			renewErr = l.Renew(r.m.HoldFor())
 		}
-		r.sendAdvert(*out.Send)
+		if renewErr == nil {
+			r.sendAdvert(*out.Send)
+		}
 	}
+	r.report(ev, before, out)
+	if renewErr != nil {
+		if r.opts.Metrics != nil {
+			r.opts.Metrics.RenewalFailures.Inc()
+		}
+		r.log.Warn("the addresses' kernel lifetime could not be renewed; stepping down", "err", renewErr)
+		return r.handle(Event{Kind: RenewFailed, Now: r.now()})
+	}
+	return out
+}
+
+// refused counts an advert the machine refused; the first of each reason is a warning.
+func (r *runner) refused(a Advert, why string) {
+	if r.opts.Metrics != nil {
+		r.opts.Metrics.AdvertsRejected.WithLabelValues(why).Inc()
+	}
+	attrs := []any{"reason", why, "sender", a.Sender.String(), "term", a.Term, "interval", a.Interval, "priority", a.Priority, "resigning", a.Resigning}
+	if r.refusedSeen[why] {
+		r.log.Debug("advert refused", attrs...)
+		return
+	}
+	if r.refusedSeen == nil {
+		r.refusedSeen = map[string]bool{}
+	}
+	r.refusedSeen[why] = true
+	r.log.Warn("advert refused as impossible; further ones are counted in lbpod_ha_adverts_rejected_total", attrs...)
+}
+
+// report updates the metrics, logs a change and tells OnChange about a new role.
+func (r *runner) report(ev Event, before Role, out Output) {
 	mt := r.opts.Metrics
 	if mt != nil {
 		mt.Term.Set(float64(r.m.Term()))
@@ -310,7 +357,6 @@ func (r *runner) handle(ev Event) Output {
 			r.opts.OnChange(out.Role, out.Reason)
 		}
 	}
-	return out
 }
 
 func (r *runner) sendAdvert(a Advert) {

@@ -100,24 +100,30 @@ type holder struct {
 	confirmed time.Time
 }
 
-// Renew confirms the role and extends the addresses' kernel lifetime (ha.Leaser). This harness
-// keeps its fixed lease: its runs are short and never starved long enough to stretch holdFor.
-func (h *holder) Renew(time.Duration) {
+var _ ha.Leaser = (*holder)(nil)
+
+// Renew confirms the role and extends the addresses' kernel lifetime (ha.Leaser); a failure makes
+// the election step down. This harness keeps its fixed lease: its runs are short and never
+// starved long enough to stretch holdFor.
+func (h *holder) Renew(time.Duration) error {
 	h.mu.Lock()
 	h.confirmed = time.Now()
 	h.mu.Unlock()
 	if h.lease > 0 {
-		h.apply(true)
+		return h.apply(true)
 	}
+	return nil
 }
 
-// apply adds (replacing, which renews a lifetime) or removes the addresses.
-func (h *holder) apply(active bool) {
+// apply adds (replacing, which renews a lifetime) or removes the addresses, and returns the last
+// error.
+func (h *holder) apply(active bool) error {
 	link, err := netlink.LinkByName(h.iface)
 	if err != nil {
 		h.log.Error("set active", "active", active, "err", err)
-		return
+		return err
 	}
+	var last error
 	for _, p := range h.prefixes {
 		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
 		if p.Addr().Is6() {
@@ -134,8 +140,10 @@ func (h *holder) apply(active bool) {
 		}
 		if err != nil {
 			h.log.Error("set active", "active", active, "addr", p, "err", err)
+			last = err
 		}
 	}
+	return last
 }
 
 func (h *holder) SetActive(active bool) {
@@ -144,7 +152,7 @@ func (h *holder) SetActive(active bool) {
 	gen := h.gen
 	h.confirmed = time.Now()
 	h.mu.Unlock()
-	h.apply(active)
+	_ = h.apply(active) // logged; a failed take shows at the first Renew
 	if !active {
 		return
 	}

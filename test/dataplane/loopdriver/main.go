@@ -1,6 +1,7 @@
 // Command loopdriver runs lbpod.Loop the way a failover controller will: it starts the loop as a
-// standby or active, reads "active" and "standby" lines on stdin and calls SetActive, and prints
-// "held true" / "held false" each time OnHeld reports a change. The data-path tests use it to
+// standby or active, reads "active" and "standby" lines on stdin and calls SetActive ("confirmed"
+// and "unconfirmed" set what LoopConfig.Confirmed says, as an election that stops confirming its
+// role would), and prints "held true" / "held false" each time OnHeld reports a change. The data-path tests use it to
 // check the failover seam from outside (network namespaces are per process, so the loop cannot
 // run inside the test binary).
 package main
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,7 +27,7 @@ import (
 func main() {
 	var addresses, gateways, subnets, serviceFile, healthAddr string
 	var standby bool
-	var announce time.Duration
+	var announce, lifetime, resync time.Duration
 	flag.StringVar(&addresses, "addresses", "", "LB address(es) with prefix length")
 	flag.StringVar(&gateways, "gateways", "", "subnet gateway(s)")
 	flag.StringVar(&subnets, "subnets", "", "subnet CIDR(s)")
@@ -33,14 +35,16 @@ func main() {
 	flag.StringVar(&healthAddr, "health-addr", "127.0.0.1:8081", "health server")
 	flag.BoolVar(&standby, "standby", false, "start as a standby")
 	flag.DurationVar(&announce, "announce-interval", 30*time.Second, "periodic announcements")
+	flag.DurationVar(&lifetime, "lifetime", 0, "kernel lifetime of the LB addresses, as with standbys (LoopConfig.AddressLifetime; 0: for ever); nothing renews it")
+	flag.DurationVar(&resync, "resync-period", 10*time.Second, "the loop's resync period")
 	flag.Parse()
-	if err := run(addresses, gateways, subnets, serviceFile, healthAddr, standby, announce); err != nil {
+	if err := run(addresses, gateways, subnets, serviceFile, healthAddr, standby, announce, lifetime, resync); err != nil {
 		fmt.Fprintln(os.Stderr, "loopdriver:", err)
 		os.Exit(1)
 	}
 }
 
-func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby bool, announce time.Duration) error {
+func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby bool, announce, lifetime, resync time.Duration) error {
 	network, err := lbpod.ParseNetwork(addresses, gateways, subnets)
 	if err != nil {
 		return err
@@ -61,9 +65,12 @@ func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby b
 	if err != nil {
 		return err
 	}
+	var unconfirmed atomic.Bool
 	loop := lbpod.NewLoop(lbpod.LoopConfig{
-		Network: network, Applier: applier, ResyncPeriod: 10 * time.Second, AnnounceInterval: announce, Log: log,
-		OnHeld: func(held bool) { fmt.Printf("held %t\n", held) },
+		Network: network, Applier: applier, ResyncPeriod: resync, AnnounceInterval: announce, Log: log,
+		OnHeld:          func(held bool) { fmt.Printf("held %t\n", held) },
+		AddressLifetime: func() time.Duration { return lifetime },
+		Confirmed:       func() bool { return !unconfirmed.Load() },
 	})
 	loop.SetActive(!standby)
 	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), log)
@@ -80,6 +87,8 @@ func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby b
 				loop.SetActive(true)
 			case "standby":
 				loop.SetActive(false)
+			case "confirmed", "unconfirmed":
+				unconfirmed.Store(sc.Text() == "unconfirmed")
 			}
 		}
 	}()

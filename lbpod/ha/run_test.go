@@ -1,0 +1,119 @@
+package ha
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+)
+
+// value reads a counter or gauge.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		panic(err)
+	}
+	if d.Counter != nil {
+		return d.Counter.GetValue()
+	}
+	return d.Gauge.GetValue()
+}
+
+// recordingHolder records what the runner asks of the data path; Renew fails with renewErr.
+type recordingHolder struct {
+	calls    []string
+	renewErr error
+}
+
+func (h *recordingHolder) SetActive(active bool) {
+	h.calls = append(h.calls, fmt.Sprintf("active=%t", active))
+}
+
+func (h *recordingHolder) Renew(time.Duration) error {
+	h.calls = append(h.calls, "renew")
+	return h.renewErr
+}
+
+// testRunner is a runner without a socket (every send fails and is counted) whose clock began an
+// hour ago, started 400 ms ago as a standby: a Tick now takes over.
+func testRunner(t *testing.T, h Holder) (*runner, *Metrics, *bytes.Buffer) {
+	t.Helper()
+	cfg := Config{ID: idA, Group: group, Priority: DefaultPriority, MaxSlack: -1}.withDefaults()
+	var logs bytes.Buffer
+	mt := NewMetrics()
+	r := &runner{opts: Options{Metrics: mt}, cfg: cfg, holder: h, m: NewMachine(cfg), origin: time.Now().Add(-time.Hour),
+		log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	r.handle(Event{Kind: Start, Now: r.now() - 400*time.Millisecond})
+	return r, mt, &logs
+}
+
+// A renewal that fails at the takeover: the active advert is not sent, the machine is told, and
+// the replica releases the addresses and resigns at once; the log says why and the metric counts.
+func TestRunRenewalFailure(t *testing.T) {
+	h := &recordingHolder{renewErr: errors.New("lease: interface \"net1\": Link not found")}
+	r, mt, logs := testRunner(t, h)
+	out := r.handle(Event{Kind: Tick, Now: r.now()})
+	if out.Role != Standby || out.Hold != Release || out.Send == nil || !out.Send.Resigning || out.Send.Term != 1 {
+		t.Fatalf("after a failed renewal: %+v, want a standby that released and resigned term 1", out)
+	}
+	if got := strings.Join(h.calls, ","); got != "active=false,active=true,renew,active=false" {
+		t.Fatalf("holder calls %s, want release at start, take, renew, release", got)
+	}
+	if n := value(mt.RenewalFailures); n != 1 {
+		t.Errorf("lbpod_ha_lifetime_renewal_failures_total %v, want 1", n)
+	}
+	// One send tried, the resignation (no socket here): the active advert never went out.
+	if n := value(mt.SendErrors) + value(mt.AdvertsSent); n != 1 {
+		t.Errorf("%v adverts tried, want 1 (the resignation)", n)
+	}
+	if n := value(mt.Active); n != 0 {
+		t.Errorf("lbpod_ha_active %v, want 0", n)
+	}
+	for _, want := range []string{"Link not found", "kernel lifetime could not be renewed: released them and resigned"} {
+		if !strings.Contains(logs.String(), want) {
+			t.Errorf("log does not say %q:\n%s", want, logs)
+		}
+	}
+	// Renewals that work: the next takeover holds.
+	h.renewErr, h.calls = nil, nil
+	for r.m.Role() != Active {
+		r.handle(Event{Kind: Tick, Now: r.m.deadline})
+	}
+	if got := strings.Join(h.calls, ","); got != "active=true,renew" {
+		t.Fatalf("holder calls %s, want take and renew", got)
+	}
+}
+
+// Refused adverts are counted by reason, change nothing, and only the first of a reason is a
+// warning.
+func TestRunRefused(t *testing.T) {
+	h := &recordingHolder{}
+	r, mt, logs := testRunner(t, h)
+	wake := r.m.wakeAt
+	forged := Advert{Group: group, Term: math.MaxUint64, Priority: 255, Sender: idB, Interval: MaxInterval}
+	for range 3 {
+		if out := r.handle(Event{Kind: Received, Now: r.now(), Advert: forged}); out.Refused != RefusedTerm || out.Wake != wake {
+			t.Fatalf("forged advert: %+v, want refused for its term, wake unchanged", out)
+		}
+	}
+	forged.Term = 3
+	r.handle(Event{Kind: Received, Now: r.now(), Advert: forged})
+	for reason, want := range map[string]float64{RefusedTerm: 3, RefusedInterval: 1, RefusedSender: 0} {
+		if n := value(mt.AdvertsRejected.WithLabelValues(reason)); n != want {
+			t.Errorf("lbpod_ha_adverts_rejected_total{reason=%q} %v, want %v", reason, n, want)
+		}
+	}
+	if n := strings.Count(logs.String(), "level=WARN msg=\"advert refused as impossible"); n != 2 {
+		t.Errorf("%d warnings, want one per reason (2):\n%s", n, logs)
+	}
+	if got := strings.Join(h.calls, ","); got != "active=false" || r.m.Term() != 0 {
+		t.Errorf("holder calls %s term %d after refused adverts, want only the release at start, term 0", got, r.m.Term())
+	}
+}
