@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -307,10 +308,24 @@ func (r *ServiceReconciler) foreignObject(ctx context.Context, svc *corev1.Servi
 var errStrayPods = errors.New("waiting for the lb pods left in the previous lb pod namespace to be gone")
 
 // removeStray deletes our Deployments and ServiceAccounts of svc that are not where they belong
-// now, and tells whether pods of svc still run outside the lb pod namespace.
+// now, and tells whether pods of svc still run outside the lb pod namespace. Only objects
+// provably svc's count (decide.StrayOurs: namespaces its IP objects trust): a tenant's object
+// elsewhere with svc's UID label is neither deleted nor waited for, so it cannot freeze the pass.
 func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service) (bool, error) {
 	mine := client.MatchingFields{indexServiceUID: string(svc.UID)}
 	podNS, name := lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace), lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)
+	var ips []*lbv1.IP
+	for _, o := range r.Book.OwnedBy(svc.UID) {
+		ip := &lbv1.IP{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Name: o.Name}, ip); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue // a claim of this pass the cache has not shown yet: no lb pod had it
+			}
+			return false, err
+		}
+		ips = append(ips, ip)
+	}
+	ours := func(o metav1.Object) bool { return decide.StrayOurs(o, ips, r.Options.LBPodNamespace) }
 	var deps appsv1.DeploymentList
 	if err := r.Client.List(ctx, &deps, mine); err != nil {
 		return false, err
@@ -321,12 +336,12 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 	}
 	var stray []client.Object
 	for i := range deps.Items {
-		if d := &deps.Items[i]; d.Namespace != podNS || d.Name != name {
+		if d := &deps.Items[i]; (d.Namespace != podNS || d.Name != name) && ours(d) {
 			stray = append(stray, d)
 		}
 	}
 	for i := range sas.Items {
-		if sa := &sas.Items[i]; sa.Namespace != podNS || sa.Name != name {
+		if sa := &sas.Items[i]; (sa.Namespace != podNS || sa.Name != name) && ours(sa) {
 			stray = append(stray, sa)
 		}
 	}
@@ -346,7 +361,7 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 		return false, err
 	}
 	for i := range pods.Items {
-		if pods.Items[i].Namespace != podNS {
+		if p := &pods.Items[i]; p.Namespace != podNS && ours(p) {
 			return true, nil
 		}
 	}

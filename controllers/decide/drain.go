@@ -77,6 +77,19 @@ func ProvablyOurs(obj metav1.Object, ip *lbv1.IP, lbPodNamespace string) bool {
 	return ours(obj, ip, trustedNamespaces(ip, lbPodNamespace))
 }
 
+// StrayOurs tells whether obj, found by a Service's UID label away from where its lb pods belong
+// now, is provably one of that Service's objects left behind (a previous --lb-pod-namespace): our
+// labels and the Service's UID, in a namespace one of its IP objects trusts. Anything else that
+// carries the UID (a tenant's forgery in another namespace) is neither deleted nor waited for.
+func StrayOurs(obj metav1.Object, ips []*lbv1.IP, lbPodNamespace string) bool {
+	for _, ip := range ips {
+		if ProvablyOurs(obj, ip, lbPodNamespace) {
+			return true
+		}
+	}
+	return false
+}
+
 func ours(obj metav1.Object, ip *lbv1.IP, trusted map[string]bool) bool {
 	l := obj.GetLabels()
 	return l[lbobjects.ManagedByLabel] == lbobjects.ManagedByValue && l[lbv1.ComponentLabel] == lbv1.ComponentLBPod &&

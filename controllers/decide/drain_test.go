@@ -298,3 +298,29 @@ func TestForeignMessageNamesAFew(t *testing.T) {
 		t.Errorf("message of %d bytes, want at most %d", len(got), MaxMessageBytes)
 	}
 }
+
+// A Service's objects found by its UID away from where its lb pods belong now are its own left
+// behind only in a namespace one of its IP objects trusts: a forgery elsewhere is neither
+// deleted nor waited for (it froze the Service's pass before).
+func TestStrayOurs(t *testing.T) {
+	v4, v6 := drainIP("old-system/lb-1"), drainIP()
+	v6.Name, v6.Spec.Address = "fd00-0000-0000-0000-0000-0000-0000-0007", "fd00::7"
+	ips := []*lbv1.IP{v4, v6}
+	for name, tc := range map[string]struct {
+		obj  metav1.Object
+		ips  []*lbv1.IP
+		want bool
+	}{
+		"our Deployment left in the Service's namespace":           {ptr.To(drainDeployment("team-a", "lb-svc-web", ourLabels(victimUID), 1)), ips, true},
+		"our pod left in a previous lb pod namespace, recorded":    {ptr.To(drainPod("old-system", "lb-2", ourLabels(victimUID), corev1.PodRunning)), ips, true},
+		"a pod with our labels and the UID in a tenant namespace":  {ptr.To(drainPod("team-b", "squat", ourLabels(victimUID), corev1.PodRunning)), ips, false},
+		"a Deployment with our labels and the UID in a tenant one": {ptr.To(drainDeployment("team-b", "squat", ourLabels(victimUID), 0)), ips, false},
+		"no IP object known: nothing is trusted":                   {ptr.To(drainPod("team-a", "lb", ourLabels(victimUID), corev1.PodRunning)), nil, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := StrayOurs(tc.obj, tc.ips, lbPodNS); got != tc.want {
+				t.Errorf("StrayOurs = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -778,3 +778,54 @@ func containsStatus(list []lbv1.IPStatus, st lbv1.IPStatus) bool {
 		return o.Active == st.Active && slices.Equal(o.Holders, st.Holders)
 	})
 }
+
+// A tenant's objects in another namespace that forge a Service's labels and UID (as stray lb
+// pods of a previous --lb-pod-namespace would look) neither freeze the Service's pass nor get
+// deleted by the operator: the Service still follows its own changes.
+func TestForgedStrayFreezesNothing(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	addr := f.ip("90")
+	web := lbService(f.ns, "web", f.provider, addr)
+	create(t, web)
+	web = waitAddress(t, f.ns, "web", addr)
+
+	const teamB = "team-b"
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamB}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create namespace %s: %v", teamB, err)
+	}
+	forged := map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
+		lbv1.ServiceLabel: "web", lbv1.ServiceNamespaceLabel: f.ns, lbv1.ServiceUIDLabel: string(web.UID),
+	}
+	name := "stray-" + suffix()
+	squatDeploy := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamB, Labels: forged},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](0),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"stray": name}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"stray": name}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
+			},
+		},
+	}
+	create(t, squatDeploy)
+	create(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: teamB, Labels: forged},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}}})
+
+	// The Service asks for standbys: its pass must still apply its Deployment (a stray pod it
+	// waited for would hold the pass at errStrayPods for ever).
+	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "2" })
+	g.Eventually(func(g Gomega) {
+		d := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "lb-svc-web"}, d)).To(Succeed())
+		g.Expect(d.Spec.Replicas).To(Equal(ptr.To[int32](2)))
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		d := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(squatDeploy), d)).To(Succeed())
+		g.Expect(d.DeletionTimestamp).To(BeNil(), "the operator deleted a tenant's Deployment")
+	}, time.Second, 200*time.Millisecond).Should(Succeed())
+}
