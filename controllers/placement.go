@@ -81,13 +81,9 @@ func (r *ServiceReconciler) servicesPlacedOn(ctx context.Context, c client.Reade
 			continue
 		}
 		seen[s.Spec.Provider] = true
-		var list corev1.ServiceList
-		if err := c.List(ctx, &list, client.MatchingFields{indexServiceProvider: s.Spec.Provider}, client.UnsafeDisableDeepCopy); err != nil {
+		if reqs, err = servicesWithProvider(ctx, c, s.Spec.Provider, reqs); err != nil {
 			logf.FromContext(ctx).Error(err, "list services to wake")
 			return reqs
-		}
-		for j := range list.Items {
-			reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[j])})
 		}
 	}
 	return reqs

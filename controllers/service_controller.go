@@ -141,14 +141,10 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	notOwn := builder.WithPredicates(r.own.notOwn())
 	servicesOf := func(providerOf func(client.Object) string) handler.MapFunc {
 		return func(ctx context.Context, o client.Object) []reconcile.Request {
-			var list corev1.ServiceList
-			if err := mgr.GetCache().List(ctx, &list, client.MatchingFields{indexServiceProvider: providerOf(o)}); err != nil {
+			reqs, err := servicesWithProvider(ctx, mgr.GetCache(), providerOf(o), nil)
+			if err != nil {
 				logf.FromContext(ctx).Error(err, "list services to wake")
 				return nil
-			}
-			reqs := make([]reconcile.Request, 0, len(list.Items))
-			for i := range list.Items {
-				reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 			}
 			// A Subnet change (deleted, overlap resolved, namespaces widened) may unblock any
 			// waiting Service, whatever its provider.
@@ -192,6 +188,18 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			SkipNameValidation:      &r.Options.SkipNameValidation,
 		}).
 		Complete(r)
+}
+
+// servicesWithProvider appends to reqs the Services (from the cache c) served through provider.
+func servicesWithProvider(ctx context.Context, c client.Reader, provider string, reqs []reconcile.Request) ([]reconcile.Request, error) {
+	var list corev1.ServiceList
+	if err := c.List(ctx, &list, client.MatchingFields{indexServiceProvider: provider}, client.UnsafeDisableDeepCopy); err != nil {
+		return reqs, err
+	}
+	for i := range list.Items {
+		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return reqs, nil
 }
 
 // serviceOf is the Service an object of ours belongs to: a Service itself, the owner of an IP

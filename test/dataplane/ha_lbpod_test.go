@@ -30,23 +30,8 @@ func TestHALBPod(t *testing.T) {
 // TestHALBPodDualStack: two lbpod replicas for a dual-stack Service; SIGTERM on the active moves
 // both addresses, and the client's IPv6 requests go on being answered, by the standby.
 func TestHALBPodDualStack(t *testing.T) {
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
-	tp := newHATopology(t)
-	tp.addClusterSide()
-	mustRun(t, "ip", "-n", tp.underlay, "addr", "add", gatewayV6+"/64", "dev", "br0", "nodad")
+	tp, a, _ := startDualHA(t)
 	mustRun(t, "ip", "-n", tp.client, "addr", "add", clientV6+"/64", "dev", "c0", "nodad")
-	start := func(r string) *haReplica {
-		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-			"--addresses", haLB+"/16,"+lbIPv6+"/64", "--gateways", gatewayV4+","+gatewayV6, "--subnets", subnetV4+","+subnetV6,
-			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String())
-	}
-	a := start("a")
-	waitFor(t, 10*time.Second, "a holds both addresses", func() bool {
-		return a.role() == "active" && tp.holdsAddr("a", haLB) && tp.holdsAddr("a", lbIPv6)
-	})
-	b := start("b")
-	waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
 	// The election's metrics are on /metrics (the pods' health servers are on their own loopbacks).
 	waitFor(t, 5*time.Second, "the metrics show a active, b standby, adverts flowing", func() bool {
 		ma, mb := tp.metrics("a"), tp.metrics("b")
@@ -216,4 +201,28 @@ func (tp *haTopology) addClusterSide() {
 			}()
 		}
 	}
+}
+
+// startDualHA starts two lbpod replicas, a then b, for a dual-stack UDP Service on the HA
+// topology (the underlay also routes IPv6), and returns once a holds both addresses and b
+// stands by.
+func startDualHA(t *testing.T) (tp *haTopology, a, b *haReplica) {
+	t.Helper()
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	tp = newHATopology(t)
+	tp.addClusterSide()
+	mustRun(t, "ip", "-n", tp.underlay, "addr", "add", gatewayV6+"/64", "dev", "br0", "nodad")
+	start := func(r string) *haReplica {
+		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB+"/16,"+lbIPv6+"/64", "--gateways", gatewayV4+","+gatewayV6, "--subnets", subnetV4+","+subnetV6,
+			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String())
+	}
+	a = start("a")
+	waitFor(t, 10*time.Second, "a holds both addresses", func() bool {
+		return a.role() == "active" && tp.holdsAddr("a", haLB) && tp.holdsAddr("a", lbIPv6)
+	})
+	b = start("b")
+	waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
+	return tp, a, b
 }

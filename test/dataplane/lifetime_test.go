@@ -73,30 +73,7 @@ func TestRepairKeepsLifetime(t *testing.T) {
 	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, nil)
 	cmd := exec.Command("ip", append([]string{"netns", "exec", tp.lb, loopDriverBin, "--service-file", svc,
 		"--lifetime", "30s", "--resync-period", "500ms"}, stackArgs("dual")...)...)
-	stdin, err := cmd.StdinPipe() // held open: loopdriver reads roles from it
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("loopdriver log:\n%s", logs.String())
-		}
-	})
+	stdin, logs := startLoopDriver(t, cmd)
 	waitFor(t, 10*time.Second, "the loop holds the addresses", func() bool { return strings.Contains(logs.String(), "held true\n") })
 	lbs := []string{lbIPv4, lbIPv6}
 	if ok, got := onLifetime(lifetimes(t, tp.lb), 30, lbs...); !ok {
@@ -154,22 +131,7 @@ func TestRepairKeepsLifetime(t *testing.T) {
 // It does not hold on to addresses it cannot fence: it releases both and resigns, the standby
 // takes over after its skew, and the old active's log and metrics say why.
 func TestHALBPodRenewalFailure(t *testing.T) {
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
-	tp := newHATopology(t)
-	tp.addClusterSide()
-	mustRun(t, "ip", "-n", tp.underlay, "addr", "add", gatewayV6+"/64", "dev", "br0", "nodad")
-	start := func(r string) *haReplica {
-		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-			"--addresses", haLB+"/16,"+lbIPv6+"/64", "--gateways", gatewayV4+","+gatewayV6, "--subnets", subnetV4+","+subnetV6,
-			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String())
-	}
-	a := start("a")
-	waitFor(t, 10*time.Second, "a holds both addresses", func() bool {
-		return a.role() == "active" && tp.holdsAddr("a", haLB) && tp.holdsAddr("a", lbIPv6)
-	})
-	b := start("b")
-	waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
+	tp, a, b := startDualHA(t)
 	leaseSecs := uint32(haLease / time.Second)
 	if ok, got := onLifetime(lifetimes(t, tp.pod["a"]), leaseSecs, haLB, lbIPv6); !ok {
 		t.Fatalf("a's lifetimes %s, want both addresses on the %s lease", got, haLease)

@@ -27,26 +27,7 @@ func TestStandbyThenActive(t *testing.T) {
 	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
 
 	cmd := exec.Command("ip", append([]string{"netns", "exec", tp.lb, loopDriverBin, "--service-file", svc, "--standby", "--announce-interval", "300ms"}, stackArgs("v4")...)...)
-	stdin, err := cmd.StdinPipe()
-	g.Expect(err).NotTo(HaveOccurred())
-	logs := &lockedBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	g.Expect(cmd.Start()).To(Succeed())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	t.Cleanup(func() {
-		stdin.Close()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("loopdriver log:\n%s", logs.String())
-		}
-	})
+	stdin, logs := startLoopDriver(t, cmd)
 
 	g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("ok: standby, not holding the LB address\n"))
@@ -59,7 +40,7 @@ func TestStandbyThenActive(t *testing.T) {
 	g.Expect(tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "LBSVC-SERVICES")).To(ContainSubstring("--dport 80 -j DNAT --to-destination 10.109.201.193:80"))
 	// Nothing announced over several announce intervals, nobody answers for the address.
 	g.Consistently(func() int { return len(garps) }).WithTimeout(time.Second).WithPolling(100 * time.Millisecond).Should(BeZero())
-	_, err = dialIn(t, tp.client, "tcp", lbHTTPv4, 300*time.Millisecond)
+	_, err := dialIn(t, tp.client, "tcp", lbHTTPv4, 300*time.Millisecond)
 	g.Expect(err).To(MatchError(ContainSubstring("i/o timeout")), "no one holds the address: ARP goes unanswered")
 	g.Expect(logs.String()).NotTo(ContainSubstring("held true"))
 	_, metricsBody := tp.healthGet("/metrics")
@@ -88,4 +69,35 @@ func TestStandbyThenActive(t *testing.T) {
 	g.Eventually(logs.String).WithTimeout(5 * time.Second).WithPolling(10 * time.Millisecond).Should(ContainSubstring("held false\n"))
 	g.Expect(tp.ip(tp.lb, "-4", "-o", "addr", "show", "dev", "net1")).To(BeEmpty())
 	g.Expect(strings.Count(logs.String(), "held true")).To(Equal(1))
+}
+
+// startLoopDriver starts cmd (loopdriver in the lb namespace) with its stdin held open (it reads
+// roles from it) and its output captured; cleanup stops it, and shows the log of a failed test.
+func startLoopDriver(t *testing.T, cmd *exec.Cmd) (io.WriteCloser, *lockedBuffer) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("loopdriver log:\n%s", logs.String())
+		}
+	})
+	return stdin, logs
 }
