@@ -4,6 +4,7 @@
 # step fails. Exits with the tests' status. Called by hack/test.sh (stage e2e).
 #   env NODES            how many nodes (default 2, at most 3); the multi-node tests need 2 or more
 #   env KEEP_CLUSTER=1   leave the cluster up afterwards (for debugging)
+#   env E2E_RUN=REGEXP   run only the tests it matches (go test -run)
 #   env GOTESTSUM, TEST_LOGDIR  set by hack/test.sh: run through gotestsum, JSON log to TEST_LOGDIR/e2e.json
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -44,6 +45,7 @@ log "cluster ($NODES nodes) and operator (Helm release lbsvc-operator) ready in 
 cd "$ROOT"
 export KUBECONFIG=$KUBECONFIG_PATH LBSVC_E2E_ROOT=$ROOT PATH=$BIN:$PATH
 args=(-tags e2e -count=1 -timeout 20m ./test/e2e/...)
+if [ -n "${E2E_RUN:-}" ]; then args+=(-run "$E2E_RUN"); fi
 if [ -n "${GOTESTSUM:-}" ]; then
   "$GOTESTSUM" --format standard-verbose --jsonfile "${TEST_LOGDIR:-/tmp}/e2e.json" -- "${args[@]}"
 else
