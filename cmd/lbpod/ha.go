@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"sync"
 	"time"
 
@@ -28,6 +29,12 @@ type haOptions struct {
 	interval time.Duration
 	priority uint
 	lease    time.Duration
+	// keyFile is the Service's election key (--ha-key-file, the operator's Secret mounted
+	// read-only); key its content, read by run. replayWindow and legacyWindow are
+	// ha.Config's.
+	keyFile                    string
+	key                        []byte
+	replayWindow, legacyWindow time.Duration
 }
 
 func (o options) haEnabled() bool { return o.ha.replicas > 1 }
@@ -37,7 +44,22 @@ func (o options) haConfig(network lbpod.Network) ha.Config {
 	for _, p := range network.Addresses {
 		addrs = append(addrs, p.Addr())
 	}
-	return ha.Config{Group: ha.GroupOf(addrs), Priority: uint8(o.ha.priority), Interval: o.ha.interval}
+	return ha.Config{Group: ha.GroupOf(addrs), Priority: uint8(o.ha.priority), Interval: o.ha.interval,
+		ReplayWindow: o.ha.replayWindow, LegacyWindow: o.ha.legacyWindow}
+}
+
+// readHAKey reads the election key from path: at least ha.MinKeyLen bytes, used as they are (the
+// operator's Secret holds 32 random bytes). A key file that is named but unusable stops lbpod:
+// running unauthenticated instead would hide the mistake and leave the election forgeable.
+func readHAKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("ha-key-file: %w", err)
+	}
+	if len(key) < ha.MinKeyLen {
+		return nil, fmt.Errorf("ha-key-file %q: %d bytes, want at least %d", path, len(key), ha.MinKeyLen)
+	}
+	return key, nil
 }
 
 func (o haOptions) validate() error {
@@ -54,6 +76,12 @@ func (o haOptions) validate() error {
 	// between two renewals; it is whole seconds in the kernel.
 	if o.lease != 0 && (o.lease < time.Second || o.lease <= ha.DefaultDeadAdverts*o.interval) {
 		return fmt.Errorf("ha-lease %s: want 0 (none) or at least 1s and longer than %d intervals", o.lease, ha.DefaultDeadAdverts)
+	}
+	if o.replayWindow <= 0 {
+		return fmt.Errorf("ha-replay-window %s: want more than 0", o.replayWindow)
+	}
+	if o.legacyWindow < 0 {
+		return fmt.Errorf("ha-legacy-window %s: want 0 (never) or more", o.legacyWindow)
 	}
 	return nil
 }
@@ -80,7 +108,7 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- loop.Run(loopCtx) }()
 	haErr := ha.Run(ctx, ha.Options{
-		Interface: o.iface, Config: o.haConfig(network), Log: log, Metrics: metrics,
+		Interface: o.iface, Config: o.haConfig(network), Log: log, Metrics: metrics, Key: o.ha.key,
 		OnChange: func(role ha.Role, reason string) {
 			log.Info("role", "role", role.String(), "reason", reason)
 			if recorder != nil {

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod"
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 )
 
 func TestParseFlagsElection(t *testing.T) {
@@ -50,6 +54,56 @@ func TestParseFlagsElection(t *testing.T) {
 	}
 	if o, err = parseFlags("lbpod", append(base, "--ha-lease", "0s")); err != nil || o.ha.lease != 0 {
 		t.Fatalf("--ha-lease 0s: %+v, %v", o.ha, err)
+	}
+	if o.ha.keyFile != "" || o.ha.replayWindow != ha.DefaultReplayWindow || o.ha.legacyWindow != ha.DefaultLegacyWindow {
+		t.Fatalf("authentication defaults: %+v", o.ha)
+	}
+	o, err = parseFlags("lbpod", append(base, "--ha-key-file", "/k", "--ha-replay-window", "3s", "--ha-legacy-window", "0s"))
+	if err != nil || o.ha.keyFile != "/k" || o.ha.replayWindow != 3*time.Second || o.ha.legacyWindow != 0 {
+		t.Fatalf("authentication flags: %+v, %v", o.ha, err)
+	}
+	if c := o.haConfig(lbpod.Network{}); c.ReplayWindow != 3*time.Second || c.LegacyWindow != 0 {
+		t.Fatalf("haConfig: %+v", c)
+	}
+	for args, want := range map[string]string{
+		"--ha-replay-window 0s":  "ha-replay-window 0s: want more than 0",
+		"--ha-legacy-window -1s": "ha-legacy-window -1s: want 0 (never) or more",
+	} {
+		if _, err := parseFlags("lbpod", append(base, strings.Fields(args)...)); err == nil || err.Error() != want {
+			t.Errorf("%s: err %v, want %q", args, err, want)
+		}
+	}
+}
+
+// The key file: used as it is when long enough; a missing or short one is a one-line error.
+func TestReadHAKey(t *testing.T) {
+	dir := t.TempDir()
+	good, short := filepath.Join(dir, "ha.key"), filepath.Join(dir, "short")
+	secret := []byte("0123456789abcdef0123456789abcdef")
+	if err := os.WriteFile(good, secret, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(short, secret[:15], 0o400); err != nil {
+		t.Fatal(err)
+	}
+	if key, err := readHAKey(good); err != nil || string(key) != string(secret) {
+		t.Fatalf("readHAKey(good) = %q, %v", key, err)
+	}
+	for path, want := range map[string]string{
+		short:                         `ha-key-file "` + short + `": 15 bytes, want at least 16`,
+		filepath.Join(dir, "missing"): "ha-key-file: open " + filepath.Join(dir, "missing") + ": no such file or directory",
+	} {
+		if _, err := readHAKey(path); err == nil || err.Error() != want {
+			t.Errorf("readHAKey(%s): %v, want %q", path, err, want)
+		}
+	}
+	// run stops on it before anything else.
+	o, err := parseFlags("lbpod", []string{"--service-file", "/svc.yaml", "--replicas", "2", "--ha-key-file", short})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := run(context.Background(), o, lbpod.Network{}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "15 bytes, want at least 16") {
+		t.Fatalf("run with a short key: %v", err)
 	}
 }
 

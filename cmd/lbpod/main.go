@@ -72,6 +72,9 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.StringVar(&o.podName, "pod-name", os.Getenv(v1alpha1.EnvPodName), "this pod's name, recorded in the Service's Lease when it takes the addresses over (env "+v1alpha1.EnvPodName+")")
 	fs.StringVar(&o.leaseName, "lease-name", os.Getenv(v1alpha1.EnvLease), "the Service's Lease (in the Service's namespace), where a takeover is recorded (env "+v1alpha1.EnvLease+")")
 	fs.DurationVar(&o.ha.lease, "ha-lease", time.Second, "election: kernel lifetime of the held addresses, renewed with every advert, so that they lapse when this process stops (0: permanent)")
+	fs.StringVar(&o.ha.keyFile, "ha-key-file", "", "election: the Service's key (at least 16 bytes); every advert is authenticated with it. Empty: unauthenticated adverts (wire version 1, as before), with a warning")
+	fs.DurationVar(&o.ha.replayWindow, "ha-replay-window", ha.DefaultReplayWindow, "election: an authenticated advert is refused when its sender's clock is further than this from ours (bounds replays; the nodes' clocks must agree within it)")
+	fs.DurationVar(&o.ha.legacyWindow, "ha-legacy-window", ha.DefaultLegacyWindow, "election, with a key: how long after start unauthenticated adverts of replicas without a key are still obeyed (an upgrade), until an authenticated one is heard or this replica was active (0: never)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}

@@ -23,6 +23,14 @@ func loopConfig(o options, network lbpod.Network, applier *lbpod.Applier, log *s
 // run is the main container: the loop of package lbpod, fed by the Service source, with its
 // health and metrics server on the pod's cluster address.
 func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger) error {
+	if o.ha.keyFile != "" {
+		// First: a pod whose key cannot be read fails with this one line.
+		key, err := readHAKey(o.ha.keyFile)
+		if err != nil {
+			return err
+		}
+		o.ha.key = key
+	}
 	applier, err := newApplier(ctx, o, log)
 	if err != nil {
 		return err

@@ -65,7 +65,8 @@ type Advert struct {
 	Interval time.Duration
 }
 
-// Wire format, big-endian, 32 bytes (Ethernet pads to its minimum):
+// Wire format version 1 (unauthenticated; version 2 in auth.go adds a sequence and a tag),
+// big-endian, 32 bytes (Ethernet pads to its minimum):
 //
 //	0  magic "LBHA"       4  version (1)      5  flags (bit 0: resigning)
 //	6  priority           7  reserved (0)     8  group (8 bytes)
@@ -81,7 +82,8 @@ var advertMagic = [4]byte{'L', 'B', 'H', 'A'}
 // MaxInterval is the longest advert interval the wire can carry.
 const MaxInterval = 65535 * time.Millisecond
 
-// Marshal encodes the advert. The interval is carried in whole milliseconds.
+// Marshal encodes the advert as an unauthenticated version-1 frame (Key.Seal makes version 2).
+// The interval is carried in whole milliseconds.
 func (a Advert) Marshal() []byte {
 	b := make([]byte, advertLen)
 	copy(b[0:4], advertMagic[:])
@@ -101,7 +103,8 @@ func (a Advert) Marshal() []byte {
 // errNotAdvert is returned for frames that are not ours (wrong magic or version, too short).
 var errNotAdvert = errors.New("not an lbsvc advert")
 
-// ParseAdvert decodes an advert; trailing bytes (Ethernet padding) are ignored.
+// ParseAdvert decodes a version-1 advert; trailing bytes (Ethernet padding) are ignored.
+// ParseFrame reads both versions.
 func ParseAdvert(b []byte) (Advert, error) {
 	if len(b) < advertLen {
 		return Advert{}, fmt.Errorf("%w: %d bytes, want %d", errNotAdvert, len(b), advertLen)
@@ -112,6 +115,11 @@ func ParseAdvert(b []byte) (Advert, error) {
 	if b[4] != advertVersion {
 		return Advert{}, fmt.Errorf("%w: version %d, want %d", errNotAdvert, b[4], advertVersion)
 	}
+	return decodeHeader(b), nil
+}
+
+// decodeHeader reads the fields of the 32-byte header (both wire versions share it).
+func decodeHeader(b []byte) Advert {
 	a := Advert{
 		Resigning: b[5]&flagResigning != 0,
 		Priority:  b[6],
@@ -120,5 +128,5 @@ func ParseAdvert(b []byte) (Advert, error) {
 	}
 	copy(a.Group[:], b[8:16])
 	copy(a.Sender[:], b[24:30])
-	return a, nil
+	return a
 }

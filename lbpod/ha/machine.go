@@ -60,6 +60,17 @@ type Config struct {
 	// carry: an advert outside them is refused (Output.Refused). Zero: derived from Interval, see
 	// peerIntervals.
 	MinPeerInterval, MaxPeerInterval time.Duration
+	// Authenticated: the replicas share a key (Run sets it from Options.Key), so adverts must
+	// come authenticated (Event.Authenticated, wire version 2). An unauthenticated one is refused
+	// (RefusedUnauthenticated), except while legacyOpen: an upgrade from replicas without a key.
+	Authenticated bool
+	// LegacyWindow: how long after its start a replica with a key still accepts unauthenticated
+	// adverts, as long as it has heard no authenticated one and has never been active (see
+	// legacyOpen); 0: never. DefaultLegacyWindow is the flag's default.
+	LegacyWindow time.Duration
+	// ReplayWindow: how far an authenticated advert's sequence (the sender's wall clock) may lie
+	// from ours (Guard); DefaultReplayWindow when zero.
+	ReplayWindow time.Duration
 }
 
 // Defaults: 100 ms adverts and 3 missed ones make a 300 ms dead interval (plus skew), the VRRP
@@ -93,6 +104,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxSlack == 0 {
 		c.MaxSlack = DefaultMaxSlack
+	}
+	if c.ReplayWindow <= 0 {
+		c.ReplayWindow = DefaultReplayWindow
 	}
 	lo, hi := c.peerIntervals()
 	if c.MinPeerInterval <= 0 {
@@ -162,10 +176,14 @@ const (
 	RefusedTerm = "term"
 	// RefusedSender: the sender ID is zero or a group MAC, which no net1 has.
 	RefusedSender = "sender"
+	// RefusedUnauthenticated: an unauthenticated (version 1) advert where an authenticated one is
+	// required (Config.Authenticated), outside the legacy window.
+	RefusedUnauthenticated = "unauthenticated"
 )
 
-// RefusalReasons lists every reason, for the metric's label values.
-var RefusalReasons = []string{RefusedInterval, RefusedTerm, RefusedSender}
+// RefusalReasons lists every reason, for the metric's label values (RefusedAuth, RefusedReplay
+// and RefusedStale are the Guard's).
+var RefusalReasons = []string{RefusedInterval, RefusedTerm, RefusedSender, RefusedUnauthenticated, RefusedAuth, RefusedReplay, RefusedStale}
 
 // EventKind says what happened.
 type EventKind uint8
@@ -227,6 +245,8 @@ type Event struct {
 	Kind   EventKind
 	Now    time.Duration
 	Advert Advert // Received only
+	// Authenticated (Received only): the advert's tag and sequence verified (Guard.Open).
+	Authenticated bool
 }
 
 // Hold is the change the caller applies to net1.
@@ -314,6 +334,9 @@ type Machine struct {
 	sentAt          time.Duration
 	sent, prevSent  time.Duration
 	sentSinceActive bool
+	// startedAt, heardAuth and everActive decide whether the legacy window is open (legacyOpen).
+	startedAt             time.Duration
+	heardAuth, everActive bool
 }
 
 // NewMachine returns a machine for cfg; feed it Start first.
@@ -420,16 +443,19 @@ func (m *Machine) skew() time.Duration {
 	return (iv*time.Duration(255-int(m.cfg.Priority))/1020 + iv*slot/40).Truncate(time.Millisecond)
 }
 
-// refuse says why advert a (of our group, from another replica) is one that no replica of this
-// Service can send, or "" when it is not. Only impossible frames are refused: an unauthenticated
-// advert that is plausible (a resignation, or a newer term with a sane interval, from a made-up
-// sender) is obeyed like a real one, and stopping those needs authenticated adverts (issue 22).
-// With terms at most MaxTerm and intervals at most MaxPeerInterval (≤ MaxInterval), nothing an
+// refuse says why the advert of ev (of our group, from another replica) is refused, or "" when it
+// is not: unauthenticated where authentication is required and the legacy window is closed, or
+// one that no replica of this Service can send. Without authentication, an advert that is
+// plausible (a resignation, or a newer term with a sane interval, from a made-up sender) is
+// obeyed like a real one; with it, a forger cannot make one (Guard). With terms at most MaxTerm and intervals at most MaxPeerInterval (≤ MaxInterval), nothing an
 // accepted advert carries can make the machine's arithmetic overflow: terms only grow through
 // nextTerm, and the longest duration added to a clock reading is DeadAdverts × MaxInterval plus
 // MaxSlack and a skew.
-func (m *Machine) refuse(a Advert) string {
+func (m *Machine) refuse(ev Event) string {
+	a := ev.Advert
 	switch {
+	case m.cfg.Authenticated && !ev.Authenticated && !m.legacyOpen(ev.Now):
+		return RefusedUnauthenticated
 	case a.Term > MaxTerm:
 		return RefusedTerm
 	case a.Interval < m.cfg.MinPeerInterval || a.Interval > m.cfg.MaxPeerInterval:
@@ -476,16 +502,17 @@ func (m *Machine) Handle(ev Event) Output {
 		return Output{Role: Stopped, Done: true, Wake: ev.Now}
 	}
 	if ev.Kind == Received && ev.Advert.Sender != m.cfg.ID && ev.Advert.Group == m.cfg.Group {
-		if why := m.refuse(ev.Advert); why != "" {
+		if why := m.refuse(ev); why != "" {
 			return Output{Role: m.role, Wake: m.wakeAt, Refused: why}
 		}
+		m.heardAuth = m.heardAuth || ev.Authenticated
 	}
 	now := ev.Now
 	if m.started && now < m.lastNow {
 		now = m.lastNow // a clock that went back is treated as standing still
 	}
 	if !m.started {
-		m.started, m.lastNow = true, now
+		m.started, m.lastNow, m.startedAt = true, now, now
 		m.role = Standby
 		m.deadline = now + m.deadInterval() + m.skew()
 		// Whatever an earlier incarnation of this replica left on net1 goes (kill -9 leaves the
@@ -668,6 +695,7 @@ func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
 	m.maxTerm = nextTerm(m.maxTerm)
 	m.term = m.maxTerm
 	m.role = Active
+	m.everActive = true
 	m.resigned = false
 	m.nextAdvert = now + m.cfg.Interval
 	out.Hold, out.Send = Take, m.advert(now, false)

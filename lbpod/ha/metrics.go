@@ -40,7 +40,7 @@ func NewMetrics() *Metrics {
 		Slack: prometheus.NewGauge(prometheus.GaugeOpts{Name: "lbpod_ha_slack_seconds",
 			Help: "How far the dead interval is stretched now because this replica or its active ran late (a starved node); 0 on a calm one."}),
 		AdvertsRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "lbpod_ha_adverts_rejected_total",
-			Help: "Adverts of this Service's group refused as impossible, by reason: interval (outside the accepted range), term (above 2^63-1), sender (zero or a group MAC). They change nothing."},
+			Help: "Adverts of this Service's group refused, by reason: auth (tag does not verify with the Service's key), replay (sequence not above the sender's last), stale (sequence outside the replay window around our clock), unauthenticated (version 1 where the key requires version 2), interval (outside the accepted range), term (above 2^63-1), sender (zero or a group MAC). They change nothing."},
 			[]string{"reason"}),
 		RenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_lifetime_renewal_failures_total",
 			Help: "Renewals of the held addresses' kernel lifetime that failed; each made the active release the addresses and resign."}),

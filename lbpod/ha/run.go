@@ -58,6 +58,10 @@ type Options struct {
 	// OnChange, when not nil, is called after every change of role, with the reason (to label the
 	// pod, record an Event). It runs on the election's goroutine: it must not block.
 	OnChange func(role Role, reason string)
+	// Key is the Service's shared secret (at least MinKeyLen bytes): every advert is sealed with
+	// it (wire version 2), and Config.Authenticated is set. Empty: unauthenticated version-1
+	// adverts, as replicas before version 2 sent (logged once as a warning).
+	Key []byte
 }
 
 // Run elects among the replicas on Interface until ctx is done, then resigns: if active, it tells
@@ -80,8 +84,11 @@ func Run(ctx context.Context, o Options, holder Holder) error {
 		copy(cfg.ID[:], ifi.HardwareAddr)
 	}
 	r := &runner{opts: o, cfg: cfg, log: log.With("id", cfg.ID.String(), "group", cfg.Group.String()),
-		holder: holder, adverts: make(chan Advert, 64), m: NewMachine(cfg), origin: time.Now(),
+		holder: holder, adverts: make(chan Frame, 64), origin: time.Now(), wall: time.Now,
 		buf: make([]byte, 1500)}
+	if err := r.authenticate(o.Key); err != nil {
+		return err
+	}
 	return r.run(ctx)
 }
 
@@ -93,7 +100,13 @@ type runner struct {
 	m       *Machine
 	origin  time.Time
 	conn    *conn
-	adverts chan Advert
+	adverts chan Frame
+	// key, guard and seq authenticate the adverts (nil key: version 1, unauthenticated); wall
+	// is the wall clock they use (time.Now), apart from the machine's monotonic one.
+	key   *Key
+	guard *Guard
+	seq   Sequencer
+	wall  func() time.Time
 	// stopRecv ends the current receive goroutine; linkUp and ready are the last link and
 	// readiness states fed to the machine.
 	stopRecv context.CancelFunc
@@ -107,6 +120,24 @@ type runner struct {
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
+
+// authenticate sets up the sealing and the checks for key (none when empty) and the machine.
+func (r *runner) authenticate(secret []byte) error {
+	if len(secret) == 0 {
+		r.cfg.Authenticated = false
+		r.log.Warn("adverts are not authenticated (no key): anyone on the underlay can forge them; wire version 1")
+	} else {
+		key, err := NewKey(secret)
+		if err != nil {
+			return fmt.Errorf("ha: %w", err)
+		}
+		r.cfg.Authenticated = true
+		r.key, r.guard = key, NewGuard(r.cfg, key)
+		r.log.Info("adverts are authenticated", "replayWindow", r.cfg.ReplayWindow, "legacyWindow", r.cfg.LegacyWindow)
+	}
+	r.m = NewMachine(r.cfg)
+	return nil
+}
 
 func (r *runner) run(ctx context.Context) error {
 	links, err := newLinkProbe()
@@ -156,7 +187,7 @@ func (r *runner) run(ctx context.Context) error {
 // and select picks either: without this, a standby would take over from an active whose adverts
 // it has received but not read.
 func (r *runner) drain(out Output) Output {
-	var waiting []Advert
+	var waiting []Frame
 	for more := true; more; {
 		select {
 		case a := <-r.adverts:
@@ -174,14 +205,26 @@ func (r *runner) drain(out Output) Output {
 	return out
 }
 
-// received counts one advert and feeds it to the machine, after polling the readiness (see
-// pollReady).
-func (r *runner) received(out Output, a Advert) Output {
+// received counts one advert, checks it (Guard.Open: a refused one goes no further) and feeds it
+// to the machine, after polling the readiness (see pollReady). A replica without a key drops
+// version-2 frames unread, as replicas before version 2 do (their socket filter).
+func (r *runner) received(out Output, f Frame) Output {
+	var authenticated bool
+	if r.guard == nil && f.Version != advertVersion {
+		return out
+	}
 	if r.opts.Metrics != nil {
 		r.opts.Metrics.AdvertsReceived.Inc()
 	}
+	if r.guard != nil {
+		var why string
+		if authenticated, why = r.guard.Open(f, r.wall()); why != "" {
+			r.refused(f.Advert, why)
+			return out
+		}
+	}
 	if out = r.pollReady(out); !out.Done {
-		out = r.handle(Event{Kind: Received, Now: r.now(), Advert: a})
+		out = r.handle(Event{Kind: Received, Now: r.now(), Advert: f.Advert, Authenticated: authenticated})
 	}
 	return out
 }
@@ -231,7 +274,11 @@ func (r *runner) pollReady(out Output) Output {
 }
 
 func (r *runner) openConn() error {
-	c, err := listen(r.opts.Interface, r.cfg.Group)
+	maxVersion := uint8(advertVersion)
+	if r.key != nil {
+		maxVersion = authVersion
+	}
+	c, err := listen(r.opts.Interface, r.cfg.Group, maxVersion)
 	if err != nil {
 		return err
 	}
@@ -254,7 +301,7 @@ func (r *runner) closeConn() {
 func (r *runner) receive(ctx context.Context, c *conn) {
 	buf := make([]byte, 1500)
 	for ctx.Err() == nil {
-		a, err := c.recv(buf)
+		f, err := c.recv(buf)
 		if errors.Is(err, errNotAdvert) {
 			continue // the filter keeps these out; a kernel without it lets them through
 		}
@@ -265,7 +312,7 @@ func (r *runner) receive(ctx context.Context, c *conn) {
 			return
 		}
 		select {
-		case r.adverts <- a:
+		case r.adverts <- f:
 		case <-ctx.Done():
 			return
 		}
@@ -309,7 +356,8 @@ func (r *runner) handle(ev Event) Output {
 	return out
 }
 
-// refused counts an advert the machine refused; the first of each reason is a warning.
+// refused counts an advert the machine or the guard refused; the first of each reason is a
+// warning.
 func (r *runner) refused(a Advert, why string) {
 	if r.opts.Metrics != nil {
 		r.opts.Metrics.AdvertsRejected.WithLabelValues(why).Inc()
@@ -323,7 +371,7 @@ func (r *runner) refused(a Advert, why string) {
 		r.refusedSeen = map[string]bool{}
 	}
 	r.refusedSeen[why] = true
-	r.log.Warn("advert refused as impossible; further ones are counted in lbpod_ha_adverts_rejected_total", attrs...)
+	r.log.Warn("advert refused; further ones are counted in lbpod_ha_adverts_rejected_total", attrs...)
 }
 
 // report updates the metrics, logs a change and tells OnChange about a new role.
@@ -361,10 +409,13 @@ func (r *runner) report(ev Event, before Role, out Output) {
 
 func (r *runner) sendAdvert(a Advert) {
 	var err error
-	if r.conn == nil {
+	switch {
+	case r.conn == nil:
 		err = errors.New("no socket (net1 down)")
-	} else {
-		err = r.conn.send(a)
+	case r.key != nil:
+		err = r.conn.send(r.key.Seal(a, r.seq.Next(r.wall())))
+	default:
+		err = r.conn.send(a.Marshal())
 	}
 	mt := r.opts.Metrics
 	if err != nil {

@@ -49,7 +49,7 @@ func testRunner(t *testing.T, h Holder) (*runner, *Metrics, *bytes.Buffer) {
 	var logs bytes.Buffer
 	mt := NewMetrics()
 	r := &runner{opts: Options{Metrics: mt}, cfg: cfg, holder: h, m: NewMachine(cfg), origin: time.Now().Add(-time.Hour),
-		log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+		log: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), wall: time.Now}
 	r.handle(Event{Kind: Start, Now: r.now() - 400*time.Millisecond})
 	return r, mt, &logs
 }
@@ -110,7 +110,7 @@ func TestRunRefused(t *testing.T) {
 			t.Errorf("lbpod_ha_adverts_rejected_total{reason=%q} %v, want %v", reason, n, want)
 		}
 	}
-	if n := strings.Count(logs.String(), "level=WARN msg=\"advert refused as impossible"); n != 2 {
+	if n := strings.Count(logs.String(), "level=WARN msg=\"advert refused;"); n != 2 {
 		t.Errorf("%d warnings, want one per reason (2):\n%s", n, logs)
 	}
 	if got := strings.Join(h.calls, ","); got != "active=false" || r.m.Term() != 0 {

@@ -22,35 +22,30 @@ type conn struct {
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
 
 // advertFilter is a classic BPF program that lets through only adverts of our group, so the
-// kernel drops every other Service's adverts before they wake us. Offsets are from the start of
-// the payload (SOCK_DGRAM strips the Ethernet header).
-func advertFilter(g Group) []unix.SockFilter {
+// kernel drops every other Service's adverts before they wake us, and of wire version 1 or
+// maxVersion: a replica without a key reads version 1 only, as the replicas before version 2 did;
+// one with a key reads both (version 1 for the legacy window and to count what it refuses).
+// Offsets are from the start of the payload (SOCK_DGRAM strips the Ethernet header).
+func advertFilter(g Group, maxVersion uint8) []unix.SockFilter {
 	const (
-		ldW   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		ldB   = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
-		jeq   = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		ret   = unix.BPF_RET | unix.BPF_K
-		total = 10
+		ldW = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		ldB = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
+		jeq = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		ret = unix.BPF_RET | unix.BPF_K
 	)
 	prog := []unix.SockFilter{
-		{Code: ldW, K: 0}, {Code: jeq, K: binary.BigEndian.Uint32(advertMagic[:])},
-		{Code: ldB, K: 4}, {Code: jeq, K: advertVersion},
-		{Code: ldW, K: 8}, {Code: jeq, K: binary.BigEndian.Uint32(g[0:4])},
-		{Code: ldW, K: 12}, {Code: jeq, K: binary.BigEndian.Uint32(g[4:8])},
+		{Code: ldW, K: 0}, {Code: jeq, K: binary.BigEndian.Uint32(advertMagic[:]), Jf: 8},
+		{Code: ldW, K: 8}, {Code: jeq, K: binary.BigEndian.Uint32(g[0:4]), Jf: 6},
+		{Code: ldW, K: 12}, {Code: jeq, K: binary.BigEndian.Uint32(g[4:8]), Jf: 4},
+		{Code: ldB, K: 4}, {Code: jeq, K: advertVersion, Jt: 1}, {Code: jeq, K: uint32(maxVersion), Jf: 1},
 		{Code: ret, K: 1 << 16},
 		{Code: ret, K: 0},
-	}
-	// Each jeq falls through on a match and jumps to the final "ret 0" otherwise.
-	for i := range prog {
-		if prog[i].Code == jeq {
-			prog[i].Jf = uint8(total - 1 - (i + 1))
-		}
 	}
 	return prog
 }
 
 // listen opens the socket on ifname, joined to MulticastMAC and filtered to group g.
-func listen(ifname string, g Group) (*conn, error) {
+func listen(ifname string, g Group, maxVersion uint8) (*conn, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, err
@@ -64,7 +59,7 @@ func listen(ifname string, g Group) (*conn, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%s on %q: %w", what, ifname, err)
 	}
-	filter := advertFilter(g)
+	filter := advertFilter(g, maxVersion)
 	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
 		return fail("attach filter", err)
 	}
@@ -80,8 +75,8 @@ func listen(ifname string, g Group) (*conn, error) {
 	return &conn{f: os.NewFile(uintptr(fd), "ha-"+ifname), ifindex: ifi.Index, fd: fd}, nil
 }
 
-// send multicasts one advert.
-func (c *conn) send(a Advert) error {
+// send multicasts one advert, encoded (Advert.Marshal or Key.Seal).
+func (c *conn) send(frame []byte) error {
 	to := &unix.SockaddrLinklayer{Protocol: htons(EtherType), Ifindex: c.ifindex, Halen: uint8(len(MulticastMAC))}
 	copy(to.Addr[:], MulticastMAC)
 	raw, err := c.f.SyscallConn()
@@ -90,7 +85,7 @@ func (c *conn) send(a Advert) error {
 	}
 	var sendErr error
 	if err := raw.Write(func(fd uintptr) bool {
-		sendErr = unix.Sendto(int(fd), a.Marshal(), 0, to)
+		sendErr = unix.Sendto(int(fd), frame, 0, to)
 		return sendErr != unix.EAGAIN
 	}); err != nil {
 		return err
@@ -100,26 +95,26 @@ func (c *conn) send(a Advert) error {
 
 // recv reads the next advert, blocking until one comes or c is closed; a frame that does not
 // parse is returned as an error.
-func (c *conn) recv(buf []byte) (Advert, error) {
+func (c *conn) recv(buf []byte) (Frame, error) {
 	n, err := c.f.Read(buf)
 	if err != nil {
-		return Advert{}, err
+		return Frame{}, err
 	}
-	return ParseAdvert(buf[:n])
+	return ParseFrame(buf[:n])
 }
 
 // pending reads, without waiting, the adverts already queued in the socket (at most max), for a
 // standby about to take over after a stall: see Machine.ClaimDue. It runs on the goroutine that
 // closes c, so the descriptor cannot be closed under it.
-func (c *conn) pending(buf []byte, max int) []Advert {
-	var got []Advert
+func (c *conn) pending(buf []byte, max int) []Frame {
+	var got []Frame
 	for range max {
 		n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
 		if err != nil {
 			break // EAGAIN: nothing more queued
 		}
-		if a, err := ParseAdvert(buf[:n]); err == nil {
-			got = append(got, a)
+		if f, err := ParseFrame(buf[:n]); err == nil {
+			got = append(got, f)
 		}
 	}
 	return got
