@@ -640,6 +640,7 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning {
 			m.observe(now - m.heardAt - m.cfg.Interval)
 		}
+		repeated := m.resigned && a.Resigning && a.Sender == m.heardFrom
 		m.heardFrom, m.heardAt = a.Sender, now
 		m.lastHeard, m.heardActive = now, true
 		if a.Interval > 0 {
@@ -647,8 +648,13 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 		}
 		m.resigned = a.Resigning
 		if a.Resigning {
-			// A planned move: claim after the skew only, not the dead interval.
-			m.deadline = now + m.skew()
+			// A planned move: claim after the skew only, not the dead interval, counted from the
+			// first resignation. The resigning replica repeats it every quarter interval; a skew
+			// longer than that (up to a third of an interval) pushed back by every repeat would
+			// claim only after the resigning replica let go, leaving nobody in between.
+			if !repeated {
+				m.deadline = now + m.skew()
+			}
 			return
 		}
 		if m.cfg.Preempt && m.cfg.Priority > a.Priority && m.mayClaim() {

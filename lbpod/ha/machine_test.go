@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"strings"
@@ -95,6 +96,13 @@ func TestMachine(t *testing.T) {
 			{ev: recv(50, from(idB, 2)), role: Standby, wake: 365},
 			{ev: recv(120, resigning(from(idB, 2))), role: Standby, wake: 135},
 			{ev: at(Tick, 135), hold: Take, send: "term 3", role: Active, wake: 235, failover: 15, reason: "the active resigned: active with term 3"},
+		}},
+		"repeated resignations do not push the claim back": {cfg: Config{ID: ID{2, 0, 0, 0, 0, 2}}, steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 327, reason: "started"},
+			{ev: recv(50, from(idB, 2)), role: Standby, wake: 377},
+			{ev: recv(100, resigning(from(idB, 2))), role: Standby, wake: 127},
+			{ev: recv(125, resigning(from(idB, 2))), role: Standby, wake: 127},
+			{ev: at(Tick, 127), hold: Take, send: "term 3", role: Active, wake: 227, failover: 2, reason: "the active resigned: active with term 3"},
 		}},
 		"an active answers an older active at once and keeps the addresses": {steps: append(activeAt315[:5:5],
 			step{ev: recv(330, from(idB, 0)), send: "term 1", role: Active, wake: 430},
@@ -214,7 +222,7 @@ func TestMachine(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			cfg := tc.cfg
-			cfg.ID, cfg.Group = idA, group
+			cfg.ID, cfg.Group = cmp.Or(cfg.ID, idA), group
 			if cfg.Priority == 0 {
 				cfg.Priority = DefaultPriority
 			}
@@ -236,7 +244,7 @@ func TestMachine(t *testing.T) {
 				if (s.reason == "") != (out.Reason == "") || !strings.Contains(out.Reason, s.reason) {
 					t.Fatalf("step %d (%s at %s): reason %q, want one containing %q", i, s.ev.Kind, s.ev.Now, out.Reason, s.reason)
 				}
-				if out.Send != nil && (out.Send.Sender != idA || out.Send.Group != group || out.Send.Priority != cfg.Priority || out.Send.Interval != DefaultInterval) {
+				if out.Send != nil && (out.Send.Sender != cfg.ID || out.Send.Group != group || out.Send.Priority != cfg.Priority || out.Send.Interval != DefaultInterval) {
 					t.Fatalf("step %d: advert %+v does not carry our ID, group, priority and interval", i, *out.Send)
 				}
 			}
@@ -367,68 +375,121 @@ func TestSlack(t *testing.T) {
 	})
 }
 
-// TestForgedAdvertOutage replays issue 22 with the real machines of three replicas: a frame with
-// the largest term, priority 255 and the longest interval the wire carries, sent twice 10 ms
-// apart by a sender that is no replica. Before the machine refused such frames, the active
+// TestForgedAdvertOutage replays issue 22 with the real machines of three replicas. The issue's
+// frame: the largest term, priority 255 and the longest interval the wire carries, sent twice
+// 10 ms apart by a sender that is no replica. Before the machine refused such frames, the active
 // stepped down to the made-up sender, the second frame reached it as a standby, and every replica
 // then waited 3 × 65.535 s for an advert that never came: more than three minutes with no holder
-// (and the term wrapped to 0 at the next takeover). Now both frames are refused: the active keeps
-// the addresses, nobody's wait changes, and the term stays what it was.
+// (and the term wrapped to 0 at the next takeover). Without a key that frame is refused as
+// impossible, but a plausible one (a resignation from a made-up sender) still moved the address.
+// With the key every forged or replayed frame is refused, by every replica, for its exact reason:
+// the active keeps the addresses, nobody's wait changes, and the term stays what it was.
 func TestForgedAdvertOutage(t *testing.T) {
-	s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 1}
-	for i := range 3 {
-		s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
-		s.start(i)
+	madeUp := ID{2, 0xba, 0xd0, 0, 0, 1}
+	issue := Advert{Group: group, Term: math.MaxUint64, Priority: 255, Sender: madeUp, Interval: MaxInterval}
+	resign := Advert{Group: group, Term: 1, Priority: 255, Sender: madeUp, Interval: DefaultInterval, Resigning: true}
+	newer := Advert{Group: group, Term: 1000, Priority: 255, Sender: madeUp, Interval: 2 * time.Second}
+	wrongKey := func(s *sim, a Advert) []byte {
+		return mustKey(t, otherSecret).Seal(a, uint64(s.wall(s.replicas[0]).UnixMicro()))
 	}
-	s.run(time.Second)
-	holder := func() int {
-		for i, r := range s.replicas {
-			if r.m.Role().holds() {
-				return i
+	for name, tc := range map[string]struct {
+		keyless bool
+		frames  func(s *sim) [][]byte
+		// refused: the refusals, summed over the three replicas (each hears every frame).
+		refused map[string]int
+	}{
+		"without a key: the issue's frame, twice": {keyless: true,
+			frames:  func(*sim) [][]byte { return [][]byte{issue.Marshal(), issue.Marshal()} },
+			refused: map[string]int{RefusedTerm: 6}},
+		"the issue's frame, twice": {
+			frames:  func(*sim) [][]byte { return [][]byte{issue.Marshal(), issue.Marshal()} },
+			refused: map[string]int{RefusedUnauthenticated: 6}},
+		"a resignation and a newer term from a made-up sender": {
+			frames:  func(*sim) [][]byte { return [][]byte{resign.Marshal(), newer.Marshal()} },
+			refused: map[string]int{RefusedUnauthenticated: 6}},
+		"the same, sealed with another key": {
+			frames: func(s *sim) [][]byte {
+				return [][]byte{wrongKey(s, resign), wrongKey(s, newer), wrongKey(s, issue)}
+			},
+			refused: map[string]int{RefusedAuth: 9}},
+		"the active's advert replayed": {
+			// 20 ms old: both standbys have it (deliveries take at most 10 ms); the active ignores
+			// its own.
+			frames:  func(s *sim) [][]byte { return [][]byte{s.wire[len(s.wire)-1]} },
+			refused: map[string]int{RefusedReplay: 2}},
+		"the active's first advert, replayed a minute later": {
+			frames:  func(s *sim) [][]byte { return [][]byte{s.wire[0]} },
+			refused: map[string]int{RefusedStale: 2}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var keyless []int
+			if tc.keyless {
+				keyless = []int{0, 1, 2}
 			}
+			s := newSim(t, 3, 1, DefaultLegacyWindow, keyless...)
+			s.run(time.Minute)
+			first := s.holder()
+			if first < 0 {
+				t.Fatalf("no holder after a minute:\n%s", strings.Join(s.log, "\n"))
+			}
+			term := s.replicas[first].m.Term()
+			frames := tc.frames(s)
+			s.run(20 * time.Millisecond)
+			begin := s.now
+			for _, f := range frames {
+				s.send(f, true, -1)
+				s.run(10 * time.Millisecond)
+			}
+			outage := s.outage(begin, 4*time.Minute)
+			t.Logf("outage after the frames: %s", outage)
+			if outage > 0 {
+				t.Fatalf("the frames left the Service without a holder for %s:\n%s", outage, strings.Join(s.log[max(0, len(s.log)-20):], "\n"))
+			}
+			if h := s.holder(); h != first || s.replicas[h].m.Term() != term {
+				t.Fatalf("holder r%d term %d after the frames, want r%d still with term %d", h, s.replicas[max(h, 0)].m.Term(), first, term)
+			}
+			for i, r := range s.replicas {
+				if r.m.Term() >= 1<<63 {
+					t.Errorf("r%d took term %d from a forged advert", i, r.m.Term())
+				}
+			}
+			if fmt.Sprint(s.refused) != fmt.Sprint(tc.refused) {
+				t.Errorf("refused %v, want %v", s.refused, tc.refused)
+			}
+		})
+	}
+}
+
+// holder is the replica that holds the addresses, the first if several do, or -1.
+func (s *sim) holder() int {
+	for i, r := range s.replicas {
+		if r.m.Role().holds() {
+			return i
 		}
-		return -1
 	}
-	first := holder()
-	if first < 0 {
-		t.Fatalf("no holder after 1 s:\n%s", strings.Join(s.log, "\n"))
-	}
-	term := s.replicas[first].m.Term()
-	forged := Advert{Group: group, Term: math.MaxUint64, Priority: 255, Sender: ID{2, 0xba, 0xd0, 0, 0, 1}, Interval: MaxInterval}
-	begin := s.now
-	s.inject(forged)
-	s.run(10 * time.Millisecond)
-	s.inject(forged)
-	// Step until the address is held again after a gap (or 4 minutes pass).
+	return -1
+}
+
+// outage steps the model from begin until the addresses are held again after a gap, or for two
+// seconds while they stay held, or until limit passes, and returns the gap.
+func (s *sim) outage(begin, limit time.Duration) time.Duration {
 	var gapFrom, outage time.Duration = -1, 0
-	for end := begin + 4*time.Minute; s.now < end; s.now += time.Millisecond {
+	for end := begin + limit; s.now < end; s.now += time.Millisecond {
 		s.step()
-		switch h := holder(); {
+		switch h := s.holder(); {
 		case h < 0 && gapFrom < 0:
 			gapFrom = s.now
 		case h >= 0 && gapFrom >= 0:
-			outage, gapFrom = s.now-gapFrom, -1
-			end = s.now // held again: done
+			return s.now - gapFrom
 		}
 		if s.now-begin > 2*time.Second && gapFrom < 0 && outage == 0 {
-			break // held throughout for two seconds
+			return 0 // held throughout for two seconds
 		}
 	}
 	if gapFrom >= 0 {
 		outage = s.now - gapFrom
 	}
-	t.Logf("outage after two forged adverts: %s", outage)
-	if outage > 0 {
-		t.Fatalf("two forged adverts left the Service without a holder for %s:\n%s", outage, strings.Join(s.log[max(0, len(s.log)-20):], "\n"))
-	}
-	if h := holder(); h != first || s.replicas[h].m.Term() != term {
-		t.Fatalf("holder r%d term %d after the forged adverts, want r%d still with term %d", h, s.replicas[max(h, 0)].m.Term(), first, term)
-	}
-	for i, r := range s.replicas {
-		if r.m.Term() >= 1<<63 {
-			t.Errorf("r%d took term %d from the forged advert", i, r.m.Term())
-		}
-	}
+	return outage
 }
 
 // TestRefused: adverts that no replica of the Service can send are refused, reported, and change

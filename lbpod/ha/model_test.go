@@ -3,25 +3,40 @@ package ha
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-// The model runs 2 or 3 replicas' machines against a simulated underlay at 1 ms resolution, with
-// faults chosen by the fuzzer: kill -9, restart, SIGSTOP/SIGCONT, SIGTERM, link down/up, a
-// partition that the replica cannot see (its link stays up), and a data path not ready. Adverts take 0 to maxDelay to
-// arrive; a frozen replica's adverts wait in its socket buffer, as in the kernel. Beside the
-// faults, an adversary on the underlay may, at any op, send a frame that the machine must refuse
-// (a term above MaxTerm, an interval outside the accepted range, an impossible sender; any
-// priority, flags and sender, a replica's own ID included), and a holder's lifetime renewal may
-// fail. Every forged frame must be refused, and the properties below must hold regardless.
-// (A forged frame that is plausible, such as a resignation from a made-up sender, is obeyed like
-// a real one: the machine cannot tell them apart without authenticated adverts, so the adversary
-// sends none.)
+// The model runs 2 or 3 replicas' machines, each behind its Guard with the Service's key, against
+// a simulated underlay at 1 ms resolution, with faults chosen by the fuzzer: kill -9, restart,
+// SIGSTOP/SIGCONT, SIGTERM, link down/up, a partition that the replica cannot see (its link stays
+// up), and a data path not ready. Frames (the wire bytes, sealed with the key and numbered from
+// the replica's wall clock, which is off by up to ±50 ms) take 0 to maxDelay to arrive; a frozen
+// replica's frames wait in its socket buffer, as in the kernel. Beside the faults, an adversary on
+// the underlay may, at any op:
+//   - send a frame the machine refuses even without a key (a term above MaxTerm, an interval
+//     outside the accepted range, an impossible sender);
+//   - send any unauthenticated frame: version 1 with any fields (a resignation or a newer term
+//     from a made-up sender, a replica's own ID), version 2 sealed with another key, a real frame
+//     with one bit changed, a version-1 copy of a real advert;
+//   - replay any sealed frame ever sent (captured off the wire), to every replica or to one, at
+//     any later time;
+//
+// and a holder's lifetime renewal may fail. Every forged frame must be refused (a version-1 one
+// may be obeyed only while the receiver's legacy window is open, when the fuzzer opened it); a
+// replayed one may be accepted only by a receiver that has not accepted that sender's sequence or
+// a later one (each incarnation checked apart). The properties below must hold regardless: no
+// slack for the replays is needed, since the adversary stops at the repair, and before it a
+// replay can only do what the replayed sender could (a resignation to a replica that never heard
+// it: one more takeover, which the overlap bound covers).
 //
 // Safety: two replicas that hear each other never both hold the addresses for longer than one
-// advert interval plus two deliveries. Liveness: once every fault is repaired, exactly one holds.
+// advert interval plus two deliveries. Liveness: once every fault is repaired, exactly one holds
+// within 2 s; with the legacy window open, within the longest wait a forged version-1 advert
+// accepted just before the repair can impose (3 × 2 s and the slack: 11 s), the residual risk
+// doc.go states.
 
 const (
 	maxDelay  = 10 * time.Millisecond
@@ -29,9 +44,10 @@ const (
 )
 
 type delivery struct {
-	at     time.Duration
-	a      Advert
-	forged bool // sent by the adversary: the machine must refuse it
+	at    time.Duration
+	frame []byte
+	// forged: sent by the adversary, unauthenticated; the machine or the guard must refuse it.
+	forged bool
 }
 
 type simReplica struct {
@@ -42,6 +58,16 @@ type simReplica struct {
 	unready, unreadyTold  bool // the data path cannot serve; what the machine was last told
 	wake                  time.Duration
 	inbox                 []delivery
+	// keyless: an old replica (version 1, no key: it neither seals nor reads version 2).
+	// Otherwise guard and seq authenticate, and accepted is this incarnation's last accepted
+	// sequence per sender, the model's own check of the replay rule.
+	keyless  bool
+	key      *Key
+	guard    *Guard
+	seq      Sequencer
+	accepted map[ID]uint64
+	// clockOff: how far this replica's wall clock is off.
+	clockOff time.Duration
 }
 
 func (r *simReplica) hears() bool { return r.alive && !r.frozen && r.linkUp && !r.isolated }
@@ -54,7 +80,15 @@ type sim struct {
 	since    map[[2]int]time.Duration // when a pair started to both hold while hearing each other
 	log      []string
 	maxSlack time.Duration // the replicas' Config.MaxSlack
+	legacy   time.Duration // the replicas' Config.LegacyWindow
+	// wire holds every sealed frame sent, for the adversary's replays; refused counts the
+	// refusals by reason.
+	wire    [][]byte
+	refused map[string]int
 }
+
+// wall is replica r's wall clock.
+func (s *sim) wall(r *simReplica) time.Time { return wall0.Add(s.now + r.clockOff) }
 
 func (s *sim) rand(n uint32) uint32 {
 	s.rng = s.rng*1664525 + 1013904223
@@ -73,9 +107,14 @@ func (s *sim) handle(i int, ev Event) Output {
 	}
 	r.wake = out.Wake
 	if out.Send != nil && r.linkUp && !r.isolated {
+		frame := out.Send.Marshal()
+		if !r.keyless {
+			frame = r.key.Seal(*out.Send, r.seq.Next(s.wall(r)))
+			s.wire = append(s.wire, frame)
+		}
 		for j, o := range s.replicas {
 			if j != i && o.alive && o.linkUp && !o.isolated {
-				o.inbox = append(o.inbox, delivery{at: s.now + time.Duration(s.rand(uint32(maxDelay/time.Millisecond)+1))*time.Millisecond, a: *out.Send})
+				o.inbox = append(o.inbox, delivery{at: s.now + time.Duration(s.rand(uint32(maxDelay/time.Millisecond)+1))*time.Millisecond, frame: frame})
 			}
 		}
 	}
@@ -88,9 +127,53 @@ func (s *sim) handle(i int, ev Event) Output {
 
 func (s *sim) start(i int) {
 	r := s.replicas[i]
-	r.m = NewMachine(Config{ID: r.id, Group: group, Priority: DefaultPriority, MaxSlack: s.maxSlack})
+	cfg := Config{ID: r.id, Group: group, Priority: DefaultPriority, MaxSlack: s.maxSlack,
+		Authenticated: !r.keyless, LegacyWindow: s.legacy}
+	r.m = NewMachine(cfg)
+	if !r.keyless {
+		// A new process: a new guard (it remembers nothing) and sequencer (from its wall clock).
+		r.key = mustKey(s.t, testSecret)
+		r.guard, r.seq, r.accepted = NewGuard(cfg.withDefaults(), r.key), Sequencer{}, map[ID]uint64{}
+	}
 	r.alive, r.frozen, r.inbox, r.reported, r.unreadyTold = true, false, nil, true, false
 	s.handle(i, Event{Kind: Start, Now: s.now})
+}
+
+// receive hands one delivered frame to replica i as its runner does: version 2 dropped unread by
+// an old replica, the guard's checks, then the machine. It checks that no forged frame gets
+// through and that no replay is accepted twice by one incarnation.
+func (s *sim) receive(i int, d delivery) {
+	r := s.replicas[i]
+	f, err := ParseFrame(d.frame)
+	if err != nil {
+		s.t.Fatalf("the model put an unreadable frame on the wire: %v", err)
+	}
+	if r.keyless && f.Version != advertVersion {
+		return // its socket filter drops what it cannot read
+	}
+	var authenticated bool
+	why := ""
+	legacyOpen := r.m.legacyOpen(s.now)
+	if !r.keyless {
+		authenticated, why = r.guard.Open(f, s.wall(r))
+	}
+	if why == "" {
+		why = s.handle(i, Event{Kind: Received, Now: s.now, Advert: f.Advert, Authenticated: authenticated}).Refused
+	}
+	if why != "" {
+		s.refused[why]++
+		return
+	}
+	ignored := f.Advert.Sender == r.id || f.Advert.Group != group // the machine ignores these
+	if d.forged && !ignored && !(f.Version == advertVersion && (r.keyless || legacyOpen)) {
+		s.t.Fatalf("r%d accepted the forged frame %+v (version %d):\n%s", i, f.Advert, f.Version, strings.Join(s.log, "\n"))
+	}
+	if authenticated {
+		if last, ok := r.accepted[f.Advert.Sender]; ok && f.Seq <= last {
+			s.t.Fatalf("r%d accepted sequence %d of %s after %d:\n%s", i, f.Seq, f.Advert.Sender, last, strings.Join(s.log, "\n"))
+		}
+		r.accepted[f.Advert.Sender] = f.Seq
+	}
 }
 
 // step advances every replica that runs to s.now, then checks safety.
@@ -121,10 +204,7 @@ func (s *sim) step() {
 			case d.at > s.now:
 				keep = append(keep, d)
 			case r.linkUp && !r.isolated && r.alive:
-				out := s.handle(i, Event{Kind: Received, Now: s.now, Advert: d.a})
-				if d.forged && d.a.Sender != r.id && out.Refused == "" {
-					s.t.Fatalf("r%d accepted the forged advert %+v:\n%s", i, d.a, strings.Join(s.log, "\n"))
-				}
+				s.receive(i, d)
 			}
 		}
 		r.inbox = keep
@@ -159,13 +239,27 @@ func (s *sim) run(d time.Duration) {
 	}
 }
 
-func runModel(t *testing.T, data []byte) {
-	n := 2 + int(len(data)%2)
-	s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: uint32(len(data))}
+// newSim returns a model of n replicas with the key (keyless: those without), started.
+func newSim(t *testing.T, n int, rng uint32, legacy time.Duration, keyless ...int) *sim {
+	s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: rng, legacy: legacy, refused: map[string]int{}}
 	for i := range n {
-		s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
+		r := &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true, keyless: slices.Contains(keyless, i)}
+		r.clockOff = time.Duration(int(s.rand(101))-50) * time.Millisecond
+		s.replicas = append(s.replicas, r)
 		s.start(i)
 	}
+	return s
+}
+
+func runModel(t *testing.T, data []byte) {
+	n := 2 + int(len(data)%2)
+	// Every fourth length opens the legacy window: a forged version-1 frame may then be obeyed by
+	// a replica that has heard no authenticated advert and never held, and safety must hold too.
+	var legacy time.Duration
+	if len(data)%4 >= 2 {
+		legacy = DefaultLegacyWindow
+	}
+	s := newSim(t, n, uint32(len(data)), legacy)
 	for k := 0; k+2 < len(data) && k < 3*64; k += 3 {
 		s.run(time.Duration(data[k]) * 4 * time.Millisecond)
 		i := int(data[k+2]) % n
@@ -215,12 +309,14 @@ func runModel(t *testing.T, data []byte) {
 			if kind := b >> 4 & 7; kind < 6 {
 				a := s.forge(kind, i)
 				s.logf("forged advert: term %d interval %s priority %d sender %s resigning %t", a.Term, a.Interval, a.Priority, a.Sender, a.Resigning)
-				s.inject(a)
+				s.inject(a.Marshal())
 			} else if r.alive && !r.frozen {
 				s.logf("r%d lifetime renewal fails", i)
 				s.handle(i, Event{Kind: RenewFailed, Now: s.now})
 			}
 		}
+		// The op byte's tens add the moves against the authentication.
+		s.attack(data[k+1]/10, i)
 	}
 	// Repair everything (once the replicas told to stop have stopped: a resignation takes up to
 	// an interval); within two seconds exactly one replica holds.
@@ -235,7 +331,15 @@ func runModel(t *testing.T, data []byte) {
 			s.start(i)
 		}
 	}
-	s.run(2 * time.Second)
+	// Within the legacy window a forged version-1 advert is obeyed like an old replica's: the
+	// last one before the repair may make the replicas wait for its sender as long as a real
+	// active's dead interval can stretch (the longest accepted interval, 3 times, and the slack).
+	settle := 2 * time.Second
+	if legacy > 0 {
+		cfg := Config{}.withDefaults()
+		settle += time.Duration(cfg.DeadAdverts)*cfg.MaxPeerInterval + cfg.MaxSlack
+	}
+	s.run(settle)
 	var holders []string
 	for i, r := range s.replicas {
 		if r.m.Role().holds() {
@@ -243,7 +347,7 @@ func runModel(t *testing.T, data []byte) {
 		}
 	}
 	if len(holders) != 1 {
-		t.Fatalf("2 s after the repair, holders %v, want exactly one:\n%s", holders, strings.Join(s.log, "\n"))
+		t.Fatalf("%s after the repair, holders %v, want exactly one:\n%s", settle, holders, strings.Join(s.log, "\n"))
 	}
 }
 
@@ -259,6 +363,11 @@ func FuzzModel(f *testing.F) {
 	// Op 3 (SIGCONT) on a replica that runs does nothing: the adversary's move alone.
 	f.Add([]byte{100, 3, 0x80, 2, 3, 0x80, 50, 3, 0x90, 50, 3, 0xa1, 50, 3, 0xb0, 50, 3, 0xc0, 50, 3, 0xd0}) // forged frames of every kind
 	f.Add([]byte{100, 3, 0xe0, 100, 3, 0xf1, 100, 7, 0x80, 100, 7, 0xb0, 9})                                 // renewals fail; forged frames across a partition
+	// The tens of the op byte: the moves against the authentication, every one, then replays of
+	// a resignation to a restarted replica (fresh guard) and to one replica only.
+	f.Add([]byte{100, 13, 0, 20, 23, 0, 20, 33, 0, 20, 43, 1, 20, 53, 0, 20, 63, 1, 20, 73, 0, 20, 83, 1, 20, 93, 1})
+	f.Add([]byte{100, 4, 0, 50, 1, 0, 0, 83, 0, 5, 83, 0, 100, 93, 0, 100, 74, 1, 1, 91, 1, 0, 83, 1})
+	f.Add([]byte{100, 13, 0, 2, 13, 1, 2, 13, 0, 2, 13, 1, 0}) // version-1 frames with the legacy window open
 	f.Fuzz(func(t *testing.T, data []byte) { runModel(t, data) })
 }
 
@@ -275,6 +384,8 @@ func TestModelScenarios(t *testing.T) {
 		"the issue's frame, twice":      {100, 3, 0x80, 2, 3, 0x80},
 		"forged frames of every kind":   {100, 3, 0x80, 50, 3, 0x90, 50, 3, 0xa0, 50, 3, 0xb0, 50, 3, 0xc0, 50, 3, 0xd0},
 		"the renewals fail":             {100, 3, 0xe0, 100, 3, 0xe1, 100, 3, 0xe0},
+		"every move against the key":    {100, 13, 0, 20, 23, 0, 20, 33, 0, 20, 43, 1, 20, 53, 0, 20, 63, 1, 20, 73, 0, 20, 83, 1, 20, 93, 1},
+		"replayed resignations":         {100, 4, 0, 50, 1, 0, 0, 83, 0, 5, 83, 0, 100, 93, 0, 100, 74, 1, 1, 91, 1, 0, 83, 1},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}
@@ -290,7 +401,7 @@ func TestStarvationDoesNotFlap(t *testing.T) {
 	stalls := []time.Duration{380 * time.Millisecond, 420 * time.Millisecond, 300 * time.Millisecond,
 		500 * time.Millisecond, 450 * time.Millisecond}
 	takeovers := func(maxSlack time.Duration) int {
-		s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 7, maxSlack: maxSlack}
+		s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 7, maxSlack: maxSlack, refused: map[string]int{}}
 		n := 0
 		for i := range 2 {
 			s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
@@ -341,12 +452,87 @@ func TestStarvationDoesNotFlap(t *testing.T) {
 
 // inject delivers a frame that no replica sent (a forger on the underlay) to every replica that
 // hears the underlay now.
-func (s *sim) inject(a Advert) {
-	for _, r := range s.replicas {
-		if r.alive && r.linkUp && !r.isolated {
-			r.inbox = append(r.inbox, delivery{at: s.now, a: a, forged: true})
+func (s *sim) inject(frame []byte) { s.send(frame, true, -1) }
+
+// send puts a frame of the adversary on the wire: to every replica that hears the underlay now,
+// or to replica only (a forger next to it on the L2).
+func (s *sim) send(frame []byte, forged bool, only int) {
+	for i, r := range s.replicas {
+		if r.alive && r.linkUp && !r.isolated && (only < 0 || i == only) {
+			r.inbox = append(r.inbox, delivery{at: s.now, frame: frame, forged: forged})
 		}
 	}
+}
+
+// attack is the adversary's move against the authentication (move 0 and above 9: none):
+//
+//	1 a version-1 frame, any fields      2 version 2 sealed with another key, any fields
+//	3 a real frame with one bit changed  4 a version-1 copy of a real frame
+//	5 replay the latest real frame       6 replay one of the last 64
+//	7 replay any ever sent               8 replay the latest resignation
+//	9 replay one of the last 64 to replica i only
+func (s *sim) attack(move byte, i int) {
+	plausible := func() Advert {
+		a := Advert{Group: group, Term: uint64(s.rand(64)), Priority: uint8(s.rand(256)), Resigning: s.rand(2) == 0,
+			Sender: ID{2, 0xba, 0xd0, 0, 0, byte(s.rand(256))}, Interval: time.Duration(10+s.rand(1991)) * time.Millisecond}
+		if s.rand(2) == 0 {
+			a.Sender = s.replicas[s.rand(uint32(len(s.replicas)))].id
+		}
+		return a
+	}
+	pick := func(last int) []byte {
+		if len(s.wire) == 0 {
+			return nil
+		}
+		from := max(0, len(s.wire)-last)
+		return s.wire[from+int(s.rand(uint32(len(s.wire)-from)))]
+	}
+	var frame []byte
+	forged, only := true, -1
+	switch move {
+	case 1:
+		frame = plausible().Marshal()
+	case 2:
+		frame = mustKey(s.t, otherSecret).Seal(plausible(), uint64(s.wall(s.replicas[i]).UnixMicro()))
+	case 3:
+		if real := pick(64); real != nil {
+			frame = slices.Clone(real)
+			frame[s.rand(uint32(len(frame)))] ^= 1 << s.rand(8)
+		}
+	case 4:
+		if real := pick(64); real != nil {
+			f, _ := ParseFrame(real)
+			frame = f.Advert.Marshal()
+		}
+	case 5, 6, 7, 8, 9:
+		forged = false
+		switch move {
+		case 5:
+			frame = pick(1)
+		case 6:
+			frame = pick(64)
+		case 7:
+			frame = pick(len(s.wire))
+		case 8:
+			for j := len(s.wire) - 1; j >= 0 && frame == nil; j-- {
+				if s.wire[j][5]&flagResigning != 0 {
+					frame = s.wire[j]
+				}
+			}
+		case 9:
+			frame, only = pick(64), i
+		}
+	}
+	if frame == nil {
+		return
+	}
+	f, err := ParseFrame(frame)
+	if err != nil {
+		// A changed bit in the magic or the version: no replica reads it (the socket filter).
+		return
+	}
+	s.logf("adversary move %d: version %d seq %d sender %s term %d resigning %t to %d", move, f.Version, f.Seq, f.Advert.Sender, f.Advert.Term, f.Advert.Resigning, only)
+	s.send(frame, forged, only)
 }
 
 // forge makes a frame of one of the kinds the machine refuses, with everything else chosen at
@@ -377,4 +563,62 @@ func (s *sim) forge(kind byte, i int) Advert {
 		a.Sender = []ID{{}, {0x03, 0x6c, 0x62, 0x73, 0x76, 0x63}, {0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}[s.rand(3)]
 	}
 	return a
+}
+
+// TestUpgradeFromUnauthenticated: a rolling update from replicas without a key. The old replica
+// (version 1: it neither seals nor reads version 2) is active; a new one with the key starts.
+// Within its legacy window it defers to the old active's adverts (it stays a standby however long
+// they go on), takes over at the old one's resignation after its skew, and the two hold at once
+// only while the old one waits the one interval it gives a successor (it cannot read the new
+// one's adverts: 70 ms here): make before break, never two holders beyond that. Once active, the new replica refuses
+// version 1, as it does after the window (TestLegacyWindow).
+func TestUpgradeFromUnauthenticated(t *testing.T) {
+	s := newSim(t, 2, 3, DefaultLegacyWindow, 0)
+	old, next := s.replicas[0], s.replicas[1]
+	next.alive = false // started below, once the old one holds
+	s.run(time.Second)
+	if s.holder() != 0 {
+		t.Fatalf("the old replica does not hold after 1 s:\n%s", strings.Join(s.log, "\n"))
+	}
+	s.start(1)
+	for end := s.now + 30*time.Second; s.now < end; s.now += time.Millisecond {
+		s.step()
+		if next.m.Role() != Standby || !old.m.Role().holds() {
+			t.Fatalf("at %s the new replica is %s, the old %s; want standby behind the old active:\n%s", s.now, next.m.Role(), old.m.Role(), strings.Join(s.log, "\n"))
+		}
+	}
+	if len(s.refused) != 0 {
+		t.Fatalf("refused %v behind the old active, want nothing", s.refused)
+	}
+	resigned := s.now
+	s.handle(0, Event{Kind: Shutdown, Now: s.now})
+	var took, both time.Duration = -1, 0
+	for end := s.now + time.Second; s.now < end; s.now += time.Millisecond {
+		s.step()
+		if took < 0 && next.m.Role() == Active {
+			took = s.now - resigned
+		}
+		if old.alive && old.m.Role().holds() && next.m.Role().holds() {
+			both += time.Millisecond
+		}
+	}
+	t.Logf("the new replica took over %s after the old one resigned; both held for %s", took, both)
+	if old.alive || next.m.Role() != Active || took < 0 || took > next.m.skew()+maxDelay {
+		t.Fatalf("after the resignation: old alive %t, new %s (took over after %s, want within its skew and a delivery):\n%s",
+			old.alive, next.m.Role(), took, strings.Join(s.log, "\n"))
+	}
+	if both > DefaultInterval {
+		t.Errorf("both held for %s, want at most one interval (the old one's wait for a successor)", both)
+	}
+	// The old replica repeats its resignation every quarter interval until it lets go; those
+	// after the takeover (at 50 and 75 ms) are refused, and change nothing.
+	if fmt.Sprint(s.refused) != "map[unauthenticated:2]" {
+		t.Errorf("refused %v during the hand-over, want the 2 resignations after the takeover", s.refused)
+	}
+	// An old replica's advert now (the old pod restarted, a rollback) is refused.
+	s.send(from(ID{2, 0, 0, 0, 0, 1}, 9).Marshal(), false, 1)
+	s.run(time.Millisecond)
+	if s.refused[RefusedUnauthenticated] != 3 || next.m.Role() != Active {
+		t.Errorf("a version-1 advert after the takeover: refused %v, new replica %s; want refused as unauthenticated, still active", s.refused, next.m.Role())
+	}
 }

@@ -117,3 +117,65 @@ func TestRunRefused(t *testing.T) {
 		t.Errorf("holder calls %s term %d after refused adverts, want only the release at start, term 0", got, r.m.Term())
 	}
 }
+
+// With a key the runner seals what it sends and checks what it receives: each refusal is counted
+// under its reason and changes nothing; the accepted advert reaches the machine as authenticated.
+// Without one, version-2 frames are dropped unread, as an old replica's socket filter does.
+func TestRunAuthenticated(t *testing.T) {
+	h := &recordingHolder{}
+	r, mt, _ := testRunner(t, h)
+	wall := wall0
+	r.wall = func() time.Time { return wall }
+	if err := r.authenticate(testSecret); err != nil {
+		t.Fatal(err)
+	}
+	r.handle(Event{Kind: Start, Now: r.now()})
+	peer := mustKey(t, testSecret)
+	frame := func(b []byte) Frame {
+		f, err := ParseFrame(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	us := func(d time.Duration) uint64 { return uint64(wall0.Add(d).UnixMicro()) }
+	resign := resigning(from(idB, 7))
+	good := frame(peer.Seal(from(idB, 7), us(0)))
+	var out Output
+	for _, f := range []Frame{
+		frame(mustKey(t, otherSecret).Seal(resign, us(1))), // auth
+		frame(resign.Marshal()),                            // unauthenticated (window 0)
+		frame(peer.Seal(resign, us(-time.Minute))),         // stale
+		good,
+		good, // replay
+	} {
+		out = r.received(out, f)
+	}
+	for reason, want := range map[string]float64{RefusedAuth: 1, RefusedUnauthenticated: 1, RefusedStale: 1, RefusedReplay: 1, RefusedTerm: 0} {
+		if n := value(mt.AdvertsRejected.WithLabelValues(reason)); n != want {
+			t.Errorf("lbpod_ha_adverts_rejected_total{reason=%q} %v, want %v", reason, n, want)
+		}
+	}
+	if n := value(mt.AdvertsReceived); n != 5 {
+		t.Errorf("lbpod_ha_adverts_received_total %v, want 5", n)
+	}
+	if r.m.Role() != Standby || r.m.Term() != 7 || !r.m.heardAuth {
+		t.Errorf("after the good advert: %s term %d heardAuth %t, want a standby that learnt term 7 authenticated", r.m.Role(), r.m.Term(), r.m.heardAuth)
+	}
+	// What it sends verifies with the peer's key, numbered from its wall clock.
+	sealed := r.key.Seal(from(idA, 1), r.seq.Next(wall))
+	if f := frame(sealed); !peer.verify(&f) || f.Seq != us(0) {
+		t.Errorf("sealed frame %+v does not verify or has sequence %d, want %d", f, f.Seq, us(0))
+	}
+
+	// Without a key: version 2 is not read at all, version 1 goes to the machine.
+	old, oldMetrics, _ := testRunner(t, &recordingHolder{})
+	old.received(Output{}, good)
+	if n := value(oldMetrics.AdvertsReceived); n != 0 || old.m.Term() != 0 {
+		t.Errorf("a keyless runner read a version-2 frame: received %v, term %d", n, old.m.Term())
+	}
+	old.received(Output{}, frame(from(idB, 7).Marshal()))
+	if n := value(oldMetrics.AdvertsReceived); n != 1 || old.m.Term() != 7 {
+		t.Errorf("a keyless runner and a version-1 frame: received %v, term %d; want 1, 7", n, old.m.Term())
+	}
+}
