@@ -44,14 +44,7 @@ const haReplayWindow = time.Second
 func TestHALBPodForgedFrames(t *testing.T) {
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
-	keyFile := filepath.Join(t.TempDir(), "ha.key")
-	secret := make([]byte, 32)
-	if _, err := rand.Read(secret); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, secret, 0o400); err != nil {
-		t.Fatal(err)
-	}
+	keyFile := writeHAKey(t)
 	tp := newHATopology(t)
 	tp.addClusterSide()
 	client2 := tp.addClient("172.18.0.101")
@@ -142,6 +135,34 @@ func TestHALBPodForgedFrames(t *testing.T) {
 			t.Errorf("client %d: %d probes failed and %d were answered by b, want 0 and 0", i, failed, others)
 		}
 	}
+}
+
+// TestHALBPodAuthenticatedFailover: TestHALBPod's failover cases (kill -9, SIGTERM, SIGSTOP,
+// partition, link down) with authenticated adverts, for the figures with the key on.
+func TestHALBPodAuthenticatedFailover(t *testing.T) {
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	keyFile := writeHAKey(t)
+	runHAFailover(t, "ha_lbpod_auth_outage", (*haTopology).addClusterSide, func(tp *haTopology, r string) *haReplica {
+		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4,
+			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String(),
+			"--ha-key-file", keyFile)
+	})
+}
+
+// writeHAKey writes a key file as the operator's Secret holds it: 32 random bytes.
+func writeHAKey(t *testing.T) string {
+	t.Helper()
+	keyFile := filepath.Join(t.TempDir(), "ha.key")
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, secret, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	return keyFile
 }
 
 // addClient adds a namespace with one more client on the underlay bridge, at addr/16.
