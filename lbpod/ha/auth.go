@@ -226,3 +226,17 @@ func (g *Guard) Open(f Frame, wall time.Time) (authenticated bool, refused strin
 func (m *Machine) legacyOpen(now time.Duration) bool {
 	return m.started && !m.heardAuth && !m.everActive && now < m.startedAt+m.cfg.LegacyWindow
 }
+
+// legacyDelay is what a standby adds to its wait when the advert that set it was accepted
+// unauthenticated (legacy): half an interval, more than any skew of the same interval (at most
+// a quarter interval for priority 0 and a slot of 7/40). During an upgrade an old replica cannot
+// read our adverts: were we to claim first after the old active resigned or went silent, an old
+// standby would claim too, never hear us, and both would hold. With the delay the old standby
+// claims first, and we defer to its adverts. It stays below the one interval a resigning old
+// active keeps the addresses for a successor, so a hand-over to us alone leaves no gap.
+func (m *Machine) legacyDelay(legacy bool) time.Duration {
+	if !legacy {
+		return 0
+	}
+	return m.cfg.Interval / 2
+}

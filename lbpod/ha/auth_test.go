@@ -211,24 +211,25 @@ func TestLegacyWindow(t *testing.T) {
 }
 
 // A fresh standby with a key, within the legacy window, defers to an old replica's version-1
-// adverts and takes over at its resignation: the upgrade's hand-over, step by step.
+// adverts and takes over at its resignation, half an interval after its skew (legacyDelay): the
+// upgrade's hand-over, step by step.
 func TestLegacyHandOver(t *testing.T) {
 	m := NewMachine(Config{ID: idA, Group: group, Priority: DefaultPriority, MaxSlack: -1, Authenticated: true, LegacyWindow: DefaultLegacyWindow})
 	m.Handle(at(Start, 0))
 	for now := 50; now < 3000; now += 100 {
-		if out := m.Handle(recv(now, from(idB, 4))); out.Refused != "" || out.Role != Standby || out.Wake != ms(now+315) {
+		if out := m.Handle(recv(now, from(idB, 4))); out.Refused != "" || out.Role != Standby || out.Wake != ms(now+365) {
 			t.Fatalf("old active's advert at %dms: %+v, want obeyed, a standby waiting for it", now, out)
 		}
 		m.Handle(at(Tick, now+50))
 	}
 	out := m.Handle(recv(3050, resigning(from(idB, 4))))
-	if out.Refused != "" || out.Wake != ms(3065) {
-		t.Fatalf("old active's resignation: %+v, want obeyed, a claim after the skew", out)
+	if out.Refused != "" || out.Wake != ms(3115) {
+		t.Fatalf("old active's resignation: %+v, want obeyed, a claim after the skew and half an interval", out)
 	}
-	if out = m.Handle(at(Tick, 3065)); out.Hold != Take || out.Send == nil || out.Send.Term != 5 {
+	if out = m.Handle(at(Tick, 3115)); out.Hold != Take || out.Send == nil || out.Send.Term != 5 {
 		t.Fatalf("at the skew: %+v, want a takeover with term 5", out)
 	}
-	if out = m.Handle(recv(3070, from(idB, 4))); out.Refused != RefusedUnauthenticated {
+	if out = m.Handle(recv(3120, from(idB, 4))); out.Refused != RefusedUnauthenticated {
 		t.Fatalf("a version-1 advert once active: %+v, want refused", out)
 	}
 }

@@ -534,7 +534,7 @@ func (m *Machine) Handle(ev Event) Output {
 	case Tick:
 		m.tick(now, &out)
 	case Received:
-		m.received(now, ev.Advert, &out)
+		m.received(now, ev.Advert, m.cfg.Authenticated && !ev.Authenticated, &out)
 	case Shutdown:
 		m.shutdown(now, &out)
 	case LinkDown:
@@ -630,7 +630,9 @@ func (m *Machine) tick(now time.Duration, out *Output) {
 	}
 }
 
-func (m *Machine) received(now time.Duration, a Advert, out *Output) {
+// received handles an advert of another replica; legacy says it was accepted unauthenticated in
+// the legacy window (legacyOpen): a claim it leads to waits legacyDelay more.
+func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output) {
 	if a.Sender == m.cfg.ID || a.Group != m.cfg.Group {
 		return // our own, looped back, or another Service's
 	}
@@ -653,7 +655,7 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 			// longer than that (up to a third of an interval) pushed back by every repeat would
 			// claim only after the resigning replica let go, leaving nobody in between.
 			if !repeated {
-				m.deadline = now + m.skew()
+				m.deadline = now + m.skew() + m.legacyDelay(legacy)
 			}
 			return
 		}
@@ -661,7 +663,7 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 			m.takeOver(now, out, fmt.Sprintf("preempting %s (priority %d < %d)", a.Sender, a.Priority, m.cfg.Priority))
 			return
 		}
-		m.deadline = now + m.deadInterval() + m.skew()
+		m.deadline = now + m.deadInterval() + m.skew() + m.legacyDelay(legacy)
 	case Active:
 		if a.Resigning {
 			return // it is leaving: nothing to settle
