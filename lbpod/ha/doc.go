@@ -17,15 +17,15 @@
 //
 // An advert carries the group (a digest of the LB addresses: the Services' replicas elect among
 // themselves only), a term, the priority, the sender ID (its net1 MAC), the sender's interval and
-// a "resigning" flag. Standbys are silent.
+// a "resigning" flag; with a key (below) also a sequence number and a tag. Standbys are silent.
 //
-// Adverts are not authenticated. A frame that no replica of the Service can send is refused,
-// changes nothing, and is counted (Output.Refused, lbpod_ha_adverts_rejected_total): a term above
-// MaxTerm (2^63-1; a term of 2^64-1 used to make the active step down and the next term wrap to 0),
-// an interval outside Config's accepted range (10 ms to 2 s by default; 65.535 s used to make every
-// replica wait over three minutes), a zero or group MAC as sender. A plausible forged frame (a
-// resignation, or a newer term with a sane interval, from a made-up sender) is obeyed like a real
-// one: telling them apart needs authenticated adverts.
+// A frame that no replica of the Service can send is refused, changes nothing, and is counted
+// (Output.Refused, lbpod_ha_adverts_rejected_total{reason}): a term above MaxTerm (2^63-1; a term
+// of 2^64-1 used to make the active step down and the next term wrap to 0), an interval outside
+// Config's accepted range (10 ms to 2 s by default; 65.535 s used to make every replica wait over
+// three minutes), a zero or group MAC as sender. Without a key that is all: a plausible forged
+// frame (a resignation, or a newer term with a sane interval, from a made-up sender) is obeyed
+// like a real one. With a key every frame is authenticated, see Authentication.
 //
 //   - Start: release whatever an earlier incarnation left on net1, listen as standby.
 //   - A standby that hears no advert for the dead interval (3 of the active's intervals) plus a
@@ -64,6 +64,86 @@
 //
 // Machine is the pure decision (events in, what to do out; table and model tests); Run is the thin
 // effect around it: the socket, the clock, net1's link state and the Holder (the data path).
+//
+// # Authentication
+//
+// The operator creates a Secret of 32 random bytes with each claim of an address, mounts it in
+// that Service's lb pods only, and passes it to lbpod (--ha-key-file, Options.Key). With it every
+// advert and every resignation is sealed, wire version 2 (auth.go): the 32-byte header of
+// version 1, a sequence number (uint64), and HMAC-SHA256 over a fixed context string and all the
+// bytes before the tag, truncated to 16 bytes. The context and the group under the tag tie the key
+// to this use and this group; 128 bits of tag leave a forger one guess per frame on the wire.
+// A receiver with the key refuses, counts and otherwise ignores (no role change, no term learnt,
+// no timer moved):
+//   - a version-2 frame whose tag does not verify (reason auth): a forger, or a replica of an
+//     earlier claim of the address with the key of that claim;
+//   - a version-1 frame (unauthenticated), except in the legacy window (below);
+//   - a verified frame whose sequence is not above the last one it accepted from that sender
+//     (replay): a captured frame sent again;
+//   - a verified frame whose sequence lies further than Config.ReplayWindow (--ha-replay-window,
+//     10 s) from its own wall clock (stale): a capture replayed later to a receiver that never
+//     heard it (a new pod, a restarted process: the Replay state is per process).
+//
+// The sequence is the sender's wall clock in microseconds, and at least one more than the last
+// (Sequencer): it stays increasing when the clock stands or steps back, and a process restarted
+// in the same pod (same net1 MAC, the same sender to the others) starts above what it sent before,
+// from its wall clock. The receiver keeps the last sequence of each verified sender only, at most
+// 32 (the oldest goes first), so a forger cannot fill it. The Machine keeps its monotonic clock;
+// the runner passes the wall time to the Guard for this check alone.
+//
+// Why 10 s: the window must exceed the clock skew between nodes, or a live active's adverts are
+// refused as stale by its standbys, which then claim: two holders for as long as the clocks
+// disagree. Nodes kept by NTP or chrony agree within milliseconds; a node without any time
+// service drifts by tens of parts per million, seconds a day; Kubernetes needs synchronised
+// clocks anyway (certificates, tokens). The window is also how long a replay can mislead a
+// receiver that never heard the sender: the captured adverts of a dead active, replayed in order,
+// keep such a receiver waiting until the last of them is older than the window, so they can
+// delay its takeover by the window plus one dead interval, once per new receiver (a receiver that
+// heard the sender refuses them all as replays). A replayed resignation can likewise make such a
+// receiver claim once, one takeover more: the overlap bound covers it. 10 s keeps both small next
+// to the minutes a pod replacement takes, and tolerates a skew a thousand times larger than NTP
+// leaves; refused frames say "stale" in the log and the metric, so a bad clock shows.
+//
+// # Upgrade from unauthenticated replicas
+//
+// lbpod before wire version 2 sends version 1 and does not read version 2 (its socket filter drops
+// it). A rolling update (maxSurge 1, maxUnavailable 0) runs old and new pods side by side. A new
+// replica therefore accepts version-1 frames only while legacyOpen: it has heard no authenticated
+// advert of its group (once it has, a replica with the key is there, and version 1 can only be an
+// old replica's or forged), it has never been active (a forged resignation or newer term must not
+// make an active let go), and it started less than Config.LegacyWindow ago (--ha-legacy-window,
+// 2 minutes; 0: never). So the new pod defers to the old active, and at its resignation takes
+// over: after its skew and half an interval (legacyDelay), so that an old standby, which cannot
+// hear the new replica, claims first if there is one, and the new one defers to it; and within the
+// interval the resigning old active keeps the addresses for a successor, so nothing is left
+// unheld. The old active cannot read the new one's adverts, so it keeps the addresses until that
+// interval ends (20 to 50 ms beside the new holder, make before break) instead of one delivery.
+// Afterwards the new replica refuses version 1 (counted unauthenticated). TestUpgradeFromUnauthenticated
+// and TestUpgradeOldStandby check both orders of a rollout. Why 2 minutes: a rollout of 2 to 5 lb
+// pods replaces one pod at a time, each in seconds when the image is cached; 2 minutes covers a
+// slow pull and leaves the first new pod time to see the last old one go.
+//
+// What remains, precisely:
+//   - Within a new replica's legacy window, before it hears its first authenticated advert and
+//     before it is first active, a forger on the L2 is as good as an old replica: version-1 adverts
+//     keep it waiting, a version-1 resignation makes it claim (after its skew and half an
+//     interval). In a group with a live active that is one extra takeover at most (the first
+//     authenticated advert, within an interval of the start, closes the window), though a forged
+//     term it learnt then can push the group's term to MaxTerm, where it saturates and conflicts
+//     are settled by priority and ID alone. In a brand-new
+//     group (all replicas new, no active yet) it can delay the first claim by at most the window,
+//     plus one dead interval of the longest accepted interval (3 × 2 s, and the slack): the model
+//     test's liveness bound with the window open. --ha-legacy-window=0 removes it where no old
+//     replica can exist (a fresh claim).
+//   - A rollout slower than the window: an old replica still there when the window ends is not
+//     heard any more; if it is the active, the new replica claims, and the old one, which cannot
+//     read version 2, keeps the addresses too until the rollout removes it.
+//   - Replicas with different keys (the Secret rotated under running pods: each process reads its
+//     key once, at start) refuse each other (auth) and each elects its own active: the operator
+//     must roll the lb pods when it rotates the key, as a new claim does.
+//   - Whoever holds the key (the Service's lb pods, whoever can read the Secret) can forge, and
+//     anyone on the L2 can still answer ARP for the address or drop the adverts: the key protects
+//     the election, not the L2.
 //
 // # Safety
 //
