@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -265,10 +266,11 @@ type probeLoop struct {
 	mu   sync.Mutex
 	// ok counts the answers by replica; failed the probes without one; last and outage the
 	// time of the last answer and the longest time between two.
-	ok     map[string]int
-	failed int
-	last   time.Time
-	outage time.Duration
+	ok       map[string]int
+	failed   int
+	last     time.Time
+	outage   time.Duration
+	outageAt time.Time // when the longest time between two answers ended
 }
 
 func startProbeLoop(t *testing.T, ns, flushDev string) *probeLoop {
@@ -333,8 +335,8 @@ func startProbeLoop(t *testing.T, ns, flushDev string) *probeLoop {
 			if from == "" {
 				p.failed++
 			} else {
-				if !p.last.IsZero() {
-					p.outage = max(p.outage, now.Sub(p.last))
+				if gap := now.Sub(p.last); !p.last.IsZero() && gap > p.outage {
+					p.outage, p.outageAt = gap, now
 				}
 				p.ok[from]++
 				p.last = now
@@ -372,4 +374,67 @@ func (p *probeLoop) result() (fromA, failed, others int, outage time.Duration) {
 		}
 	}
 	return p.ok["a"], p.failed, others, p.outage
+}
+
+// TestHALBPodUpgrade: the rolling update from lb pods without a key. a runs lbpod without
+// --ha-key-file (wire version 1 only, as lbpod before version 2: its socket filter drops version 2)
+// and holds the address; b starts with the key. b stays a standby for as long as a advertises,
+// takes over when a is stopped (SIGTERM: a resigns), with no failed probe and the ARP for the
+// address from a, then from b only; then a version-1 advert from the client namespace is refused
+// by b (it has been active) and changes nothing.
+func TestHALBPodUpgrade(t *testing.T) {
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	keyFile := writeHAKey(t)
+	tp := newHATopology(t)
+	tp.addClusterSide()
+	capture := startARPCapture(t, tp.client, "c0")
+	start := func(r string, extra ...string) *haReplica {
+		args := []string{lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB + "/16", "--gateways", gatewayV4, "--subnets", subnetV4,
+			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String()}
+		return tp.startProcess(r, append(args, extra...)...)
+	}
+	a := start("a")
+	waitFor(t, 10*time.Second, "the old replica a becomes active", func() bool { return a.role() == "active" && tp.holds("a") })
+	if !strings.Contains(a.logs.String(), "adverts are not authenticated") {
+		t.Errorf("a without a key does not warn that its adverts are not authenticated:\n%s", a.logs.String())
+	}
+	b := start("b", "--ha-key-file", keyFile)
+	waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
+	probe := startProbeLoop(t, tp.client, "c0")
+	// Two seconds behind the old active: twenty dead intervals.
+	waitFor(t, 5*time.Second, "100 answers from a", func() bool { return probe.okFrom("a") >= 100 })
+	if b.role() != "standby" || !tp.holds("a") || tp.holds("b") {
+		t.Fatalf("behind the old active: b %s, a holds %t, b holds %t; want b a standby, a alone holding", b.role(), tp.holds("a"), tp.holds("b"))
+	}
+	stopped := time.Now()
+	_ = a.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "b active and holding", func() bool { return b.role() == "active" && tp.holds("b") })
+	select {
+	case <-a.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a did not exit within 5 s of SIGTERM")
+	}
+	n := probe.okFrom("b")
+	waitFor(t, 5*time.Second, "25 answers from b", func() bool { return probe.okFrom("b") >= n+25 })
+	before := tp.rejected("b")[ha.RefusedUnauthenticated]
+	forger := openForger(t, tp.client)
+	group := ha.GroupOf([]netip.Addr{netip.MustParseAddr(haLB)})
+	forger.send(t, ha.Advert{Group: group, Term: 7, Priority: 255, Sender: ha.ID{0x02, 0xba, 0xd0, 0, 0, 1}, Resigning: false, Interval: haInterval}.Marshal())
+	waitFor(t, 5*time.Second, "b refuses the version-1 advert", func() bool { return tp.rejected("b")[ha.RefusedUnauthenticated] == before+1 })
+	n = probe.okFrom("b")
+	waitFor(t, 5*time.Second, "25 more answers from b", func() bool { return probe.okFrom("b") >= n+25 })
+	probe.close()
+	capture.close()
+	fromA, failed, fromB, outage := probe.result()
+	t.Logf("figure: ha_upgrade_outage_ms=%d (the longest time between two answers, ending %s after the SIGTERM; probes every 20 ms with the neighbour entry flushed; %d answered by a, %d by b, %d failed)",
+		outage.Milliseconds(), probe.outageAt.Sub(stopped).Round(time.Millisecond), fromA, fromB, failed)
+	if failed != 0 {
+		t.Errorf("%d probes failed during the upgrade, want 0", failed)
+	}
+	if b.role() != "active" || tp.holds("a") {
+		t.Errorf("afterwards b %s, a holds %t; want b active alone", b.role(), tp.holds("a"))
+	}
+	checkOneMAC(t, capture.packets(), tp.mac("a"), tp.mac("b"))
 }
