@@ -50,10 +50,7 @@ func TestHALBPodForgedFrames(t *testing.T) {
 	tp.addClusterSide()
 	client2 := tp.addClient("172.18.0.101")
 	start := func(r string) *haReplica {
-		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-			"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4,
-			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String(),
-			"--ha-key-file", keyFile, "--ha-replay-window", haReplayWindow.String())
+		return tp.startReplicaLBPod(r, svc, "--ha-key-file", keyFile, "--ha-replay-window", haReplayWindow.String())
 	}
 	a := start("a")
 	waitFor(t, 10*time.Second, "a becomes active", func() bool { return a.role() == "active" && tp.holds("a") })
@@ -146,11 +143,17 @@ func TestHALBPodAuthenticatedFailover(t *testing.T) {
 	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
 	keyFile := writeHAKey(t)
 	runHAFailover(t, "ha_lbpod_auth_outage", (*haTopology).addClusterSide, func(tp *haTopology, r string) *haReplica {
-		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-			"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4,
-			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String(),
-			"--ha-key-file", keyFile)
+		return tp.startReplicaLBPod(r, svc, "--ha-key-file", keyFile)
 	})
+}
+
+// startReplicaLBPod runs lbpod as replica r of two for the Service in svc (UDP, haLB), with the
+// test interval and lease and the extra flags.
+func (tp *haTopology) startReplicaLBPod(r, svc string, extra ...string) *haReplica {
+	args := []string{lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+		"--addresses", haLB + "/16", "--gateways", gatewayV4, "--subnets", subnetV4,
+		"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String()}
+	return tp.startProcess(r, append(args, extra...)...)
 }
 
 // writeHAKey writes a key file as the operator's Secret holds it: 32 random bytes.
@@ -389,18 +392,12 @@ func TestHALBPodUpgrade(t *testing.T) {
 	tp := newHATopology(t)
 	tp.addClusterSide()
 	capture := startARPCapture(t, tp.client, "c0")
-	start := func(r string, extra ...string) *haReplica {
-		args := []string{lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-			"--addresses", haLB + "/16", "--gateways", gatewayV4, "--subnets", subnetV4,
-			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String()}
-		return tp.startProcess(r, append(args, extra...)...)
-	}
-	a := start("a")
+	a := tp.startReplicaLBPod("a", svc)
 	waitFor(t, 10*time.Second, "the old replica a becomes active", func() bool { return a.role() == "active" && tp.holds("a") })
 	if !strings.Contains(a.logs.String(), "adverts are not authenticated") {
 		t.Errorf("a without a key does not warn that its adverts are not authenticated:\n%s", a.logs.String())
 	}
-	b := start("b", "--ha-key-file", keyFile)
+	b := tp.startReplicaLBPod("b", svc, "--ha-key-file", keyFile)
 	waitFor(t, 10*time.Second, "b starts as standby", func() bool { return b.role() == "standby" })
 	probe := startProbeLoop(t, tp.client, "c0")
 	// Two seconds behind the old active: twenty dead intervals.
