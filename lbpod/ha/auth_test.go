@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/hex"
 	"testing"
@@ -232,4 +233,30 @@ func TestLegacyHandOver(t *testing.T) {
 	if out = m.Handle(recv(3120, from(idB, 4))); out.Refused != RefusedUnauthenticated {
 		t.Fatalf("a version-1 advert once active: %+v, want refused", out)
 	}
+}
+
+// FuzzParseFrame: any bytes either parse or are refused as not an advert; a version-2 frame
+// verifies exactly when it is what the key seals for its fields and sequence (the tag covers every
+// byte before it, the reserved byte and unknown flags included).
+func FuzzParseFrame(f *testing.F) {
+	key := mustKey(f, testSecret)
+	f.Add(key.Seal(from(idB, 3), 42))
+	f.Add(from(idB, 3).Marshal())
+	f.Add([]byte("LBHA\x02"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fr, err := ParseFrame(b)
+		if err != nil {
+			return
+		}
+		if fr.Version != 2 {
+			if key.verify(&fr) {
+				t.Fatal("a version-1 frame verified")
+			}
+			return
+		}
+		resealed := key.Seal(fr.Advert, fr.Seq)
+		if key.verify(&fr) != bytes.Equal(resealed, b[:sealedLen]) {
+			t.Fatalf("verify %t for %x, resealed %x", key.verify(&fr), b[:sealedLen], resealed)
+		}
+	})
 }
