@@ -229,7 +229,7 @@ func (m *Machine) legacyOpen(now time.Duration) bool {
 
 // legacyDelay is what a standby adds to its wait when the advert that set it was accepted
 // unauthenticated (legacy): half an interval, more than any skew of the same interval (at most
-// a quarter interval for priority 0 and a slot of 7/40). During an upgrade an old replica cannot
+// 0.425 of it: a quarter for priority 0, 7/40 for the last slot). During an upgrade an old replica cannot
 // read our adverts: were we to claim first after the old active resigned or went silent, an old
 // standby would claim too, never hear us, and both would hold. With the delay the old standby
 // claims first, and we defer to its adverts. It stays below the one interval a resigning old

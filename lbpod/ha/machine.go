@@ -447,10 +447,11 @@ func (m *Machine) skew() time.Duration {
 // is not: unauthenticated where authentication is required and the legacy window is closed, or
 // one that no replica of this Service can send. Without authentication, an advert that is
 // plausible (a resignation, or a newer term with a sane interval, from a made-up sender) is
-// obeyed like a real one; with it, a forger cannot make one (Guard). With terms at most MaxTerm and intervals at most MaxPeerInterval (≤ MaxInterval), nothing an
-// accepted advert carries can make the machine's arithmetic overflow: terms only grow through
-// nextTerm, and the longest duration added to a clock reading is DeadAdverts × MaxInterval plus
-// MaxSlack and a skew.
+// obeyed like a real one; with it, a forger cannot make one (Guard). With terms at most MaxTerm
+// and intervals at most MaxPeerInterval (≤ MaxInterval), nothing an accepted advert carries can
+// make the machine's arithmetic overflow: terms only grow through nextTerm, and the longest
+// duration added to a clock reading is DeadAdverts × MaxInterval plus MaxSlack, a skew and the
+// legacy delay.
 func (m *Machine) refuse(ev Event) string {
 	a := ev.Advert
 	switch {
@@ -652,7 +653,7 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 		if a.Resigning {
 			// A planned move: claim after the skew only, not the dead interval, counted from the
 			// first resignation. The resigning replica repeats it every quarter interval; a skew
-			// longer than that (up to a third of an interval) pushed back by every repeat would
+			// longer than that (up to 0.425 of an interval) pushed back by every repeat would
 			// claim only after the resigning replica let go, leaving nobody in between.
 			if !repeated {
 				m.deadline = now + m.skew() + m.legacyDelay(legacy)
