@@ -118,8 +118,9 @@
 // interval the resigning old active keeps the addresses for a successor, so nothing is left
 // unheld. The old active cannot read the new one's adverts, so it keeps the addresses until that
 // interval ends (20 to 50 ms beside the new holder, make before break) instead of one delivery.
-// Afterwards the new replica refuses version 1 (counted unauthenticated). TestUpgradeFromUnauthenticated
-// and TestUpgradeOldStandby check both orders of a rollout. Why 2 minutes: a rollout of 2 to 5 lb
+// Afterwards the new replica refuses version 1 (counted unauthenticated).
+// TestUpgradeFromUnauthenticated and TestUpgradeOldStandby check both orders of a rollout, and
+// test/dataplane's TestHALBPodUpgrade the real binaries. Why 2 minutes: a rollout of 2 to 5 lb
 // pods replaces one pod at a time, each in seconds when the image is cached; 2 minutes covers a
 // slow pull and leaves the first new pod time to see the last old one go.
 //
@@ -130,11 +131,11 @@
 //     interval). In a group with a live active that is one extra takeover at most (the first
 //     authenticated advert, within an interval of the start, closes the window), though a forged
 //     term it learnt then can push the group's term to MaxTerm, where it saturates and conflicts
-//     are settled by priority and ID alone. In a brand-new
-//     group (all replicas new, no active yet) it can delay the first claim by at most the window,
-//     plus one dead interval of the longest accepted interval (3 × 2 s, and the slack): the model
-//     test's liveness bound with the window open. --ha-legacy-window=0 removes it where no old
-//     replica can exist (a fresh claim).
+//     are settled by priority and ID alone. In a brand-new group (all replicas new, no active
+//     yet) it can delay the first claim by at most the window, plus one dead interval of the
+//     longest accepted interval (3 × 2 s, and the slack): the model test's liveness bound with
+//     the window open. --ha-legacy-window=0 removes it where no old replica can exist (a fresh
+//     claim).
 //   - A rollout slower than the window: an old replica still there when the window ends is not
 //     heard any more; if it is the active, the new replica claims, and the old one, which cannot
 //     read version 2, keeps the addresses too until the rollout removes it.
