@@ -65,8 +65,6 @@ func openUnderlayWire(netns string) (*underlayWire, error) {
 	return w, nil
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
-
 func (w *underlayWire) close() { _ = unix.Close(w.fd) }
 
 // capture returns the payload of the first advert of group heard within timeout.
