@@ -42,7 +42,9 @@ func TestSquattersDelayNoClaimant(t *testing.T) {
 
 	teamB := "e2e-team-b-" + id
 	g.Expect(k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamB}})).To(Succeed())
-	t.Cleanup(func() { _ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamB}}) })
+	t.Cleanup(func() {
+		_ = k8s.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: teamB}})
+	})
 	forged := func(extra map[string]string) map[string]string {
 		l := map[string]string{
 			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
