@@ -401,6 +401,12 @@ func (r *ServiceReconciler) claim(ctx context.Context, svc *corev1.Service, plan
 func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, plan decide.Plan) error {
 	r.Book.SetWaiting(client.ObjectKeyFromObject(svc), plan.Refusal != nil)
 	r.haKeys.forget(svc.UID)
+	// Objects left in a previous lb pod namespace first: there they have no owner reference, so
+	// only we can delete them (their pods are then waited for by the drain, as any holder).
+	if _, err := r.removeStray(ctx, svc); err != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonCleanupFailed, actionCleanup, "%s", decide.BoundedMessage(err.Error()))
+		return err
+	}
 	if err := r.deleteObjects(ctx, svc); err != nil {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonCleanupFailed, actionCleanup, "%s", decide.BoundedMessage(err.Error()))
 		return err
