@@ -301,7 +301,7 @@ func (b *AddressBook) OwnedBy(uid types.UID) []decide.OwnedIP {
 	var out []decide.OwnedIP
 	for name := range b.byOwner[string(uid)] {
 		r := b.ips[name]
-		out = append(out, decide.OwnedIP{Name: name, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
+		out = append(out, decide.OwnedIP{Name: name, UID: r.uid, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
 	return out

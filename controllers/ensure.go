@@ -50,6 +50,10 @@ func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Servi
 		}
 		return nil
 	})
+	// The key first: the lb pods cannot start without it (the kubelet waits for the Secret).
+	if err := r.ensureHAKey(ctx, svc, objects.HAKeySecret, confirm); err != nil {
+		return nil, "", err
+	}
 	for _, stage := range objects.Stages() {
 		jobs := make([]ensureJob, len(stage))
 		for i, o := range stage {

@@ -98,6 +98,8 @@ type ServiceReconciler struct {
 	// specs remembers which live Deployment specs match which desired ones: the cache holds
 	// Deployments without their template (TrimForCache).
 	specs *specDigests
+	// haKeys remembers the election key Secrets created (ensureHAKey).
+	haKeys *haKeys
 }
 
 // indexServiceUID: the Service UID label of our Deployments, ServiceAccounts and pods, so that a
@@ -137,6 +139,9 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	if r.specs == nil {
 		r.specs = newSpecDigests()
+	}
+	if r.haKeys == nil {
+		r.haKeys = newHAKeys()
 	}
 	notOwn := builder.WithPredicates(r.own.notOwn())
 	servicesOf := func(providerOf func(client.Object) string) handler.MapFunc {
@@ -330,7 +335,7 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 	}
 	var objects lbobjects.Set
 	if !plan.HoldObjects {
-		if objects, err = plan.Objects(addrs); err != nil {
+		if objects, err = plan.Objects(addrs, r.Book.OwnedBy(svc.UID)); err != nil {
 			return err
 		}
 	}
@@ -395,6 +400,13 @@ func (r *ServiceReconciler) claim(ctx context.Context, svc *corev1.Service, plan
 // refusal the Service keeps our finalizer and shows the reason; without one it is let go.
 func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, plan decide.Plan) error {
 	r.Book.SetWaiting(client.ObjectKeyFromObject(svc), plan.Refusal != nil)
+	r.haKeys.forget(svc.UID)
+	// Objects left in a previous lb pod namespace first: there they have no owner reference, so
+	// only we can delete them (their pods are then waited for by the drain, as any holder).
+	if _, err := r.removeStray(ctx, svc); err != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonCleanupFailed, actionCleanup, "%s", decide.BoundedMessage(err.Error()))
+		return err
+	}
 	if err := r.deleteObjects(ctx, svc); err != nil {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonCleanupFailed, actionCleanup, "%s", decide.BoundedMessage(err.Error()))
 		return err

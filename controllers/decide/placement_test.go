@@ -141,7 +141,7 @@ func TestDecideServicePlacement(t *testing.T) {
 	if !reflect.DeepEqual(p.LBPod.NodeSelector, vlanSelector()) || p.LBPod.NodeSelector == sn.Spec.NodeSelector {
 		t.Fatalf("lb pod node selector %+v (a copy of the Subnet's)", p.LBPod.NodeSelector)
 	}
-	set, err := p.Objects(nil)
+	set, err := p.Objects(nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

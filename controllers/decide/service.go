@@ -8,6 +8,7 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -27,6 +28,7 @@ import (
 // OwnedIP is an IP object owned by the Service (by UID), as the address book mirrors it.
 type OwnedIP struct {
 	Name     string
+	UID      types.UID
 	Addr     netip.Addr
 	Subnet   string
 	Draining bool
@@ -131,11 +133,19 @@ func ObjectConflict(what string) *Refusal {
 }
 
 // Objects builds every per-Service object of a served Service once its addresses are known (the
-// kept and the claimed ones), each with its Subnet's CIDR and gateway of the same family.
-func (p Plan) Objects(addrs []netip.Addr) (lbobjects.Set, error) {
+// kept and the claimed ones), each with its Subnet's CIDR and gateway of the same family; owned
+// is what the address book holds for the Service after the claims, which names the claim's IP
+// objects (the election key belongs to them).
+func (p Plan) Objects(addrs []netip.Addr, owned []OwnedIP) (lbobjects.Set, error) {
 	params := p.LBPod
 	params.Addresses = ipam.SortIPv4First(addrs)
 	params.CIDRs, params.Gateways = FamilyParams(params.Addresses, p.SubnetConfig)
+	params.Claim = nil
+	for _, o := range owned {
+		if !o.Draining && slices.Contains(addrs, o.Addr) {
+			params.Claim = append(params.Claim, lbobjects.IPRef{Name: o.Name, UID: o.UID})
+		}
+	}
 	return lbobjects.Build(params)
 }
 

@@ -326,9 +326,28 @@ func TestDecideServiceLBPod(t *testing.T) {
 			if !reflect.DeepEqual(p.LBPod, want) || p.ReplicasWarning != tc.wantWarning {
 				t.Fatalf("lb pod params:\n got %+v %q\nwant %+v %q", p.LBPod, p.ReplicasWarning, want, tc.wantWarning)
 			}
-			set, err := p.Objects([]netip.Addr{netip.MustParseAddr("fd00::7"), netip.MustParseAddr("10.1.0.7")})
+			// What the address book holds after the claims: both addresses, and an older one
+			// still draining, which is not part of the claim the key belongs to.
+			owned := []OwnedIP{
+				{Name: "10.1.0.5", UID: "ip-old", Addr: netip.MustParseAddr("10.1.0.5"), Subnet: "dual", Draining: true},
+				{Name: "10.1.0.7", UID: "ip-v4", Addr: netip.MustParseAddr("10.1.0.7"), Subnet: "dual"},
+				{Name: "fd00--7", UID: "ip-v6", Addr: netip.MustParseAddr("fd00::7"), Subnet: "dual"},
+			}
+			set, err := p.Objects([]netip.Addr{netip.MustParseAddr("fd00::7"), netip.MustParseAddr("10.1.0.7")}, owned)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if tc.wantReplicas > 1 {
+				wantOwners := []string{"ip-v4", "ip-v6"}
+				var got []string
+				for _, o := range set.HAKeySecret.OwnerReferences {
+					got = append(got, string(o.UID))
+				}
+				if !reflect.DeepEqual(got, wantOwners) {
+					t.Errorf("key Secret owned by %v, want the claim's IP objects %v", got, wantOwners)
+				}
+			} else if set.HAKeySecret != nil {
+				t.Errorf("one lb pod: key Secret %s, want none", set.HAKeySecret.Name)
 			}
 			env := map[string]string{}
 			for _, e := range set.Deployment.Spec.Template.Spec.Containers[0].Env {

@@ -3,6 +3,7 @@ package lbobjects
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -72,6 +73,10 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 		env = append(env, corev1.EnvVar{Name: lbv1.EnvRules, Value: p.Rules})
 	}
 	mounts := []corev1.VolumeMount{{Name: runVolumeName, MountPath: runMountPath}}
+	volumes := []corev1.Volume{{Name: runVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	// The election key, for the main container only (init does not elect).
+	keyVolumes, keyMounts, keyArgs := p.haKeyVolumes()
+	volumes = append(volumes, keyVolumes...)
 	resources := corev1.ResourceRequirements{
 		Requests: corev1.ResourceList{
 			corev1.ResourceCPU:    resource.MustParse("10m"),
@@ -131,15 +136,16 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 						Name:            mainContainer,
 						Image:           p.Image,
 						Command:         []string{lbpodBinary},
+						Args:            keyArgs,
 						Env:             env,
-						VolumeMounts:    mounts,
+						VolumeMounts:    append(slices.Clip(mounts), keyMounts...),
 						Resources:       resources,
 						SecurityContext: containerSecurityContext(),
 						ReadinessProbe:  probe("/readyz", 1, 2, 3),
 						LivenessProbe:   probe("/healthz", 10, 5, 6),
 					}},
 					// iptables takes its lock file under /run, and the root filesystem is read-only.
-					Volumes: []corev1.Volume{{Name: runVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}},
+					Volumes: volumes,
 				},
 			},
 		},

@@ -104,6 +104,9 @@ type Params struct {
 	// NodeSelector is the Subnet's spec.nodeSelector: the lb pods run only on the nodes it
 	// matches (a required node affinity, see NodeAffinity). nil: anywhere.
 	NodeSelector *metav1.LabelSelector
+	// Claim names the IP objects of the addresses (any order): the election key belongs to the
+	// claim (BuildHAKeySecret). Empty: no key.
+	Claim []IPRef
 }
 
 // LBReplicas is p.Replicas with 0 read as 1.

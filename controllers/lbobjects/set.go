@@ -17,6 +17,9 @@ type Set struct {
 	Lease               *coordinationv1.Lease
 	Deployment          *appsv1.Deployment
 	PodDisruptionBudget *policyv1.PodDisruptionBudget
+	// HAKeySecret is the election key's Secret, nil without standbys. Created once, never
+	// compared or updated (see BuildHAKeySecret); not in Stages.
+	HAKeySecret *corev1.Secret
 }
 
 // Build builds the whole Set of p.
@@ -26,7 +29,8 @@ func Build(p Params) (Set, error) {
 		return Set{}, err
 	}
 	return Set{ServiceAccount: BuildServiceAccount(p), Role: BuildRole(p), RoleBinding: BuildRoleBinding(p),
-		Lease: BuildLease(p), Deployment: deploy, PodDisruptionBudget: BuildPodDisruptionBudget(p)}, nil
+		Lease: BuildLease(p), Deployment: deploy, PodDisruptionBudget: BuildPodDisruptionBudget(p),
+		HAKeySecret: BuildHAKeySecret(p)}, nil
 }
 
 // Stages orders the Set for writing: each stage's objects may be written in parallel, a stage

@@ -51,7 +51,7 @@ func nftPorts(pod *corev1.Pod) (exists bool, ports []uint16, err error) {
 func dialFromClient(addr string) error {
 	errc := make(chan error, 1)
 	go func() {
-		if err := enterClientNetns(); err != nil {
+		if err := enterNetns(clientNetns); err != nil {
 			errc <- fmt.Errorf("enter netns %s: %w", clientNetns, err)
 			return
 		}

@@ -41,11 +41,18 @@ type tcpProber struct {
 
 func startTCPProber(t *testing.T, addr string) *tcpProber {
 	t.Helper()
+	return startTCPProberIn(t, clientNetns, addr, nil)
+}
+
+// startTCPProberIn is startTCPProber from the network namespace netns, calling before (when not
+// nil) on the prober's thread before each probe: a client that forgets its neighbour entry.
+func startTCPProberIn(t *testing.T, netns, addr string, before func() error) *tcpProber {
+	t.Helper()
 	p := &tcpProber{stop: make(chan struct{}), done: make(chan struct{})}
 	ready := make(chan error, 1)
 	go func() {
 		defer close(p.done)
-		err := enterClientNetns()
+		err := enterNetns(netns)
 		ready <- err
 		if err != nil {
 			return
@@ -54,7 +61,13 @@ func startTCPProber(t *testing.T, addr string) *tcpProber {
 		defer tick.Stop()
 		for {
 			at := time.Now()
-			err := httpOnce(addr)
+			var err error
+			if before != nil {
+				err = before()
+			}
+			if err == nil {
+				err = httpOnce(addr)
+			}
 			p.mu.Lock()
 			pr := probe{at: at, ok: err == nil}
 			if err != nil {
@@ -70,18 +83,18 @@ func startTCPProber(t *testing.T, addr string) *tcpProber {
 		}
 	}()
 	if err := <-ready; err != nil {
-		t.Fatalf("enter netns %s: %v", clientNetns, err)
+		t.Fatalf("enter netns %s: %v", netns, err)
 	}
 	t.Cleanup(p.Stop)
 	return p
 }
 
-// enterClientNetns locks the calling goroutine to its thread and moves the thread into the client
+// enterNetns locks the calling goroutine to its thread and moves the thread into the named
 // network namespace. The thread never leaves it: it is not unlocked, so Go discards it when the
 // goroutine ends.
-func enterClientNetns() error {
+func enterNetns(netns string) error {
 	runtime.LockOSThread()
-	f, err := os.Open("/run/netns/" + clientNetns)
+	f, err := os.Open("/run/netns/" + netns)
 	if err != nil {
 		return err
 	}

@@ -682,6 +682,50 @@ func TestDrainWaitsForLBPodLeftInPreviousLBPodNamespace(t *testing.T) {
 	g.Expect(ignoredNotes(t, ip.UID)).To(BeEmpty())
 }
 
+// --lb-pod-namespace changed while no operator ran, and the Service stopped being ours meanwhile
+// (type ClusterIP): the first pass of the new operator is a teardown, which must delete the
+// Deployment and ServiceAccount left in the previous lb pod namespace too (they carry no owner
+// reference there, so no garbage collector ever would, and the Deployment's pods would hold the
+// address for ever).
+func TestTeardownRemovesObjectsInPreviousLBPodNamespace(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	system := newNamespace(t)
+	restartWithLBPodNamespace(t, system)
+
+	f := newFixture(t)
+	addr := f.ip("91")
+	web := lbService(f.ns, "web", f.provider, addr)
+	create(t, web)
+	waitAddress(t, f.ns, "web", addr)
+	key := client.ObjectKey{Namespace: system, Name: lbobjects.ObjectNameIn(system, f.ns, "web")}
+	g.Eventually(func() error { return k8s.Get(ctx, key, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	g.Eventually(func() error { return k8s.Get(ctx, key, &corev1.ServiceAccount{}) }, timeout, interval).Should(Succeed())
+	// Its lb pod runs and is recorded as a holder: what makes that namespace provably ours once
+	// it is no longer the lb pod namespace (decide.StrayOurs).
+	pod := lbPodObjectIn(t, system, web, "lb-web-old", addr, "")
+	g.Eventually(func(g Gomega) {
+		g.Expect(getIP(g, addr).Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: system + "/lb-web-old"}}))
+	}, timeout, interval).Should(Succeed())
+
+	stopOperator()
+	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) {
+		s.Spec.Type = corev1.ServiceTypeClusterIP
+		s.Spec.LoadBalancerIP = ""
+	})
+	startOperator(true)
+	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}} {
+		g.Eventually(func() bool {
+			return apierrors.IsNotFound(k8s.Get(ctx, key, o))
+		}, timeout, interval).Should(BeTrue(), "%T %s left in the previous lb pod namespace", o, key)
+	}
+	// Its pod (no kubelet or garbage collector here to end it) is what the drain waits for.
+	forceDelete(t, pod)
+	g.Eventually(func() bool {
+		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: addr}, &lbv1.IP{}))
+	}, timeout, interval).Should(BeTrue(), "%s released", addr)
+}
+
 // ignoredNotes are the notes of the ForeignHolderIgnored Warning Events about the IP object
 // with uid (Events about a cluster-scoped object live in "default").
 func ignoredNotes(t *testing.T, uid types.UID) []string {
