@@ -453,6 +453,21 @@ func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (de
 		}
 		in.Nodes = nodes.Items
 	}
+	// Its lb Deployment and pods, for LegacyPeers (from the cache: metadata and labels only).
+	deploy := &appsv1.Deployment{}
+	key := types.NamespacedName{Namespace: lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace),
+		Name: lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}
+	switch err := r.Client.Get(ctx, key, deploy); {
+	case err == nil:
+		in.LBDeployment = deploy
+	case !apierrors.IsNotFound(err):
+		return in, fmt.Errorf("get deployment %s: %w", key, err)
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
+		return in, fmt.Errorf("list lb pods: %w", err)
+	}
+	in.LBPods = pods.Items
 	if c := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressAllocated); c != nil && c.Reason == decide.ReasonObjectConflict {
 		// Only after a conflict was seen: is the foreign object still there? (uncached read)
 		foreign, err := r.foreignObject(ctx, svc)

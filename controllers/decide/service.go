@@ -52,6 +52,11 @@ type ServiceInputs struct {
 	// Nodes are the cluster's Nodes (trimmed to labels, taints, unschedulable and Ready), read
 	// only when a Subnet of the Service's provider has a nodeSelector.
 	Nodes []corev1.Node
+	// LBDeployment is the Service's lb Deployment as the cache has it (nil: none yet), and LBPods
+	// the pods carrying its UID label: whether lb pods from before authenticated adverts may still
+	// run (LegacyPeers).
+	LBDeployment *appsv1.Deployment
+	LBPods       []corev1.Pod
 	// LBPod holds the operator-wide lb pod settings (--lb-svc-image, --forwarding-sysctls,
 	// --lb-pod-namespace, --lb-ha-interval, --lb-rules, and --lb-replicas as Replicas); the
 	// Service's own fields are filled in by DecideService.
@@ -311,6 +316,7 @@ func lbPodParams(in ServiceInputs, p Plan) (lbobjects.Params, string) {
 	svc := in.Service
 	lp.ServiceName, lp.ServiceNamespace, lp.ServiceUID = svc.Name, svc.Namespace, svc.UID
 	lp.Provider, lp.NADName, lp.NADNamespace, lp.SubnetName = p.Provider, p.NADName, p.NADNamespace, p.Subnet
+	lp.HALegacyPeers = LegacyPeers(in.LBDeployment, in.LBPods, lbobjects.PodNamespace(lp.PodNamespace, svc.Namespace))
 	def := max(in.LBPod.Replicas, 1)
 	n, err := lbobjects.ParseReplicas(svc.Annotations, def)
 	if err != nil {

@@ -3,6 +3,7 @@ package lbobjects
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 
@@ -103,6 +104,12 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 	}
 	meta := p.objectMeta(p.podNamespace())
 	meta.Labels = podLabels
+	if p.HALegacyPeers && p.haKeyed() {
+		meta.Annotations[HALegacyPeersAnnotation] = "true"
+	}
+	// Only on the pods (the Deployment's own labels name what it is, not its pods' wire).
+	templateLabels := maps.Clone(podLabels)
+	templateLabels[HAWireLabel] = HAWireVersion
 	d := &appsv1.Deployment{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: meta,
@@ -111,7 +118,7 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 			Strategy: p.strategy(),
 			Selector: &metav1.LabelSelector{MatchLabels: p.selectorLabels()},
 			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: podLabels, Annotations: podAnnotations},
+				ObjectMeta: metav1.ObjectMeta{Labels: templateLabels, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{
 					ServiceAccountName:            p.name(),
 					AutomountServiceAccountToken:  ptr.To(true),

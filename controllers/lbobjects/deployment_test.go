@@ -1,6 +1,7 @@
 package lbobjects
 
 import (
+	"maps"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -74,8 +75,11 @@ func TestBuildDeploymentSeed(t *testing.T) {
 	if !reflect.DeepEqual(d.Spec.Template.Annotations, wantPodAnn) {
 		t.Errorf("pod annotations:\n got %v\nwant %v", d.Spec.Template.Annotations, wantPodAnn)
 	}
-	if !reflect.DeepEqual(d.Spec.Template.Labels, d.Labels) {
-		t.Errorf("pod labels %v", d.Spec.Template.Labels)
+	// The pods' labels are the Deployment's and the wire version of their adverts.
+	wantPodLabels := maps.Clone(d.Labels)
+	wantPodLabels["lbsvc.io/ha-wire"] = "2"
+	if !reflect.DeepEqual(d.Spec.Template.Labels, wantPodLabels) {
+		t.Errorf("pod labels %v, want %v", d.Spec.Template.Labels, wantPodLabels)
 	}
 	spec := d.Spec.Template.Spec
 	if spec.ServiceAccountName != "lb-svc-test-service" || !*spec.AutomountServiceAccountToken {

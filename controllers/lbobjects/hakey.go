@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"slices"
+	"time"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +27,22 @@ const (
 	HAKeyLen = 32
 	// HAKeyFileFlag is lbpod's flag naming the key file.
 	HAKeyFileFlag = "--ha-key-file"
+	// HALegacyWindowFlag is lbpod's flag for how long after its start a replica with the key still
+	// accepts the unauthenticated adverts of replicas from before authentication (lbpod/ha doc).
+	HALegacyWindowFlag = "--ha-legacy-window"
+	// HALegacyWindow is the window given while such replicas may still run: long enough for a
+	// Deployment's rollout to replace them (lbpod's own default, see lbpod/ha).
+	HALegacyWindow = 2 * time.Minute
+
+	// HAWireLabel, on every lb pod of this version, says that its lbpod seals its adverts (wire
+	// version 2). An lb pod of the Service without it is from before authentication: a legacy peer.
+	HAWireLabel = "lbsvc.io/ha-wire"
+	// HAWireVersion is HAWireLabel's value.
+	HAWireVersion = "2"
+	// HALegacyPeersAnnotation, on the lb Deployment, keeps the legacy window open for its pods from
+	// the pass that found legacy peers on: the decision may not flip back once they are gone, or the
+	// Deployment would roll a second time for nothing (see Params.HALegacyPeers).
+	HALegacyPeersAnnotation = "lbsvc.io/ha-legacy-peers"
 
 	haKeyVolume = "ha-key"
 	ipKind      = "IP"
@@ -90,7 +107,7 @@ func BuildHAKeySecret(p Params) *corev1.Secret {
 	}
 }
 
-// haKeyVolume mounts the key Secret read-only for the owner (lbpod runs as root with every
+// haKeyVolumes mounts the key Secret read-only for the owner (lbpod runs as root with every
 // capability but NET_ADMIN and NET_RAW dropped: the owner bits are what let it read).
 func (p Params) haKeyVolumes() ([]corev1.Volume, []corev1.VolumeMount, []string) {
 	if !p.haKeyed() {
@@ -100,5 +117,10 @@ func (p Params) haKeyVolumes() ([]corev1.Volume, []corev1.VolumeMount, []string)
 		SecretName: p.HAKeySecretName(), DefaultMode: ptr.To[int32](0o400), Optional: ptr.To(false),
 	}}}
 	m := corev1.VolumeMount{Name: haKeyVolume, MountPath: HAKeyDir, ReadOnly: true}
-	return []corev1.Volume{v}, []corev1.VolumeMount{m}, []string{HAKeyFileFlag + "=" + HAKeyDir + "/" + HAKeyFile}
+	window := time.Duration(0)
+	if p.HALegacyPeers {
+		window = HALegacyWindow
+	}
+	return []corev1.Volume{v}, []corev1.VolumeMount{m},
+		[]string{HAKeyFileFlag + "=" + HAKeyDir + "/" + HAKeyFile, HALegacyWindowFlag + "=" + window.String()}
 }

@@ -86,8 +86,13 @@ func TestDeploymentMountsHAKey(t *testing.T) {
 		t.Errorf("volumes %+v, want run and %+v", spec.Volumes, wantVol)
 	}
 	main := spec.Containers[0]
-	if want := []string{"--ha-key-file=/etc/lbsvc/ha/ha.key"}; !reflect.DeepEqual(main.Args, want) {
+	// A fresh claim: no legacy peers, so no legacy window (a forged unauthenticated advert is
+	// refused from the start), and no annotation.
+	if want := []string{"--ha-key-file=/etc/lbsvc/ha/ha.key", "--ha-legacy-window=0s"}; !reflect.DeepEqual(main.Args, want) {
 		t.Errorf("args %q, want %q", main.Args, want)
+	}
+	if _, ok := d.Annotations[HALegacyPeersAnnotation]; ok {
+		t.Errorf("annotations %v: no legacy peers", d.Annotations)
 	}
 	wantMount := corev1.VolumeMount{Name: "ha-key", MountPath: "/etc/lbsvc/ha", ReadOnly: true}
 	if len(main.VolumeMounts) != 2 || !reflect.DeepEqual(main.VolumeMounts[1], wantMount) {
@@ -105,5 +110,30 @@ func TestDeploymentMountsHAKey(t *testing.T) {
 	}
 	if spec := d.Spec.Template.Spec; len(spec.Volumes) != 1 || spec.Containers[0].Args != nil || len(spec.Containers[0].VolumeMounts) != 1 {
 		t.Errorf("one lb pod: volumes %+v args %q: want no key", spec.Volumes, spec.Containers[0].Args)
+	}
+}
+
+// An upgrade from lb pods without authentication: the new pods get the legacy window, and the
+// Deployment says so (the window then stays for its life: see HALegacyPeersAnnotation).
+func TestDeploymentLegacyPeers(t *testing.T) {
+	p := keyedParams()
+	p.HALegacyPeers = true
+	d, err := BuildDeployment(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"--ha-key-file=/etc/lbsvc/ha/ha.key", "--ha-legacy-window=2m0s"}; !reflect.DeepEqual(d.Spec.Template.Spec.Containers[0].Args, want) {
+		t.Errorf("args %q, want %q", d.Spec.Template.Spec.Containers[0].Args, want)
+	}
+	if got := d.Annotations[HALegacyPeersAnnotation]; got != "true" {
+		t.Errorf("annotation %s=%q, want true", HALegacyPeersAnnotation, got)
+	}
+	if got := d.Spec.Template.Labels[HAWireLabel]; got != HAWireVersion {
+		t.Errorf("pod label %s=%q, want %s", HAWireLabel, got, HAWireVersion)
+	}
+	// One lb pod does not elect: neither window nor annotation.
+	p.Replicas = 1
+	if d, _ = BuildDeployment(p); d.Spec.Template.Spec.Containers[0].Args != nil || d.Annotations[HALegacyPeersAnnotation] != "" {
+		t.Errorf("one lb pod: args %q annotations %v", d.Spec.Template.Spec.Containers[0].Args, d.Annotations)
 	}
 }

@@ -107,6 +107,10 @@ type Params struct {
 	// Claim names the IP objects of the addresses (any order): the election key belongs to the
 	// claim (BuildHAKeySecret). Empty: no key.
 	Claim []IPRef
+	// HALegacyPeers: lb pods from before authenticated adverts may still run beside the new ones
+	// (an upgrade's rollout), so the new ones get the legacy window (HALegacyWindow) to defer to
+	// them; otherwise none (0), and a forged unauthenticated advert is refused from the start.
+	HALegacyPeers bool
 }
 
 // LBReplicas is p.Replicas with 0 read as 1.

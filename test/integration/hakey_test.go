@@ -28,7 +28,7 @@ func haKeySecret(t *testing.T, ns, svc string) *corev1.Secret {
 		vols := d.Spec.Template.Spec.Volumes
 		g.Expect(vols).To(HaveLen(2))
 		g.Expect(vols[1].Secret).NotTo(BeNil())
-		g.Expect(d.Spec.Template.Spec.Containers[0].Args).To(Equal([]string{"--ha-key-file=/etc/lbsvc/ha/ha.key"}))
+		g.Expect(d.Spec.Template.Spec.Containers[0].Args[0]).To(Equal("--ha-key-file=/etc/lbsvc/ha/ha.key"))
 		g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: vols[1].Secret.SecretName}, s)).To(Succeed())
 	}, timeout, interval).Should(Succeed())
 	return s
@@ -79,4 +79,46 @@ func TestHAKeyPerClaim(t *testing.T) {
 	g.Expect(second.Data[lbobjects.HAKeyFile]).To(HaveLen(32))
 	g.Expect(second.Data[lbobjects.HAKeyFile]).NotTo(Equal(first.Data[lbobjects.HAKeyFile]))
 	g.Expect(second.OwnerReferences[0].UID).To(Equal(getIP(g, addr).UID))
+}
+
+// deploymentArgs is the lbpod container's arguments and the Deployment's annotations, once it exists.
+func deploymentArgs(g Gomega, ns, svc string) ([]string, map[string]string) {
+	d := &appsv1.Deployment{}
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lb-svc-" + svc}, d)).To(Succeed())
+	return d.Spec.Template.Spec.Containers[0].Args, d.Annotations
+}
+
+// The legacy window: a fresh Service's lb pods get none (a forged unauthenticated advert is
+// refused from their first moment); once an lb pod from before authentication (no wire label) is
+// seen beside them, as in an upgrade's rollout, the Deployment gives its pods the 2 min window and
+// keeps it after that pod is gone (no second rollout).
+func TestHALegacyWindowOnlyForUpgrades(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	addr := f.ip("82")
+	svc := lbService(f.ns, "upgraded", f.provider, addr)
+	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
+	create(t, svc)
+	waitAddress(t, f.ns, "upgraded", addr)
+	g.Eventually(func(g Gomega) {
+		args, ann := deploymentArgs(g, f.ns, "upgraded")
+		g.Expect(args).To(Equal([]string{"--ha-key-file=/etc/lbsvc/ha/ha.key", "--ha-legacy-window=0s"}))
+		g.Expect(ann).NotTo(HaveKey(lbobjects.HALegacyPeersAnnotation))
+	}, timeout, interval).Should(Succeed())
+
+	// An lb pod of the previous version (envtest has no kubelet: the pod object stands for it).
+	old := lbPodObject(t, getService(g, f.ns, "upgraded"), "lb-upgraded-old", addr, "")
+	update(t, getService(g, f.ns, "upgraded"), func(s *corev1.Service) { s.Labels["touch"] = "1" })
+	g.Eventually(func(g Gomega) {
+		args, ann := deploymentArgs(g, f.ns, "upgraded")
+		g.Expect(args).To(Equal([]string{"--ha-key-file=/etc/lbsvc/ha/ha.key", "--ha-legacy-window=2m0s"}))
+		g.Expect(ann).To(HaveKeyWithValue(lbobjects.HALegacyPeersAnnotation, "true"))
+	}, timeout, interval).Should(Succeed())
+
+	forceDelete(t, old)
+	update(t, getService(g, f.ns, "upgraded"), func(s *corev1.Service) { s.Labels["touch"] = "2" })
+	g.Consistently(func(g Gomega) {
+		args, _ := deploymentArgs(g, f.ns, "upgraded")
+		g.Expect(args).To(ContainElement("--ha-legacy-window=2m0s"))
+	}, "2s", interval).Should(Succeed())
 }
