@@ -566,7 +566,7 @@ func TestSquattersInAnotherNamespaceHoldNoAddress(t *testing.T) {
 	create(t, squatDeploy)
 	// It even claims to be the active holder.
 	podLabels := forged()
-	podLabels[lbv1.RoleLabel] = lbv1.RoleActive
+	podLabels["lbsvc.io/role"] = lbv1.RoleActive // the role label of earlier releases
 	squatPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: squat, Namespace: teamB, Labels: podLabels},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
