@@ -23,11 +23,14 @@ import (
 const operatorUser = "system:serviceaccount:lbsvc-system:lbsvc-operator"
 
 // canI is `kubectl auth can-i` as user: "yes" or "no" (can-i exits 1 on "no": the answer is the
-// output, not the status).
+// output, not the status). kubectl's warnings (a cluster-scoped resource asked with -n, as bind
+// on a ClusterRole is: the binding's namespace is where it is checked) are not the answer.
 func canI(user, namespace string, args ...string) string {
 	out, _ := run(kubectl, append(append([]string{"auth", "can-i"}, args...), "-n", namespace, "--as="+user)...)
-	if lines := nonEmptyLines(out); len(lines) > 0 {
-		return lines[0]
+	for _, l := range nonEmptyLines(out) {
+		if !strings.HasPrefix(l, "Warning: ") {
+			return l
+		}
 	}
 	return out
 }
