@@ -43,8 +43,10 @@ func TestRBACTable(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	lbPodSA := "system:serviceaccount:" + seedNamespace + ":" + lbobjects.ObjectName(seedService)
+	// The seed is up (the test may run alone, first): its lb pod and its backends.
+	waitLBPod(t, seedNamespace, seedService)
+	g.Eventually(backendNames, time.Minute).WithArguments(t).Should(HaveLen(backendReplicas))
 	backends := backendNames(t)
-	g.Expect(backends).NotTo(BeEmpty(), "a backend pod of the seed")
 	other := "e2e-rbac-" + suffix()
 	kube(t, "create", "namespace", other)
 	t.Cleanup(func() { _, _ = run(kubectl, "delete", "namespace", other, "--wait=false") })
