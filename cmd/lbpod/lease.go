@@ -79,7 +79,7 @@ func (r *leaseRecorder) run(ctx context.Context) {
 	}
 }
 
-// watch follows the Lease (by name: the Role allows nothing wider) and asks for a write when it
+// watch follows the Lease (by name: it needs nothing wider) and asks for a write when it
 // names another pod while this one is active.
 func (r *leaseRecorder) watch(ctx context.Context) {
 	leases := r.client.CoordinationV1().Leases(r.namespace)

@@ -402,7 +402,7 @@ func TestForgedAnnotationsAdoptNothing(t *testing.T) {
 }
 
 // --lb-pod-namespace: the Deployment and ServiceAccount live in the system namespace (tenants
-// cannot edit or exec into the pod that holds an address), the Role and RoleBinding beside the
+// cannot edit or exec into the pod that holds an address), the RoleBinding beside the
 // Service; cleanup works without owner references.
 func TestLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)

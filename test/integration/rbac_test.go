@@ -53,8 +53,10 @@ func operatorConfig(ctx context.Context, env *envtest.Environment, c client.Clie
 			return nil, fmt.Errorf("create %s: %w", obj.GetName(), err)
 		}
 	}
+	// The admin configuration's client-side rate limit (envtest's: 1000/s), not client-go's default
+	// 5/s, which would throttle the operator under the churn test's hundreds of Services.
 	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + operatorNS + ":" + operatorSA,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNS}}, nil)
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNS}}, &rest.Config{QPS: env.Config.QPS, Burst: env.Config.Burst})
 	if err != nil {
 		return nil, err
 	}
