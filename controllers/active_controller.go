@@ -26,8 +26,7 @@ import (
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=pods,verbs=patch
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch
 
 // actionShow is the Event action of the active-holder controller.
 const actionShow = "ShowHolder"
@@ -38,7 +37,9 @@ type ActiveReconciler struct {
 	Client   client.Client
 	Recorder events.EventRecorder
 	// LBPodNamespace is --lb-pod-namespace (empty: the Service's namespace).
-	LBPodNamespace     string
+	LBPodNamespace string
+	// LBReplicas is --lb-replicas, the lb pods of a Service without lbsvc.io/replicas.
+	LBReplicas         int32
 	SkipNameValidation bool
 }
 
@@ -55,7 +56,7 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		c.Status != "True" || svc.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	name := lbobjects.ObjectNameIn(r.LBPodNamespace, svc.Namespace, svc.Name)
+	name := lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)
 	var lease *coordinationv1.Lease
 	l := &coordinationv1.Lease{}
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, l); {
@@ -71,28 +72,14 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Client.List(ctx, &pods, client.InNamespace(podNS), client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
 		return ctrl.Result{}, err
 	}
-	plan := decide.DecideActive(decide.ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items, Addresses: svc.Annotations[lbv1.AllocatedIPsAnnotation]})
-	return ctrl.Result{}, r.apply(ctx, svc, pods.Items, plan)
+	plan := decide.DecideActive(decide.ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items,
+		Replicas: decide.ServiceReplicas(svc, r.LBReplicas), Addresses: svc.Annotations[lbv1.AllocatedIPsAnnotation]})
+	return ctrl.Result{}, r.apply(ctx, svc, plan)
 }
 
-func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, pods []corev1.Pod, plan decide.ActivePlan) error {
-	for _, rp := range plan.Roles {
-		for i := range pods {
-			p := &pods[i]
-			if p.Name != rp.Name || p.Namespace != rp.Namespace {
-				continue
-			}
-			before := p.DeepCopy()
-			if p.Labels == nil {
-				p.Labels = map[string]string{}
-			}
-			p.Labels[lbv1.RoleLabel] = rp.Role
-			if err := r.Client.Patch(ctx, p, client.MergeFrom(before), client.FieldOwner(FieldOwner)); client.IgnoreNotFound(err) != nil {
-				return fmt.Errorf("label lb pod %s/%s %s: %w", p.Namespace, p.Name, rp.Role, err)
-			}
-		}
-	}
-
+// apply writes the plan on the Service only: the operator writes nothing on lb pods (it has no
+// pod writes), so who is active is shown on the Service, its Event and the IP object.
+func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan decide.ActivePlan) error {
 	// Nothing to say yet and nothing said before: no write (a Service whose lb pod has not
 	// started costs no extra write).
 	shownBefore := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressActive) != nil
@@ -151,7 +138,7 @@ func (r *ActiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // activeInputs are the annotations of a Service that DecideActive and apply read or write.
-var activeInputs = []string{lbv1.AllocatedIPsAnnotation, lbv1.ActivePodAnnotation, lbv1.ActiveNodeAnnotation}
+var activeInputs = []string{lbv1.AllocatedIPsAnnotation, lbv1.ActivePodAnnotation, lbv1.ActiveNodeAnnotation, lbv1.ReplicasAnnotation}
 
 // activeInputsChanged tells whether a Service update changes anything this controller reads:
 // whether the Service is served (our AddressAllocated condition, its deletion), the addresses,

@@ -19,7 +19,7 @@ import (
 // of an object, and never read by the operator.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
 
-// CacheOptions restricts the cached Deployments, ServiceAccounts, Roles, RoleBindings and Pods to
+// CacheOptions restricts the cached Deployments, ServiceAccounts, RoleBindings, Leases and Pods to
 // the ones the operator creates (a cluster holds many, and caching them all would cost memory
 // for nothing), and strips every cached object of what the operator never reads
 // (TrimForCache). Services are cached whole but trimmed: any of them may become one we serve,
@@ -31,7 +31,6 @@ func CacheOptions() cache.Options {
 		ByObject: map[client.Object]cache.ByObject{
 			&appsv1.Deployment{}:            ours,
 			&corev1.ServiceAccount{}:        ours,
-			&rbacv1.Role{}:                  ours,
 			&rbacv1.RoleBinding{}:           ours,
 			&corev1.Pod{}:                   ours,
 			&coordinationv1.Lease{}:         ours,

@@ -155,6 +155,9 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 			return "", nil
 		}
 	}
+	if lbobjects.RoleRefChanged(desired, cur) {
+		return "", r.replaceBinding(ctx, desired, cur, what)
+	}
 	if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
@@ -174,6 +177,20 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 		return "", fmt.Errorf("apply %s: %w", what, err)
 	}
 	return "", nil
+}
+
+// replaceBinding deletes cur, a RoleBinding of ours whose roleRef is not the desired one (the API
+// server refuses to change a roleRef), and creates desired in its place. The delete is
+// conditional on cur's UID, so a binding someone replaced meanwhile is left to the next pass. The
+// lb pods lack their rights only between the two calls; their watches retry.
+func (r *ServiceReconciler) replaceBinding(ctx context.Context, desired, cur client.Object, what string) error {
+	if err := r.Client.Delete(ctx, cur, client.Preconditions{UID: ptrUID(cur.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete %s to change its roleRef: %w", what, err)
+	}
+	if err := r.Client.Create(ctx, desired.DeepCopyObject().(client.Object), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("create %s with its new roleRef: %w", what, err)
+	}
+	return nil
 }
 
 // rememberSpec notes, for a Deployment, that live (a full object from the API server: our

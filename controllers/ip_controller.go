@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
@@ -59,6 +61,8 @@ type IPReconciler struct {
 	// LBPodNamespace is --lb-pod-namespace (empty: lb pods run beside their Service): lb pods
 	// there may hold an address.
 	LBPodNamespace string
+	// LBReplicas is --lb-replicas: with one lb pod per Service the Lease is not read (roles).
+	LBReplicas int32
 	// SkipNameValidation lets tests run several managers in one process.
 	SkipNameValidation bool
 
@@ -81,9 +85,9 @@ func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	// A Service that goes may leave a claim it never recorded (it was deleted while the claim
 	// was in flight): look at the IP objects it owned.
-	ownedIPs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+	ipsOwnedBy := func(ctx context.Context, uid string) []reconcile.Request {
 		var list lbv1.IPList
-		if err := mgr.GetCache().List(ctx, &list, client.MatchingFields{indexIPOwner: string(o.GetUID())}); err != nil {
+		if uid == "" || mgr.GetCache().List(ctx, &list, client.MatchingFields{indexIPOwner: uid}) != nil {
 			return nil
 		}
 		reqs := make([]reconcile.Request, 0, len(list.Items))
@@ -91,6 +95,9 @@ func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
 			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: list.Items[i].Name}})
 		}
 		return reqs
+	}
+	ownedIPs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		return ipsOwnedBy(ctx, string(o.GetUID()))
 	})
 	podAddresses := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		var reqs []reconcile.Request
@@ -99,10 +106,15 @@ func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}
 		return reqs
 	})
+	// A Service's Lease names its active lb pod: the holders' roles follow it.
+	leaseIPs := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		return ipsOwnedBy(ctx, o.GetLabels()[lbv1.ServiceUIDLabel])
+	})
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("ip").
 		For(&lbv1.IP{}).
 		Watches(&corev1.Pod{}, podAddresses).
+		Watches(&coordinationv1.Lease{}, leaseIPs).
 		Watches(&appsv1.Deployment{}, podAddresses).
 		Watches(&corev1.Service{}, ownedIPs, builder.WithPredicates(predicate.Funcs{
 			CreateFunc: func(event.CreateEvent) bool { return false },
@@ -178,11 +190,44 @@ func (r *IPReconciler) forgetForeign(name string) {
 	r.reportedMu.Unlock()
 }
 
+// activePod is the key ("<namespace>/<name>") of the lb pod among pods that holds the address of
+// the owner Service svc, as its Lease records it (decide.ActiveHolder), or "" when none is known.
+// Only a Lease with the Service's UID label counts (the operator's cache holds only Leases with our
+// component label, which the lb pods' admission policy requires).
+func (r *IPReconciler) activePod(ctx context.Context, svc *corev1.Service, pods []corev1.Pod) (string, error) {
+	var lease *coordinationv1.Lease
+	l := &coordinationv1.Lease{}
+	key := types.NamespacedName{Namespace: svc.Namespace, Name: lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)}
+	switch err := r.Client.Get(ctx, key, l); {
+	case err == nil:
+		if l.Labels[lbv1.ServiceUIDLabel] == string(svc.UID) {
+			lease = l
+		}
+	case !apierrors.IsNotFound(err):
+		return "", fmt.Errorf("get lease %s: %w", key, err)
+	}
+	if p := decide.ActiveHolder(lease, pods, decide.ServiceReplicas(svc, r.LBReplicas)); p != nil {
+		return decide.PodKey(p), nil
+	}
+	return "", nil
+}
+
 // holderList is status.holders: the pods, then the kept entries (see KeptHolders), at most 16.
-func holderList(pods []corev1.Pod, kept []lbv1.IPHolder) []lbv1.IPHolder {
+// Roles are shown only while a holder is known (active names it, "" for none): the pod that holds
+// the address is active, the others standbys. Without one (no Lease yet, a holder that is not one
+// of the pods, a drain after the Service went) no pod is called a standby of nobody.
+func holderList(pods []corev1.Pod, active string, kept []lbv1.IPHolder) []lbv1.IPHolder {
 	var out []lbv1.IPHolder
 	for i := range pods {
-		out = append(out, lbv1.IPHolder{Pod: decide.PodKey(&pods[i]), Node: pods[i].Spec.NodeName, Role: pods[i].Labels[lbv1.RoleLabel]})
+		h := lbv1.IPHolder{Pod: decide.PodKey(&pods[i]), Node: pods[i].Spec.NodeName}
+		switch {
+		case active == "":
+		case h.Pod == active:
+			h.Role = lbv1.RoleActive
+		default:
+			h.Role = lbv1.RoleStandby
+		}
+		out = append(out, h)
 	}
 	out = append(out, kept...)
 	if len(out) > 16 {
@@ -232,7 +277,11 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 		}
 		kept = d.Kept
 	}
-	return r.patchStatus(ctx, ip, lbv1.IPBound, holderList(pods, kept), "")
+	active, err := r.activePod(ctx, svc, pods)
+	if err != nil {
+		return err
+	}
+	return r.patchStatus(ctx, ip, lbv1.IPBound, holderList(pods, active, kept), "")
 }
 
 // reconcileDraining lets the address go once nothing of ours can hold it: no lb pod of ours
@@ -267,7 +316,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 			return ctrl.Result{}, nil
 		}
 		if d.Why != "" {
-			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(nil, kept), d.Why)
+			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(nil, "", kept), d.Why)
 		}
 	} else {
 		r.reportForeign(ip, foreign)
@@ -292,7 +341,25 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 			break
 		}
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(pods, kept), msg)
+	active, err := r.drainingActive(ctx, ip, pods)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(pods, active, kept), msg)
+}
+
+// drainingActive is activePod while an address drains: known only while its owner Service still
+// exists (the address was let go, not the Service).
+func (r *IPReconciler) drainingActive(ctx context.Context, ip *lbv1.IP, pods []corev1.Pod) (string, error) {
+	owner := ip.Spec.Service
+	svc := &corev1.Service{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, svc); err != nil {
+		return "", client.IgnoreNotFound(err)
+	}
+	if string(svc.UID) != owner.UID {
+		return "", nil
+	}
+	return r.activePod(ctx, svc, pods)
 }
 
 // confirmNoHolder asks the API server for the pods, ReplicaSets and Deployments that carry the

@@ -40,7 +40,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=services/finalizers,verbs=update
 // +kubebuilder:rbac:groups=apps,resources=deployments,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;patch;delete
-// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=rolebindings,verbs=get;list;watch;create;patch;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=clusterroles,verbs=bind,resourceNames=lbsvc-lbpod
 // +kubebuilder:rbac:groups=k8s.cni.cncf.io,resources=network-attachment-definitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=get;list;watch;create;delete
 // +kubebuilder:rbac:groups=policy,resources=poddisruptionbudgets,verbs=get;list;watch;create;patch;delete
@@ -174,7 +175,6 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.Service{}, builder.WithPredicates(predicate.NewPredicateFuncs(r.interesting), r.own.notOwn())).
 		Watches(&appsv1.Deployment{}, byService, notOwn).
 		Watches(&corev1.ServiceAccount{}, byService, notOwn).
-		Watches(&rbacv1.Role{}, byService, notOwn).
 		Watches(&rbacv1.RoleBinding{}, byService, notOwn).
 		Watches(&policyv1.PodDisruptionBudget{}, byService, notOwn).
 		// The Service reads only which IP objects it owns and whether they drain: the IP

@@ -44,7 +44,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	}
 	if err := (&IPReconciler{
 		Client: mgr.GetClient(), Reader: mgr.GetAPIReader(), Recorder: mgr.GetEventRecorder(FieldOwner),
-		LBPodNamespace: opts.LBPodNamespace, SkipNameValidation: opts.SkipNameValidation,
+		LBPodNamespace: opts.LBPodNamespace, LBReplicas: opts.LBReplicas, SkipNameValidation: opts.SkipNameValidation,
 	}).SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("set up ip controller: %w", err)
 	}
@@ -63,7 +63,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	if opts.EnableLBSvc {
 		if err := (&ActiveReconciler{
 			Client: mgr.GetClient(), Recorder: mgr.GetEventRecorder(FieldOwner), LBPodNamespace: opts.LBPodNamespace,
-			SkipNameValidation: opts.SkipNameValidation,
+			LBReplicas: opts.LBReplicas, SkipNameValidation: opts.SkipNameValidation,
 		}).SetupWithManager(mgr); err != nil {
 			return fmt.Errorf("set up active-holder controller: %w", err)
 		}

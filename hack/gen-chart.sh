@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Generates the chart's parts that controller-gen owns, so that config/ (kustomize) and
-# charts/lbsvc-operator cannot drift apart: every CRD in config/crd/bases and the ClusterRole rules of
-# config/rbac/role.yaml. Run by `make manifests`; `make verify-generated` fails when the output is stale.
+# charts/lbsvc-operator cannot drift apart: every CRD in config/crd/bases, the ClusterRole rules of
+# config/rbac/role.yaml, and the lb pods' ClusterRole and Lease admission policy (config/rbac/lbpod_*.yaml,
+# with the chart's labels; their names are fixed, since the operator refers to them). Run by `make manifests`; `make verify-generated` fails when the output is stale.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 chart=charts/lbsvc-operator/templates
@@ -30,3 +31,10 @@ done
   echo '    {{- include "lbsvc-operator.labels" . | nindent 4 }}'
   sed -n '/^rules:/,$p' config/rbac/role.yaml
 } >"$chart/clusterrole.yaml"
+
+for f in lbpod_role lbpod_lease_policy; do
+  {
+    echo "$header config/rbac/$f.yaml; do not edit."
+    sed 's/^    app.kubernetes.io\/name: lbsvc-operator$/    {{- include "lbsvc-operator.labels" . | nindent 4 }}/' "config/rbac/$f.yaml"
+  } >"$chart/${f//_/-}.yaml"
+done

@@ -57,7 +57,9 @@ type IPHolder struct {
 	// Node the pod runs on (empty while unscheduled).
 	// +optional
 	Node string `json:"node,omitempty"`
-	// Role is the pod's lbsvc.io/role label: active (holds the address) or standby.
+	// Role is active for the pod that holds the address (as its Service's Lease records it, or
+	// the one Ready pod of a single lb pod) and standby for the others; empty when the owner
+	// Service is gone.
 	// +optional
 	Role string `json:"role,omitempty"`
 }

@@ -85,9 +85,9 @@ const ReplicasAnnotation = "lbsvc.io/replicas"
 
 // Names of the active/standby roles among a Service's lb pods.
 const (
-	// RoleLabel, on each lb pod, is RoleActive on the one that holds the address and RoleStandby
-	// on the others (`kubectl get pod -L lbsvc.io/role`). The operator sets it from the Lease.
-	RoleLabel   = "lbsvc.io/role"
+	// RoleActive and RoleStandby are the roles the IP object's status.holders show: RoleActive for
+	// the lb pod that holds the address, as its Service's Lease records it. (Earlier releases
+	// also put them in an lb pod label, lbsvc.io/role; the operator no longer writes pods.)
 	RoleActive  = "active"
 	RoleStandby = "standby"
 	// ActivePodAnnotation and ActiveNodeAnnotation, on the Service, name the lb pod

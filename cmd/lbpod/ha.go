@@ -131,7 +131,7 @@ func newRecorder(o options, log *slog.Logger) (*leaseRecorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newLeaseRecorder(client, o.namespace, o.leaseName, o.podName, log), nil
+	return newLeaseRecorder(client, o.namespace, o.service, o.leaseName, o.podName, log), nil
 }
 
 // loopHolder is the election's Holder: it switches the loop between active and standby and waits

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
@@ -20,17 +24,18 @@ import (
 // on the underlay decides, the Lease is never renewed (an idle Service costs no API write), and the
 // recorder runs beside the election, so an unreachable API server delays only what people see.
 type leaseRecorder struct {
-	client                    kubernetes.Interface
-	namespace, name, identity string
-	log                       *slog.Logger
-	active                    atomic.Bool
-	kick                      chan struct{}
+	client kubernetes.Interface
+	// namespace and service name the Service, name its Lease, identity this pod.
+	namespace, service, name, identity string
+	log                                *slog.Logger
+	active                             atomic.Bool
+	kick                               chan struct{}
 	// retryMax bounds the backoff between failed writes.
 	retryMax time.Duration
 }
 
-func newLeaseRecorder(client kubernetes.Interface, namespace, name, identity string, log *slog.Logger) *leaseRecorder {
-	return &leaseRecorder{client: client, namespace: namespace, name: name, identity: identity,
+func newLeaseRecorder(client kubernetes.Interface, namespace, service, name, identity string, log *slog.Logger) *leaseRecorder {
+	return &leaseRecorder{client: client, namespace: namespace, service: service, name: name, identity: identity,
 		log: log.With("lease", namespace+"/"+name), kick: make(chan struct{}, 1), retryMax: 10 * time.Second}
 }
 
@@ -74,7 +79,7 @@ func (r *leaseRecorder) run(ctx context.Context) {
 	}
 }
 
-// watch follows the Lease (by name: the Role allows nothing wider) and asks for a write when it
+// watch follows the Lease (by name: it needs nothing wider) and asks for a write when it
 // names another pod while this one is active.
 func (r *leaseRecorder) watch(ctx context.Context) {
 	leases := r.client.CoordinationV1().Leases(r.namespace)
@@ -101,10 +106,15 @@ func (r *leaseRecorder) watch(ctx context.Context) {
 }
 
 // write names this pod the holder, unless the Lease already does. leaseTransitions counts changes
-// from one holder to another, as Kubernetes' leader election counts them.
+// from one holder to another, as Kubernetes' leader election counts them. An absent Lease is
+// created (the operator does not create it, see lbobjects.BuildLease); two replicas that create
+// it at once are told AlreadyExists, and the retry updates it.
 func (r *leaseRecorder) write(ctx context.Context) error {
 	leases := r.client.CoordinationV1().Leases(r.namespace)
 	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return r.create(ctx)
+	}
 	if err != nil {
 		return err
 	}
@@ -122,5 +132,22 @@ func (r *leaseRecorder) write(ctx context.Context) error {
 		return err
 	}
 	r.log.Info("recorded the takeover", "holder", r.identity, "previous", prev, "transitions", transitions)
+	return nil
+}
+
+// create makes the Service's Lease with this pod as its first holder. The Service is read for
+// its UID, which the Lease's labels and owner reference carry.
+func (r *leaseRecorder) create(ctx context.Context) error {
+	svc, err := r.client.CoreV1().Services(r.namespace).Get(ctx, r.service, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("read service %s/%s to create its lease: %w", r.namespace, r.service, err)
+	}
+	l := lbobjects.BuildLease(r.name, svc)
+	l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To[int32](0)
+	l.Spec.AcquireTime = &metav1.MicroTime{Time: time.Now()}
+	if _, err := r.client.CoordinationV1().Leases(r.namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	r.log.Info("recorded the takeover in a new Lease", "holder", r.identity)
 	return nil
 }

@@ -162,7 +162,8 @@ func (a *apiSource) Run(ctx context.Context, sink serviceSink) {
 }
 
 // oneByName lists and watches the one object called name: with the field selector on the name, a
-// Role that names that object in resourceNames allows the list and the watch.
+// Role that names that object in resourceNames would allow the list and the watch, and no more
+// than that one object is ever sent.
 func oneByName(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
 	selector := fields.OneTermEqualSelector("metadata.name", name).String()

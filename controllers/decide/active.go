@@ -10,30 +10,30 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 )
 
 // Which lb pod holds the address is decided on the wire, by the lb pods among themselves (see
 // lbpod's election); the API server only hears of it. The lb pod that takes the address over
 // writes the Service's Lease once (holderIdentity, leaseTransitions), never to renew it, and
-// the operator mirrors that record where people look: a role label on every lb pod, the
-// Service's active-pod/active-node annotations and AddressActive condition, an Event per move,
-// and the IP object's status. Nothing in the operator acts on it beyond showing it.
+// the operator mirrors that record where people look: the Service's active-pod/active-node
+// annotations and AddressActive condition, an Event per move, and the IP object's status (each
+// holder's role, status.active). Nothing in the operator acts on it beyond showing it, and it
+// writes nothing on the lb pods (it may not write pods at all).
 
 // ActiveInputs is what the visibility decision reads for one served Service.
 type ActiveInputs struct {
 	// Service is the served Service (its annotations hold what was shown last).
 	Service *corev1.Service
-	// Lease is the Service's Lease (nil: none, as with a single lb pod).
+	// Lease is the Service's Lease (nil: none yet).
 	Lease *coordinationv1.Lease
+	// Replicas is the Service's lb pod count (ServiceReplicas). With one, the Lease is not read:
+	// it can only be left from a time with standbys (the operator may not delete it).
+	Replicas int32
 	// Pods are the Service's lb pods (found by label; terminating ones included).
 	Pods []corev1.Pod
 	// Addresses is the Service's recorded address list, for messages.
 	Addresses string
-}
-
-// RolePatch sets the role label of one lb pod.
-type RolePatch struct {
-	Namespace, Name, Role string
 }
 
 // ActiveEvent is the Event of a move of the address to another lb pod.
@@ -45,8 +45,6 @@ type ActiveEvent struct {
 type ActivePlan struct {
 	// ActivePod ("<namespace>/<name>") and ActiveNode name the holder; empty while unknown.
 	ActivePod, ActiveNode string
-	// Roles lists only the lb pods whose role label differs from the one wanted.
-	Roles []RolePatch
 	// Annotations are the wanted values of the active-pod/active-node annotations ("" removes).
 	Annotations map[string]string
 	// Condition is the wanted AddressActive condition.
@@ -55,31 +53,50 @@ type ActivePlan struct {
 	Event *ActiveEvent
 }
 
-// DecideActive maps the Lease record and the lb pods to what the operator shows. Pure.
-//
-// The holder is the pod the Lease names, if it is one of the Service's lb pods: a name that
-// matches no lb pod of this Service (a pod gone since, or a value written by hand) shows no
-// holder rather than a wrong one. Without a Lease (one lb pod, no election), or before any pod
-// wrote it, the single running pod that is Ready holds the address (one pod cannot be a standby).
-func DecideActive(in ActiveInputs) ActivePlan {
-	var holder *corev1.Pod
-	if id := leaseHolder(in.Lease); id != "" {
-		for i := range in.Pods {
-			if in.Pods[i].Name == id {
-				holder = &in.Pods[i]
+// ActiveHolder is the lb pod among pods (the Service's) that holds the address as far as the API
+// server knows, or nil. With standbys, it is the pod the Lease names, if it is one of pods: a name
+// that matches none (a pod gone since, or a value written by hand) gives no holder rather than a
+// wrong one. With one lb pod (replicas 1: the Lease is not read), or before any pod wrote the
+// Lease, the single running pod that is Ready holds the address (one pod cannot be a standby).
+// Every other pod of the Service is a standby. Pure.
+func ActiveHolder(lease *coordinationv1.Lease, pods []corev1.Pod, replicas int32) *corev1.Pod {
+	if replicas > 1 {
+		if id := leaseHolder(lease); id != "" {
+			for i := range pods {
+				if pods[i].Name == id {
+					return &pods[i]
+				}
 			}
-		}
-	} else {
-		var live []*corev1.Pod
-		for i := range in.Pods {
-			if in.Pods[i].DeletionTimestamp == nil && podReady(&in.Pods[i]) {
-				live = append(live, &in.Pods[i])
-			}
-		}
-		if len(live) == 1 {
-			holder = live[0]
+			return nil
 		}
 	}
+	var live []*corev1.Pod
+	for i := range pods {
+		if pods[i].DeletionTimestamp == nil && podReady(&pods[i]) {
+			live = append(live, &pods[i])
+		}
+	}
+	if len(live) == 1 {
+		return live[0]
+	}
+	return nil
+}
+
+// ServiceReplicas is the lb pod count of a served Service: its lbsvc.io/replicas, else def (the
+// --lb-replicas), also for a bad value, as the Service pass decides it (lbPodParams).
+func ServiceReplicas(svc *corev1.Service, def int32) int32 {
+	def = max(def, 1)
+	n, err := lbobjects.ParseReplicas(svc.Annotations, def)
+	if err != nil {
+		return def
+	}
+	return n
+}
+
+// DecideActive maps the Lease record and the lb pods to what the operator shows (the holder is
+// ActiveHolder's). Pure.
+func DecideActive(in ActiveInputs) ActivePlan {
+	holder := ActiveHolder(in.Lease, in.Pods, in.Replicas)
 
 	plan := ActivePlan{Annotations: map[string]string{lbv1.ActivePodAnnotation: "", lbv1.ActiveNodeAnnotation: ""}}
 	if holder != nil {
@@ -93,14 +110,9 @@ func DecideActive(in ActiveInputs) ActivePlan {
 	pods := slices.Clone(in.Pods)
 	slices.SortFunc(pods, func(a, b corev1.Pod) int { return strings.Compare(a.Name, b.Name) })
 	for _, p := range pods {
-		role := lbv1.RoleStandby
-		if holder != nil && p.Name == holder.Name && p.Namespace == holder.Namespace {
-			role = lbv1.RoleActive
-		} else if p.DeletionTimestamp == nil {
+		isHolder := holder != nil && p.Name == holder.Name && p.Namespace == holder.Namespace
+		if !isHolder && p.DeletionTimestamp == nil {
 			standbys = append(standbys, fmt.Sprintf("%s/%s on node %s", p.Namespace, p.Name, nodeOrUnscheduled(p.Spec.NodeName)))
-		}
-		if p.Labels[lbv1.RoleLabel] != role {
-			plan.Roles = append(plan.Roles, RolePatch{Namespace: p.Namespace, Name: p.Name, Role: role})
 		}
 	}
 

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -48,51 +49,46 @@ func TestDecideActive(t *testing.T) {
 		name      string
 		in        ActiveInputs
 		pod, node string
-		roles     []RolePatch
 		status    metav1.ConditionStatus
 		message   string
 		event     string
 	}{{
 		name: "first holder of two",
-		in: ActiveInputs{Service: shown("", ""), Lease: holderLease("a"), Addresses: "172.18.0.18",
+		in: ActiveInputs{Service: shown("", ""), Lease: holderLease("a"), Replicas: 2, Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("b", "n2", true, ""), lbPod("a", "n1", true, "")}},
 		pod: "default/a", node: "n1",
-		roles:   []RolePatch{{"default", "a", "active"}, {"default", "b", "standby"}},
 		status:  metav1.ConditionTrue,
 		message: "172.18.0.18 held by pod default/a on node n1; standby: default/b on node n2",
 		event:   "172.18.0.18 now held by pod default/a on node n1",
 	}, {
-		name: "moved: labels swap, the event names both",
-		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("b"), Addresses: "172.18.0.18",
+		name: "moved: the event names both",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("b"), Replicas: 2, Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", false, "active"), lbPod("b", "n2", true, "standby")}},
 		pod: "default/b", node: "n2",
-		roles:   []RolePatch{{"default", "a", "standby"}, {"default", "b", "active"}},
 		status:  metav1.ConditionTrue,
 		message: "172.18.0.18 held by pod default/b on node n2; standby: default/a on node n1",
 		event:   "172.18.0.18 now held by pod default/b on node n2 (was pod default/a on node n1)",
 	}, {
 		name: "unchanged: nothing to write",
-		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("a"), Addresses: "172.18.0.18",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("a"), Replicas: 2, Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", true, "active"), lbPod("b", "n2", true, "standby")}},
 		pod: "default/a", node: "n1", status: metav1.ConditionTrue,
 		message: "172.18.0.18 held by pod default/a on node n1; standby: default/b on node n2",
 	}, {
 		name: "lease names a pod that is not ours: no holder shown",
-		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("evil"), Addresses: "172.18.0.18",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("evil"), Replicas: 2, Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", true, "active")}},
-		roles:   []RolePatch{{"default", "a", "standby"}},
 		status:  metav1.ConditionFalse,
 		message: "no lb pod has reported holding 172.18.0.18 yet; standby: default/a on node n1",
 	}, {
 		name: "empty lease, pods not scheduled",
-		in: ActiveInputs{Service: shown("", ""), Lease: holderLease(""), Addresses: "172.18.0.18,fd00::12",
+		in: ActiveInputs{Service: shown("", ""), Lease: holderLease(""), Replicas: 2, Addresses: "172.18.0.18,fd00::12",
 			Pods: []corev1.Pod{lbPod("a", "", false, "")}},
-		roles:   []RolePatch{{"default", "a", "standby"}},
 		status:  metav1.ConditionFalse,
 		message: "no lb pod has reported holding 172.18.0.18,fd00::12 yet; standby: default/a on node (unscheduled)",
 	}, {
 		name: "terminating old active still named: shown until the new one writes",
-		in: ActiveInputs{Service: shown("default/b", "n2"), Lease: holderLease("b"), Addresses: "172.18.0.18",
+		in: ActiveInputs{Service: shown("default/b", "n2"), Lease: holderLease("b"), Replicas: 2, Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", true, "standby"), deleting}},
 		pod: "default/b", node: "n2", status: metav1.ConditionTrue,
 		message: "172.18.0.18 held by pod default/b on node n2; standby: default/a on node n1",
@@ -101,21 +97,26 @@ func TestDecideActive(t *testing.T) {
 		in: ActiveInputs{Service: shown("", ""), Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", true, "")}},
 		pod: "default/a", node: "n1",
-		roles:   []RolePatch{{"default", "a", "active"}},
 		status:  metav1.ConditionTrue,
 		message: "172.18.0.18 held by pod default/a on node n1; no standby",
 		event:   "172.18.0.18 now held by pod default/a on node n1",
 	}, {
 		name: "lease not written yet, one ready pod: that one",
-		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease(""), Addresses: "172.18.0.18",
+		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease(""), Replicas: 2, Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", true, "active"), lbPod("b", "n2", false, "")}},
-		pod: "default/a", node: "n1", roles: []RolePatch{{"default", "b", "standby"}}, status: metav1.ConditionTrue,
+		pod: "default/a", node: "n1", status: metav1.ConditionTrue,
 		message: "172.18.0.18 held by pod default/a on node n1; standby: default/b on node n2",
+	}, {
+		name: "one lb pod, a Lease left from standbys naming a gone pod: not read",
+		in: ActiveInputs{Service: shown("default/old", "n2"), Lease: holderLease("old"), Replicas: 1, Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", true, "")}},
+		pod: "default/a", node: "n1", status: metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/a on node n1; no standby",
+		event:   "172.18.0.18 now held by pod default/a on node n1 (was pod default/old on node n2)",
 	}, {
 		name: "single lb pod without lease, not ready: none",
 		in: ActiveInputs{Service: shown("", ""), Addresses: "172.18.0.18",
 			Pods: []corev1.Pod{lbPod("a", "n1", false, "")}},
-		roles:   []RolePatch{{"default", "a", "standby"}},
 		status:  metav1.ConditionFalse,
 		message: "no lb pod has reported holding 172.18.0.18 yet; standby: default/a on node n1",
 	}} {
@@ -123,9 +124,6 @@ func TestDecideActive(t *testing.T) {
 			got := DecideActive(tc.in)
 			if got.ActivePod != tc.pod || got.ActiveNode != tc.node {
 				t.Errorf("holder %q %q, want %q %q", got.ActivePod, got.ActiveNode, tc.pod, tc.node)
-			}
-			if !reflect.DeepEqual(got.Roles, tc.roles) {
-				t.Errorf("roles %+v, want %+v", got.Roles, tc.roles)
 			}
 			wantAnn := map[string]string{"lbsvc.io/active-pod": tc.pod, "lbsvc.io/active-node": tc.node}
 			if !reflect.DeepEqual(got.Annotations, wantAnn) {
@@ -153,8 +151,8 @@ func TestDecideActive(t *testing.T) {
 	}
 }
 
-// FuzzDecideActive: whatever the Lease says and whatever the pods are, at most one pod is
-// labelled active, it is the one named, and it is one of the Service's pods.
+// FuzzDecideActive: whatever the Lease says and whatever the pods are, the holder shown is one
+// of the Service's pods, and with standbys the one the Lease names when it names one.
 func FuzzDecideActive(f *testing.F) {
 	f.Add("a", "a,b", "n1,n2", uint8(3), "")
 	f.Add("", "a", "", uint8(0), "default/a")
@@ -174,27 +172,19 @@ func FuzzDecideActive(f *testing.F) {
 			}
 			pods = append(pods, lbPod(n, node, ready&(1<<(i%8)) != 0, ""))
 		}
-		in := ActiveInputs{Service: shown(was, "n"), Pods: pods, Addresses: "172.18.0.18"}
+		in := ActiveInputs{Service: shown(was, "n"), Pods: pods, Addresses: "172.18.0.18", Replicas: 1 + int32(ready%2)}
 		if holder != "-" {
 			in.Lease = holderLease(holder)
 		}
 		got := DecideActive(in)
-		active := 0
-		for _, r := range got.Roles {
-			if r.Role == "active" {
-				active++
-				if got.ActivePod != r.Namespace+"/"+r.Name {
-					t.Fatalf("labelled %s/%s active, shown %q", r.Namespace, r.Name, got.ActivePod)
-				}
-			}
+		if got.ActivePod != "" && !seenName[strings.TrimPrefix(got.ActivePod, "default/")] {
+			t.Fatalf("shown %q, not one of the pods %v", got.ActivePod, names)
 		}
-		if active > 1 {
-			t.Fatalf("%d pods labelled active: %+v", active, got.Roles)
-		}
-		if got.ActivePod != "" && leaseHolder(in.Lease) != "" && got.ActivePod != "default/"+holder {
+		record := in.Replicas > 1 && leaseHolder(in.Lease) != ""
+		if got.ActivePod != "" && record && got.ActivePod != "default/"+holder {
 			t.Fatalf("shown %q, lease names %q", got.ActivePod, holder)
 		}
-		if got.ActivePod != "" && leaseHolder(in.Lease) == "" {
+		if got.ActivePod != "" && !record {
 			// No record: only a Ready pod, and only when it is the one live pod that is Ready.
 			ready := 0
 			for i := range pods {

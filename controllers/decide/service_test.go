@@ -362,8 +362,8 @@ func TestDecideServiceLBPod(t *testing.T) {
 			if got := *set.Deployment.Spec.Replicas; got != tc.wantReplicas {
 				t.Errorf("Deployment replicas %d, want %d", got, tc.wantReplicas)
 			}
-			if (set.Lease != nil) != (tc.wantReplicas > 1) || (set.PodDisruptionBudget != nil) != (tc.wantReplicas > 1) {
-				t.Errorf("Lease and budget exist only with standbys: %v %v", set.Lease != nil, set.PodDisruptionBudget != nil)
+			if (set.PodDisruptionBudget != nil) != (tc.wantReplicas > 1) {
+				t.Errorf("the budget exists only with standbys: %v", set.PodDisruptionBudget != nil)
 			}
 		})
 	}

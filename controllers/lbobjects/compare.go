@@ -154,8 +154,6 @@ func UpToDate(desired, cur Object) bool {
 	case *appsv1.Deployment:
 		c := cur.(*appsv1.Deployment)
 		return equality.Semantic.DeepDerivative(d.Spec, c.Spec) && SamePodShape(&d.Spec.Template.Spec, &c.Spec.Template.Spec)
-	case *rbacv1.Role:
-		return equality.Semantic.DeepDerivative(d.Rules, cur.(*rbacv1.Role).Rules)
 	case *rbacv1.RoleBinding:
 		c := cur.(*rbacv1.RoleBinding)
 		return equality.Semantic.DeepDerivative(d.RoleRef, c.RoleRef) && equality.Semantic.DeepDerivative(d.Subjects, c.Subjects)
@@ -163,6 +161,15 @@ func UpToDate(desired, cur Object) bool {
 		return equality.Semantic.DeepDerivative(d.Spec, cur.(*policyv1.PodDisruptionBudget).Spec)
 	}
 	return true
+}
+
+// RoleRefChanged tells whether cur is a RoleBinding whose roleRef is not desired's: the API server
+// refuses any change of a roleRef, so such a binding must be deleted and created again (a
+// binding to the per-Service Role of a release before the ClusterRole LBPodClusterRole).
+func RoleRefChanged(desired, cur Object) bool {
+	d, ok := desired.(*rbacv1.RoleBinding)
+	c, ok2 := cur.(*rbacv1.RoleBinding)
+	return ok && ok2 && c.Name != "" && c.RoleRef != d.RoleRef
 }
 
 // Object is any API object the builders make: controller-runtime's client.Object, named here

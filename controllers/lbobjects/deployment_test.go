@@ -253,13 +253,12 @@ func TestDeploymentTemplateInputs(t *testing.T) {
 }
 
 // With --lb-pod-namespace the Deployment and ServiceAccount move there, named after the Service's
-// namespace too, without owner references; the Role and RoleBinding stay beside the Service.
+// namespace too, without owner references; the RoleBinding stays beside the Service.
 func TestSharedPodNamespace(t *testing.T) {
 	p := seedParams()
 	p.PodNamespace = "lbsvc-system"
 	d, _ := BuildDeployment(p)
 	sa := BuildServiceAccount(p)
-	role := BuildRole(p)
 	rb := BuildRoleBinding(p)
 	if d.Namespace != "lbsvc-system" || !strings.HasPrefix(d.Name, "lb-svc-default-test-service-") || len(d.OwnerReferences) != 0 {
 		t.Errorf("deployment %s/%s owners %v", d.Namespace, d.Name, d.OwnerReferences)
@@ -267,8 +266,8 @@ func TestSharedPodNamespace(t *testing.T) {
 	if sa.Namespace != "lbsvc-system" || d.Spec.Template.Spec.ServiceAccountName != sa.Name {
 		t.Errorf("service account %s/%s, pod uses %q", sa.Namespace, sa.Name, d.Spec.Template.Spec.ServiceAccountName)
 	}
-	if role.Namespace != "default" || rb.Namespace != "default" || len(role.OwnerReferences) != 1 {
-		t.Errorf("role %s, binding %s, owners %v", role.Namespace, rb.Namespace, role.OwnerReferences)
+	if rb.Namespace != "default" || len(rb.OwnerReferences) != 1 || rb.Name != sa.Name {
+		t.Errorf("binding %s/%s, owners %v", rb.Namespace, rb.Name, rb.OwnerReferences)
 	}
 	if s := rb.Subjects[0]; s.Namespace != "lbsvc-system" || s.Name != sa.Name {
 		t.Errorf("binding subject %+v", s)
@@ -293,20 +292,14 @@ func TestSharedPodNamespace(t *testing.T) {
 func TestBuildRBAC(t *testing.T) {
 	p := seedParams()
 	sa := BuildServiceAccount(p)
-	role := BuildRole(p)
 	rb := BuildRoleBinding(p)
-	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, role.ObjectMeta, rb.ObjectMeta} {
+	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, rb.ObjectMeta} {
 		if m.Name != "lb-svc-test-service" || m.Namespace != "default" || len(m.OwnerReferences) != 1 ||
 			m.OwnerReferences[0].UID != p.ServiceUID || !*m.OwnerReferences[0].Controller || !*m.OwnerReferences[0].BlockOwnerDeletion {
 			t.Errorf("metadata %+v", m)
 		}
 	}
-	wantRules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"},
-		ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}}}
-	if !reflect.DeepEqual(role.Rules, wantRules) {
-		t.Errorf("rules %+v", role.Rules)
-	}
-	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "lb-svc-test-service"}
+	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "lbsvc-lbpod"}
 	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "lb-svc-test-service", Namespace: "default"}}
 	if rb.RoleRef != wantRef || !reflect.DeepEqual(rb.Subjects, wantSubj) {
 		t.Errorf("binding %+v %+v", rb.RoleRef, rb.Subjects)
@@ -408,9 +401,6 @@ func TestBuildSingleReplica(t *testing.T) {
 	if spec.TopologySpreadConstraints != nil {
 		t.Errorf("spread %+v", spec.TopologySpreadConstraints)
 	}
-	if l := BuildLease(p); l != nil {
-		t.Errorf("lease for one pod: %+v", l)
-	}
 	if pdb := BuildPodDisruptionBudget(p); pdb != nil {
 		t.Errorf("budget for one pod: %+v", pdb)
 	}
@@ -484,17 +474,8 @@ func TestBuildStandbys(t *testing.T) {
 			t.Errorf("%d lb pods: rules env %+v", nft.Replicas, env[len(env)-1])
 		}
 	}
-	role := BuildRole(p)
-	wantRules := []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"services"}, ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, ResourceNames: []string{"lb-svc-test-service"}, Verbs: []string{"get", "list", "watch", "update"}},
-	}
-	if !reflect.DeepEqual(role.Rules, wantRules) {
-		t.Errorf("rules %+v", role.Rules)
-	}
-	if l := BuildLease(p); l == nil || l.Name != "lb-svc-test-service" || l.Namespace != "default" || l.Spec.HolderIdentity != nil ||
-		l.Labels["lbsvc.io/service-uid"] != string(p.ServiceUID) {
-		t.Errorf("lease %+v", l)
+	if got := LeaseName("", "default", "test-service"); got != "lb-svc-test-service" || got != BuildServiceAccount(p).Name {
+		t.Errorf("lease name %q, want the ServiceAccount's, lb-svc-test-service", got)
 	}
 	pdb := BuildPodDisruptionBudget(p)
 	if pdb == nil || pdb.Name != "lb-svc-test-service" || pdb.Namespace != "default" ||

@@ -8,7 +8,18 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// BuildServiceAccount returns the lb pod's ServiceAccount.
+// LBPodClusterRole is the ClusterRole every lb pod's RoleBinding refers to, installed with the
+// operator (config/rbac/lbpod_role.yaml, the chart's lbpod-clusterrole.yaml): read Services, and
+// read, create and update Leases, in the namespace of the RoleBinding only. One static role
+// instead of a Role per Service: the operator may bind it (the `bind` verb, on this one name)
+// without holding what it grants, so its own token needs no Lease writes anywhere. Which Lease an
+// lb pod may write is narrowed by the admission policy config/rbac/lbpod_lease_policy.yaml: only
+// the one named like its ServiceAccount, carrying our component label.
+const LBPodClusterRole = "lbsvc-lbpod"
+
+// BuildServiceAccount returns the lb pod's ServiceAccount. Its name is the Service's object name,
+// which is also the name of the Lease the lb pods record the holder in: the admission policy
+// allows an lb pod's Lease writes on that name only.
 func BuildServiceAccount(p Params) *corev1.ServiceAccount {
 	sa := &corev1.ServiceAccount{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
@@ -17,56 +28,16 @@ func BuildServiceAccount(p Params) *corev1.ServiceAccount {
 	return sa
 }
 
-// BuildRole returns the Role that lets the lb pod read its own Service and nothing else; with
-// standbys, also read, watch and update (never create or delete) its own Lease, where the pod that
-// takes the address over records itself (list and watch only pass with a field selector on that
-// one name).
-func BuildRole(p Params) *rbacv1.Role {
-	r := &rbacv1.Role{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "Role"},
-		ObjectMeta: p.objectMeta(p.ServiceNamespace),
-		Rules: []rbacv1.PolicyRule{{
-			APIGroups:     []string{""},
-			Resources:     []string{"services"},
-			ResourceNames: []string{p.ServiceName},
-			Verbs:         []string{"get", "list", "watch"},
-		}},
-	}
-	if p.LBReplicas() > 1 {
-		r.Rules = append(r.Rules, rbacv1.PolicyRule{
-			APIGroups:     []string{coordinationv1.GroupName},
-			Resources:     []string{"leases"},
-			ResourceNames: []string{p.name()},
-			Verbs:         []string{"get", "list", "watch", "update"},
-		})
-	}
-	return r
-}
-
-// BuildLease returns the Service's Lease, or nil for a single lb pod. The operator writes only
-// its metadata: the spec belongs to the lb pods, which write it once per takeover (holder and
-// transitions), never to renew it, so an idle Service costs no write. It is a record for people
-// and for the operator's AddressActive condition, not a lock: who holds the address is settled on
-// the underlay by the lb pods' election.
-func BuildLease(p Params) *coordinationv1.Lease {
-	if p.LBReplicas() == 1 {
-		return nil
-	}
-	return &coordinationv1.Lease{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
-		ObjectMeta: p.objectMeta(p.ServiceNamespace),
-	}
-}
-
-// BuildRoleBinding binds the lb pod's ServiceAccount to its Role.
+// BuildRoleBinding binds the lb pod's ServiceAccount to the ClusterRole LBPodClusterRole in the
+// Service's namespace (where its Service and Lease are), and nowhere else.
 func BuildRoleBinding(p Params) *rbacv1.RoleBinding {
 	rb := &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 		ObjectMeta: p.objectMeta(p.ServiceNamespace),
 		RoleRef: rbacv1.RoleRef{
 			APIGroup: rbacv1.GroupName,
-			Kind:     "Role",
-			Name:     p.name(),
+			Kind:     "ClusterRole",
+			Name:     LBPodClusterRole,
 		},
 		Subjects: []rbacv1.Subject{{
 			Kind:      rbacv1.ServiceAccountKind,
@@ -75,4 +46,29 @@ func BuildRoleBinding(p Params) *rbacv1.RoleBinding {
 		}},
 	}
 	return rb
+}
+
+// LeaseName is the name of a Service's Lease (in the Service's namespace), which its lb pods
+// create at their first takeover and update at each: the per-Service object name, the name of
+// their ServiceAccount too.
+func LeaseName(lbPodNamespace, namespace, service string) string {
+	return ObjectNameIn(lbPodNamespace, namespace, service)
+}
+
+// BuildLease returns the Lease that the lb pods of svc create, empty, at their first takeover when
+// it is absent (the operator does not create it: it holds no Lease writes). It carries the labels,
+// annotation and owner reference of every per-Service object: the operator trusts a Lease only
+// with the Service's UID label, the admission policy lets an lb pod write only a Lease with our
+// component label, and the garbage collector removes it with the Service. The owner reference does
+// not block the Service's deletion: where OwnerReferencesPermissionEnforcement runs, that would
+// need the lb pod to update the Service's finalizers.
+func BuildLease(name string, svc metav1.Object) *coordinationv1.Lease {
+	p := Params{ServiceName: svc.GetName(), ServiceNamespace: svc.GetNamespace(), ServiceUID: svc.GetUID()}
+	m := p.objectMeta(p.ServiceNamespace)
+	m.Name = name
+	m.OwnerReferences[0].BlockOwnerDeletion = nil
+	return &coordinationv1.Lease{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: m,
+	}
 }

@@ -77,8 +77,8 @@ type Params struct {
 	ServiceNamespace string
 	ServiceUID       types.UID
 	// PodNamespace is where the Deployment and ServiceAccount live (--lb-pod-namespace, or the
-	// Service's namespace); the Role and RoleBinding stay in the Service's namespace, since they
-	// grant reading the Service.
+	// Service's namespace); the RoleBinding stays in the Service's namespace, since it grants
+	// reading the Service and writing its Lease there.
 	PodNamespace string
 	// Provider is the attachment provider, "<nad name>.<nad namespace>".
 	Provider     string

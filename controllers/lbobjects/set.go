@@ -2,19 +2,17 @@ package lbobjects
 
 import (
 	appsv1 "k8s.io/api/apps/v1"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
-// Set is every per-Service object of one Service, as it should be. Lease and
-// PodDisruptionBudget are nil for a single lb pod (only standbys need them).
+// Set is every per-Service object of one Service, as it should be. PodDisruptionBudget is nil
+// for a single lb pod (only standbys need it). The Lease is not among them: the lb pods create it
+// at their first takeover, so the operator needs no Lease writes.
 type Set struct {
 	ServiceAccount      *corev1.ServiceAccount
-	Role                *rbacv1.Role
 	RoleBinding         *rbacv1.RoleBinding
-	Lease               *coordinationv1.Lease
 	Deployment          *appsv1.Deployment
 	PodDisruptionBudget *policyv1.PodDisruptionBudget
 	// HAKeySecret is the election key's Secret, nil without standbys. Created once, never
@@ -28,42 +26,38 @@ func Build(p Params) (Set, error) {
 	if err != nil {
 		return Set{}, err
 	}
-	return Set{ServiceAccount: BuildServiceAccount(p), Role: BuildRole(p), RoleBinding: BuildRoleBinding(p),
-		Lease: BuildLease(p), Deployment: deploy, PodDisruptionBudget: BuildPodDisruptionBudget(p),
-		HAKeySecret: BuildHAKeySecret(p)}, nil
+	return Set{ServiceAccount: BuildServiceAccount(p), RoleBinding: BuildRoleBinding(p),
+		Deployment: deploy, PodDisruptionBudget: BuildPodDisruptionBudget(p), HAKeySecret: BuildHAKeySecret(p)}, nil
 }
 
 // Stages orders the Set for writing: each stage's objects may be written in parallel, a stage
-// only after the one before it. First the lb pods' identity, their Role and (with standbys) the
-// Lease they write; then the RoleBinding, which the API server refuses (404) before its Role
-// exists, beside the Deployment and (with standbys) its budget: a pod starts long after the
-// binding's create returns. In parallel because a Role or RoleBinding create by the operator
-// waits 107-145 ms in the API server for its escalation check (make bench-operator).
+// only after the one before it. One stage: the RoleBinding refers to the installed ClusterRole
+// LBPodClusterRole, which the API server does not look up when the creator holds `bind` on it,
+// so nothing waits for anything (a pod starts long after the binding's create returns).
 func (s Set) Stages() [][]Object {
-	first := []Object{s.ServiceAccount, s.Role}
-	if s.Lease != nil {
-		first = append(first, s.Lease)
-	}
-	second := []Object{s.RoleBinding, s.Deployment}
+	stage := []Object{s.ServiceAccount, s.RoleBinding, s.Deployment}
 	if s.PodDisruptionBudget != nil {
-		second = append(second, s.PodDisruptionBudget)
+		stage = append(stage, s.PodDisruptionBudget)
 	}
-	return [][]Object{first, second}
+	return [][]Object{stage}
 }
 
 // Unwanted lists, empty and at their names, the objects of the Service that this Set leaves out
-// (a Service back to one lb pod no longer needs its Lease and budget).
+// (a Service back to one lb pod no longer needs its budget). The Lease stays: the operator may
+// not delete Leases; it is the Service's (owner reference), and is not read with one lb pod.
 func (s Set) Unwanted(lbPodNamespace, namespace, service string) []Object {
-	if s.Lease != nil {
+	if s.PodDisruptionBudget != nil {
 		return nil
 	}
-	return At(lbPodNamespace, namespace, service)[4:]
+	return At(lbPodNamespace, namespace, service)[3:]
 }
 
-// At lists a Service's per-Service objects, empty, at their names: the four every Service has
-// (Deployment, ServiceAccount, Role, RoleBinding), then the two only standbys need (budget and
-// Lease). The Role, RoleBinding and Lease stay in the Service's namespace, since they grant
-// reading the Service; the rest live where the lb pods run.
+// At lists a Service's per-Service objects the operator writes, empty, at their names: the three
+// every Service has (Deployment, ServiceAccount, RoleBinding), then the budget only standbys
+// need. The RoleBinding stays in the Service's namespace, since it grants reading the Service and
+// writing its Lease; the rest live where the lb pods run. Neither the lb pods' Lease nor the
+// per-Service Role of earlier releases is listed: the operator may write neither, and both carry
+// the Service's owner reference, so the garbage collector removes them with the Service.
 func At(lbPodNamespace, namespace, service string) []Object {
 	name := ObjectNameIn(lbPodNamespace, namespace, service)
 	podNS := PodNamespace(lbPodNamespace, namespace)
@@ -74,7 +68,6 @@ func At(lbPodNamespace, namespace, service string) []Object {
 	}
 	return []Object{
 		mk(&appsv1.Deployment{}, podNS), mk(&corev1.ServiceAccount{}, podNS),
-		mk(&rbacv1.Role{}, namespace), mk(&rbacv1.RoleBinding{}, namespace),
-		mk(&policyv1.PodDisruptionBudget{}, podNS), mk(&coordinationv1.Lease{}, namespace),
+		mk(&rbacv1.RoleBinding{}, namespace), mk(&policyv1.PodDisruptionBudget{}, podNS),
 	}
 }

@@ -73,7 +73,7 @@ func TestAPIServerAcceptsChart(t *testing.T) {
 		sent[u.GetKind()] = true
 	}
 	for _, kind := range []string{"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
-		"ServiceAccount", "Deployment", "Service"} {
+		"ServiceAccount", "Deployment", "Service", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} {
 		if !sent[kind] {
 			t.Errorf("no %s sent to the API server", kind)
 		}

@@ -181,6 +181,10 @@ func TestDefaultsMatchKustomize(t *testing.T) {
 			if !reflect.DeepEqual(c["rules"], k["rules"]) {
 				t.Errorf("%s: rules differ:\nchart:     %v\nkustomize: %v", id, c["rules"], k["rules"])
 			}
+		case "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
+			if !reflect.DeepEqual(c["spec"], k["spec"]) {
+				t.Errorf("%s: spec differs:\nchart:     %v\nkustomize: %v", id, c["spec"], k["spec"])
+			}
 		case "ClusterRoleBinding", "RoleBinding":
 			for _, f := range []string{"roleRef", "subjects"} {
 				if !reflect.DeepEqual(c[f], k[f]) {

@@ -20,7 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -272,7 +275,7 @@ func lbPodsOf(ctx context.Context, namespace, service string) (ready []*corev1.P
 }
 
 // lbPod returns the running, ready lb pod of a Service that holds its address (the only one, or
-// with standbys the one labelled active), or an error saying what is missing.
+// with standbys the one its Lease names), or an error saying what is missing.
 func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) {
 	ready, live, err := lbPodsOf(ctx, namespace, service)
 	if err != nil {
@@ -281,17 +284,35 @@ func lbPod(ctx context.Context, namespace, service string) (*corev1.Pod, error) 
 	if live == 1 && len(ready) == 1 {
 		return ready[0], nil
 	}
-	// Standbys (or a rollout): the pod that holds the address is the one labelled active.
-	var active []*corev1.Pod
+	// Standbys (or a rollout): the pod that holds the address is the one the Lease names.
+	holder, err := leaseHolder(ctx, namespace, service)
+	if err != nil {
+		return nil, err
+	}
 	for _, p := range ready {
-		if p.Labels[lbv1.RoleLabel] == lbv1.RoleActive {
-			active = append(active, p)
+		if p.Name == holder {
+			return p, nil
 		}
 	}
-	if len(active) != 1 {
-		return nil, fmt.Errorf("service %s/%s: %d ready lb pods of %d live, %d of them labelled active", namespace, service, len(ready), live, len(active))
+	return nil, fmt.Errorf("service %s/%s: %d ready lb pods of %d live, none of them the Lease's holder %q", namespace, service, len(ready), live, holder)
+}
+
+// leaseHolder is the lb pod the Service's Lease names (where the lb pod that takes the address
+// over records itself; the operator writes nothing on lb pods), "" while there is no Lease or no
+// holder yet. The Service's lb pods run beside it (no --lb-pod-namespace).
+func leaseHolder(ctx context.Context, namespace, service string) (string, error) {
+	l := &coordinationv1.Lease{}
+	err := k8s.Get(ctx, client.ObjectKey{Namespace: namespace, Name: lbobjects.LeaseName("", namespace, service)}, l)
+	if apierrors.IsNotFound(err) {
+		return "", nil
 	}
-	return active[0], nil
+	if err != nil {
+		return "", err
+	}
+	if l.Spec.HolderIdentity == nil {
+		return "", nil
+	}
+	return *l.Spec.HolderIdentity, nil
 }
 
 func podReady(p *corev1.Pod) bool {

@@ -236,7 +236,7 @@ func (p *tcpProber) waitSteady(t *testing.T, n int) {
 // pair is a Service's two lb pods once they have settled: one active, one standby.
 type pair struct{ active, standby *corev1.Pod }
 
-// waitPair waits (bounded) for two Ready lb pods on two nodes, labelled active and standby, the
+// waitPair waits (bounded) for two Ready lb pods on two nodes, the active one named by the Lease, the
 // address configured in exactly one network namespace, on the active's node, and the Service's
 // annotation naming that node. exclude lists pod UIDs that must not be either (replaced pods).
 func waitPair(t *testing.T, svc *corev1.Service, ip string, exclude ...*corev1.Pod) pair {
@@ -247,6 +247,8 @@ func waitPair(t *testing.T, svc *corev1.Service, ip string, exclude ...*corev1.P
 		g.Expect(k8s.List(context.Background(), &pods, client.InNamespace(svc.Namespace), client.MatchingLabels{lbv1.ServiceLabel: svc.Name})).To(Succeed())
 		got = pair{}
 		nodes := map[string]bool{}
+		holder, err := leaseHolder(context.Background(), svc.Namespace, svc.Name)
+		g.Expect(err).NotTo(HaveOccurred())
 		for i := range pods.Items {
 			p := &pods.Items[i]
 			if p.DeletionTimestamp != nil || !podReady(p) {
@@ -256,11 +258,9 @@ func waitPair(t *testing.T, svc *corev1.Service, ip string, exclude ...*corev1.P
 				g.Expect(p.UID).NotTo(Equal(x.UID), "replaced pod %s still serving", x.Name)
 			}
 			nodes[p.Spec.NodeName] = true
-			switch p.Labels[lbv1.RoleLabel] {
-			case lbv1.RoleActive:
-				g.Expect(got.active).To(BeNil(), "two pods labelled active")
+			if p.Name == holder {
 				got.active = p
-			case lbv1.RoleStandby:
+			} else {
 				got.standby = p
 			}
 		}
@@ -363,7 +363,8 @@ func TestStandbyFailover(t *testing.T) {
 	cur := waitPair(t, svc, ip)
 	p := startTCPProber(t, ip+":80")
 	p.waitAnswered(t, time.Now(), time.Minute)
-	t.Log(kube(t, "get", "pod", "-n", svc.Namespace, "-l", lbv1.ServiceLabel+"="+svc.Name, "-L", lbv1.RoleLabel, "-o", "wide"))
+	t.Log(kube(t, "get", "pod", "-n", svc.Namespace, "-l", lbv1.ServiceLabel+"="+svc.Name, "-o", "wide"))
+	t.Log(kube(t, "get", "ip", ip, "-o", "jsonpath={.status.holders}"))
 
 	// One failure of the active: the address moves away from the network namespace that held it
 	// (for a node's failure: to the other node) and is held once, the client is answered ten
@@ -462,8 +463,9 @@ func TestStandbyFailover(t *testing.T) {
 		gap.Milliseconds(), failed, total, kinds, <-most, old.active.Name, drained)
 	kube(t, "uncordon", drained)
 
-	// Idle: the only write an lb pod may make is its Service's Lease (its Role allows nothing
-	// else), and it writes it only at a takeover. Count them over 60 s.
+	// Idle: the only write an lb pod may make is its Service's Lease (its ClusterRole allows
+	// nothing else, and the admission policy no other Lease), and it writes it only at a takeover.
+	// Count them over 60 s.
 	lease := &coordinationv1.Lease{}
 	key := client.ObjectKey{Namespace: svc.Namespace, Name: lbv1.DeploymentPrefix + svc.Name}
 	g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
@@ -472,7 +474,7 @@ func TestStandbyFailover(t *testing.T) {
 		err := k8s.Get(ctx, key, lease)
 		return lease.ResourceVersion, err
 	}).WithTimeout(60*time.Second).WithPolling(time.Second).Should(Equal(before), "an idle Service's lb pods wrote its Lease")
-	t.Logf("figure: ha_idle_api_writes_per_service_per_60s=0 (Lease %s unchanged at resourceVersion %s, transitions %d; the lb pods' Role allows no other write)",
+	t.Logf("figure: ha_idle_api_writes_per_service_per_60s=0 (Lease %s unchanged at resourceVersion %s, transitions %d; the lb pods' rights allow no other write)",
 		key.Name, before, deref(lease.Spec.LeaseTransitions))
 }
 

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -116,5 +119,19 @@ func TestLBPodNamespaceRestrictedTenant(t *testing.T) {
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: addr}, ip)).To(Succeed())
 		g.Expect(ip.Spec.Service.Namespace).To(Equal(tenant))
 		g.Expect(ip.Status.Holders).To(ContainElement(HaveField("Pod", operatorNamespace+"/"+pods.Items[0].Name)))
+	}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+	// The lb pod that took the address over created the Service's Lease in the tenant's namespace
+	// (its ServiceAccount lives in lbsvc-system: the RoleBinding beside the Service and the
+	// admission policy let it write that one Lease, named like the ServiceAccount), and the IP
+	// object shows that pod active.
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		l := &coordinationv1.Lease{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: tenant, Name: lbobjects.LeaseName(operatorNamespace, tenant, "web")}, l)).To(Succeed())
+		g.Expect(l.Labels).To(HaveKeyWithValue(lbv1.ServiceUIDLabel, string(svc.UID)))
+		g.Expect(l.Spec.HolderIdentity).NotTo(BeNil())
+		ip := &lbv1.IP{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: addr}, ip)).To(Succeed())
+		g.Expect(ip.Status.Active).To(Equal(operatorNamespace + "/" + *l.Spec.HolderIdentity))
 	}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 }

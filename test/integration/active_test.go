@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,9 +55,10 @@ func setReady(t *testing.T, p *corev1.Pod, ready bool) {
 	}, timeout, interval).Should(Succeed())
 }
 
-// shownHolder waits until the Service, its condition and the pods' role labels show holder
-// (pod name, "" for none) on node, and returns the Service.
-func shownHolder(t *testing.T, svc *corev1.Service, holder, node, message string, roles map[string]string) {
+// shownHolder waits until the Service, its condition and the roles in the IP object of addr show
+// holder (pod name, "" for none) on node. The pods themselves carry no role: the operator may not
+// write pods.
+func shownHolder(t *testing.T, svc *corev1.Service, addr, holder, node, message string, roles map[string]string) {
 	t.Helper()
 	g := NewWithT(t)
 	g.Eventually(func(g Gomega) {
@@ -70,10 +72,15 @@ func shownHolder(t *testing.T, svc *corev1.Service, holder, node, message string
 		c := findCondition(s.Status.Conditions, decide.ConditionAddressActive)
 		g.Expect(c).NotTo(BeNil())
 		g.Expect(c.Message).To(Equal(message))
-		for name, role := range roles {
+		got := map[string]string{}
+		for _, h := range getIP(g, addr).Status.Holders {
+			got[strings.TrimPrefix(h.Pod, svc.Namespace+"/")] = h.Role
+		}
+		g.Expect(got).To(Equal(roles))
+		for name := range roles {
 			p := &corev1.Pod{}
 			g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: svc.Namespace, Name: name}, p)).To(Succeed())
-			g.Expect(p.Labels[lbv1.RoleLabel]).To(Equal(role), "pod %s", name)
+			g.Expect(p.Labels).NotTo(HaveKey("lbsvc.io/role"), "pod %s", name)
 		}
 	}, timeout, interval).Should(Succeed())
 }
@@ -90,7 +97,8 @@ func eventMessages(t *testing.T, ns, name, reason string) []string {
 
 // The operator shows which lb pod holds the address: from the only Ready pod when there is one
 // lb pod, from the Lease the lb pods write when there are standbys; a Lease naming a pod that
-// is not one of the Service's lb pods shows no holder rather than a wrong one.
+// is not one of the Service's lb pods shows no holder rather than a wrong one; back to one lb
+// pod, the Lease left behind is not read.
 func TestActiveHolderShown(t *testing.T) {
 	g := NewWithT(t)
 	f := newFixture(t)
@@ -99,26 +107,24 @@ func TestActiveHolderShown(t *testing.T) {
 	addr := f.ip("70")
 
 	readyLBPod(t, svc, "lb-a", addr, "n1", true)
-	shownHolder(t, svc, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; no standby",
+	shownHolder(t, svc, addr, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; no standby",
 		map[string]string{"lb-a": lbv1.RoleActive})
 	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", decide.ReasonActiveHolder) }, timeout, interval).
 		Should(Equal([]string{addr + " now held by pod " + f.ns + "/lb-a on node n1"}))
 
-	// Standbys: the operator creates the Lease (empty) and the lb pod that takes the address over
-	// writes itself in; the operator follows it.
+	// Standbys: the lb pod that takes the address over creates the Lease with itself in (the
+	// operator creates none); the operator follows it.
 	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "2" })
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-web"}}
-	g.Eventually(func() error { return k8s.Get(context.Background(), client.ObjectKeyFromObject(lease), lease) }, timeout, interval).Should(Succeed())
-	update(t, lease, func(l *coordinationv1.Lease) {
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-a"), ptr.To[int32](0)
-	})
-	readyLBPod(t, svc, "lb-b", addr, "n2", true)
-	shownHolder(t, svc, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; standby: "+f.ns+"/lb-b on node n2",
+	lease := lbobjects.BuildLease("lb-svc-web", svc)
+	lease.Spec.HolderIdentity, lease.Spec.LeaseTransitions = ptr.To("lb-a"), ptr.To[int32](0)
+	create(t, lease)
+	lbB := readyLBPod(t, svc, "lb-b", addr, "n2", true)
+	shownHolder(t, svc, addr, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; standby: "+f.ns+"/lb-b on node n2",
 		map[string]string{"lb-a": lbv1.RoleActive, "lb-b": lbv1.RoleStandby})
 	update(t, lease, func(l *coordinationv1.Lease) {
 		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](1)
 	})
-	shownHolder(t, svc, "lb-b", "n2", addr+" held by pod "+f.ns+"/lb-b on node n2; standby: "+f.ns+"/lb-a on node n1",
+	shownHolder(t, svc, addr, "lb-b", "n2", addr+" held by pod "+f.ns+"/lb-b on node n2; standby: "+f.ns+"/lb-a on node n1",
 		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleActive})
 	g.Eventually(func() []string { return eventMessages(t, f.ns, "web", decide.ReasonActiveHolder) }, timeout, interval).
 		Should(ConsistOf(addr+" now held by pod "+f.ns+"/lb-a on node n1",
@@ -131,15 +137,24 @@ func TestActiveHolderShown(t *testing.T) {
 		g.Expect(ip.Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: f.ns + "/lb-b", Node: "n2", Role: "active"}, {Pod: f.ns + "/lb-a", Node: "n1", Role: "standby"}}))
 	}, timeout, interval).Should(Succeed())
 
-	// A forged holder (not one of this Service's lb pods) shows none, and labels none active.
+	// A forged holder (not one of this Service's lb pods) shows none, and none active.
 	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("not-a-pod") })
-	shownHolder(t, svc, "", "", "no lb pod has reported holding "+addr+" yet; standby: "+f.ns+"/lb-a on node n1, "+f.ns+"/lb-b on node n2",
-		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleStandby})
+	shownHolder(t, svc, addr, "", "", "no lb pod has reported holding "+addr+" yet; standby: "+f.ns+"/lb-a on node n1, "+f.ns+"/lb-b on node n2",
+		map[string]string{"lb-a": "", "lb-b": ""})
 	c := findCondition(getService(g, f.ns, "web").Status.Conditions, decide.ConditionAddressActive)
 	g.Expect(c.Status).To(Equal(metav1.ConditionFalse))
 	g.Expect(c.Reason).To(Equal(decide.ReasonNoActiveHolder))
 	// The address itself is untouched by any of this.
 	g.Expect(ingressIPs(getService(g, f.ns, "web"))).To(Equal([]string{addr}))
+
+	// Back to one lb pod: the Lease stays (the operator may not delete Leases; the garbage
+	// collector takes it with the Service) and is not read: the one Ready pod holds the address.
+	setReady(t, lbB, false)
+	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "1" })
+	shownHolder(t, svc, addr, "lb-a", "n1", addr+" held by pod "+f.ns+"/lb-a on node n1; standby: "+f.ns+"/lb-b on node n2",
+		map[string]string{"lb-a": lbv1.RoleActive, "lb-b": lbv1.RoleStandby})
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(lease), lease)).To(Succeed())
+	g.Expect(lease.Spec.HolderIdentity).To(Equal(ptr.To("not-a-pod")))
 
 }
 
@@ -165,18 +180,19 @@ func TestReplicasObjects(t *testing.T) {
 		g.Expect(k8s.Get(ctx, key, pdb)).To(Succeed())
 		g.Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
 		g.Expect(pdb.Labels[lbv1.ServiceUIDLabel]).To(Equal(string(getService(g, f.ns, "ha").UID)))
-		lease := &coordinationv1.Lease{}
-		g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
-		g.Expect(lease.Spec.HolderIdentity).To(BeNil())
-		role := &rbacv1.Role{}
-		g.Expect(k8s.Get(ctx, key, role)).To(Succeed())
-		g.Expect(role.Rules).To(ContainElement(rbacv1.PolicyRule{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"},
-			ResourceNames: []string{"lb-svc-ha"}, Verbs: []string{"get", "list", "watch", "update"}}))
+		rb := &rbacv1.RoleBinding{}
+		g.Expect(k8s.Get(ctx, key, rb)).To(Succeed())
+		g.Expect(rb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "lbsvc-lbpod"}))
 	}, timeout, interval).Should(Succeed())
+	// The operator creates neither a Lease (the lb pods do) nor a Role (they are bound to the
+	// installed ClusterRole lbsvc-lbpod).
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &coordinationv1.Lease{}))).To(BeTrue(), "no Lease from the operator")
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &rbacv1.Role{}))).To(BeTrue(), "no Role")
 
-	// The operator owns no field of the Lease's spec: what an lb pod writes stays.
-	lease := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-ha"}}
-	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.HolderIdentity = ptr.To("lb-svc-ha-x") })
+	// The operator never writes the Lease: what an lb pod wrote stays.
+	lease := lbobjects.BuildLease("lb-svc-ha", getService(g, f.ns, "ha"))
+	lease.Spec.HolderIdentity = ptr.To("lb-svc-ha-x")
+	create(t, lease)
 	update(t, getService(g, f.ns, "ha"), func(s *corev1.Service) { s.Labels = map[string]string{"touch": "1"} })
 	g.Consistently(func(g Gomega) {
 		g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
@@ -193,6 +209,8 @@ func TestReplicasObjects(t *testing.T) {
 		g.Expect(*d.Spec.Replicas).To(Equal(int32(1)))
 		g.Expect(d.Spec.Strategy.Type).To(Equal(appsv1.RecreateDeploymentStrategyType))
 		g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &policyv1.PodDisruptionBudget{}))).To(BeTrue(), "budget gone")
-		g.Expect(apierrors.IsNotFound(k8s.Get(ctx, key, &coordinationv1.Lease{}))).To(BeTrue(), "lease gone")
 	}, timeout, interval).Should(Succeed())
+	// The Lease stays, untouched: the operator may not delete it, and it goes with the Service.
+	g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
+	g.Expect(lease.Spec.HolderIdentity).To(Equal(ptr.To("lb-svc-ha-x")))
 }

@@ -402,7 +402,7 @@ func TestForgedAnnotationsAdoptNothing(t *testing.T) {
 }
 
 // --lb-pod-namespace: the Deployment and ServiceAccount live in the system namespace (tenants
-// cannot edit or exec into the pod that holds an address), the Role and RoleBinding beside the
+// cannot edit or exec into the pod that holds an address), the RoleBinding beside the
 // Service; cleanup works without owner references.
 func TestLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)
@@ -566,7 +566,7 @@ func TestSquattersInAnotherNamespaceHoldNoAddress(t *testing.T) {
 	create(t, squatDeploy)
 	// It even claims to be the active holder.
 	podLabels := forged()
-	podLabels[lbv1.RoleLabel] = lbv1.RoleActive
+	podLabels["lbsvc.io/role"] = lbv1.RoleActive // the role label of earlier releases
 	squatPod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: squat, Namespace: teamB, Labels: podLabels},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},

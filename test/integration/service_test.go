@@ -119,14 +119,12 @@ func TestSeedFlow(t *testing.T) {
 	g.Expect(tpl.Spec.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
 	g.Expect(tpl.Spec.SecurityContext.Sysctls).To(BeEmpty()) // IPv4 under --forwarding-sysctls=ipv6
 
-	role := &rbacv1.Role{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, role)).To(Succeed())
-	g.Expect(role.OwnerReferences).To(Equal([]metav1.OwnerReference{owner}))
-	g.Expect(role.Rules).To(Equal([]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"},
-		ResourceNames: []string{"test-service"}, Verbs: []string{"get", "list", "watch"}}}))
+	// No Role per Service: the lb pod is bound to the installed ClusterRole lbsvc-lbpod.
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, &rbacv1.Role{}))).To(BeTrue())
 	rb := &rbacv1.RoleBinding{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, rb)).To(Succeed())
 	g.Expect(rb.OwnerReferences).To(Equal([]metav1.OwnerReference{owner}))
+	g.Expect(rb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "lbsvc-lbpod"}))
 	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "lb-svc-test-service", Namespace: "default"}}))
 	sa := &corev1.ServiceAccount{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, sa)).To(Succeed())
@@ -406,7 +404,7 @@ func TestCleanup(t *testing.T) {
 			svc.Spec.LoadBalancerClass = ptr.To(lbv1.LoadBalancerClass)
 			create(t, svc)
 			svc = waitAddress(t, f.ns, "gone", f.ip("40"))
-			owned := []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &rbacv1.Role{}, &rbacv1.RoleBinding{}}
+			owned := []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &rbacv1.RoleBinding{}}
 			for _, o := range owned {
 				g.Eventually(func(g Gomega) {
 					g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "lb-svc-gone"}, o)).To(Succeed())

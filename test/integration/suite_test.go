@@ -48,7 +48,9 @@ const (
 var (
 	testEnv *envtest.Environment
 	restCfg *rest.Config
-	k8s     client.Client
+	// operatorCfg authenticates as the operator's ServiceAccount, with the install's RBAC.
+	operatorCfg *rest.Config
+	k8s         client.Client
 
 	opMu    sync.Mutex
 	current *operator
@@ -94,6 +96,10 @@ func runSuite(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "client:", err)
 		return 1
 	}
+	if operatorCfg, err = operatorConfig(context.Background(), env, k8s); err != nil {
+		fmt.Fprintln(os.Stderr, "operator identity:", err)
+		return 1
+	}
 	startOperator(true)
 	return m.Run()
 }
@@ -127,7 +133,7 @@ func newOperator(opts controllers.Options) *operator {
 	if err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(operatorCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},

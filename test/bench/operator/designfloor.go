@@ -20,8 +20,8 @@ import (
 // measureDesignFloor is the API server alone doing, for each of n Services, every write the
 // operator makes for a new Service with two lb pods, with the objects the operator's own builders
 // return: create the Service and its IP object and patch the Service's status (createAddressed);
-// patch its metadata (the mirror annotations); create the ServiceAccount, Role, Lease,
-// RoleBinding, Deployment, PodDisruptionBudget and Event; patch the IP's status. No operator runs,
+// patch its metadata (the mirror annotations); create the ServiceAccount, RoleBinding,
+// Deployment, PodDisruptionBudget and Event; patch the IP's status (the Lease is the lb pods'). No operator runs,
 // no reads or watches are served, and the writes go as the bench's admin (system:masters: no RBAC
 // or escalation checks, no priority and fairness), so it is a lower bound on what any operator
 // making these objects costs the API server here. It ends with the same list as measureFloor;
@@ -62,8 +62,8 @@ func measureDesignFloor(ctx context.Context, c client.Client, cfg config, timed 
 }
 
 // designObjects returns what the operator creates for the i-th Service of ns with two lb pods, in
-// its order: ServiceAccount, Role, Lease, RoleBinding, Deployment, PodDisruptionBudget, and the
-// Event it records.
+// its order: ServiceAccount, RoleBinding, Deployment, PodDisruptionBudget, and the Event it
+// records.
 func designObjects(ns string, i int, uid types.UID) ([]client.Object, error) {
 	name := "svc-" + strconv.Itoa(i)
 	addr := floorAddr(i)

@@ -76,7 +76,7 @@ func run() error {
 	flag.StringVar(&cfg.profileDir, "profile", "", "write cpu.pprof (the burst) and heap.pprof (after it) of the operator here")
 	flag.IntVar(&cfg.profileSecs, "profile-seconds", 30, "length of the CPU profile from the start of the burst")
 	flag.DurationVar(&cfg.deadline, "timeout", 15*time.Minute, "give up after this long")
-	flag.BoolVar(&cfg.rbacProbe, "rbac-probe", false, "only time Role and RoleBinding creates as the operator and as system:masters in a namespace holding up to -n RoleBindings")
+	flag.BoolVar(&cfg.rbacProbe, "rbac-probe", false, "only time RoleBinding creates as the operator and as system:masters in a namespace holding up to -n RoleBindings")
 	flag.Parse()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set (make bench-operator sets it)")

@@ -1,0 +1,150 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
+	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// operatorUser is the operator's ServiceAccount as the Helm release of e2e.sh installs it.
+const operatorUser = "system:serviceaccount:lbsvc-system:lbsvc-operator"
+
+// canI is `kubectl auth can-i` as user: "yes" or "no" (can-i exits 1 on "no": the answer is the
+// output, not the status). kubectl's warnings (a cluster-scoped resource asked with -n, as bind
+// on a ClusterRole is: the binding's namespace is where it is checked) are not the answer.
+func canI(user, namespace string, args ...string) string {
+	out, _ := run(kubectl, append(append([]string{"auth", "can-i"}, args...), "-n", namespace, "--as="+user)...)
+	for _, l := range nonEmptyLines(out) {
+		if !strings.HasPrefix(l, "Warning: ") {
+			return l
+		}
+	}
+	return out
+}
+
+// TestRBACTable: what the operator's ServiceAccount and an lb pod's ServiceAccount may do on the
+// real cluster, as the README's Security section states it (`kubectl auth can-i`, which asks the
+// authorizer only), and, where admission decides or the answer must be seen on a real request,
+// server-side dry runs as those identities.
+func TestRBACTable(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	lbPodSA := "system:serviceaccount:" + seedNamespace + ":" + lbobjects.ObjectName(seedService)
+	// The seed is up (the test may run alone, first): its lb pod and its backends.
+	waitLBPod(t, seedNamespace, seedService)
+	g.Eventually(backendNames, time.Minute).WithArguments(t).Should(HaveLen(backendReplicas))
+	backends := backendNames(t)
+	other := "e2e-rbac-" + suffix()
+	kube(t, "create", "namespace", other)
+	t.Cleanup(func() { _, _ = run(kubectl, "delete", "namespace", other, "--wait=false") })
+
+	for _, c := range []struct {
+		who, user, ns string
+		args          []string
+		want          string
+	}{
+		{"operator", operatorUser, seedNamespace, []string{"patch", "pods/" + backends[0]}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"get", "pods"}, "yes"},
+		{"operator", operatorUser, seedNamespace, []string{"delete", "pods"}, "no"},
+		{"operator", operatorUser, "kube-system", []string{"create", "leases.coordination.k8s.io"}, "no"},
+		{"operator", operatorUser, "kube-system", []string{"update", "leases.coordination.k8s.io"}, "no"},
+		{"operator", operatorUser, "kube-system", []string{"delete", "leases.coordination.k8s.io"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"update", "leases.coordination.k8s.io"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"watch", "leases.coordination.k8s.io"}, "yes"},
+		{"operator", operatorUser, "lbsvc-system", []string{"update", "leases.coordination.k8s.io/lbsvc-operator.lbsvc.io"}, "yes"},
+		{"operator", operatorUser, seedNamespace, []string{"create", "roles.rbac.authorization.k8s.io"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"escalate", "roles.rbac.authorization.k8s.io"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"create", "rolebindings.rbac.authorization.k8s.io"}, "yes"},
+		{"operator", operatorUser, seedNamespace, []string{"bind", "clusterroles.rbac.authorization.k8s.io/lbsvc-lbpod"}, "yes"},
+		{"operator", operatorUser, seedNamespace, []string{"bind", "clusterroles.rbac.authorization.k8s.io/admin"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"get", "secrets"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"create", "pods/exec"}, "no"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"get", "services/" + seedService}, "yes"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"update", "services/" + seedService}, "no"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"get", "secrets"}, "no"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"create", "pods/exec"}, "no"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"patch", "pods"}, "no"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"get", "pods"}, "no"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"update", "leases.coordination.k8s.io/" + lbobjects.ObjectName(seedService)}, "yes"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"delete", "leases.coordination.k8s.io"}, "no"},
+		{"lb pod", lbPodSA, other, []string{"create", "leases.coordination.k8s.io"}, "no"},
+		{"lb pod", lbPodSA, "kube-system", []string{"update", "leases.coordination.k8s.io"}, "no"},
+		{"lb pod", lbPodSA, other, []string{"get", "services"}, "no"},
+	} {
+		got := canI(c.user, c.ns, c.args...)
+		t.Logf("%-8s -n %-12s can-i %-70s %s", c.who, c.ns, strings.Join(c.args, " "), got)
+		g.Expect(got).To(Equal(c.want), "%s -n %s can-i %s", c.who, c.ns, strings.Join(c.args, " "))
+	}
+
+	// Real requests, server-side dry runs: the operator may not relabel a backend pod, create a
+	// Lease in kube-system, nor bind any ClusterRole but lbsvc-lbpod.
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		g.Expect(os.WriteFile(p, []byte(content), 0o600)).To(Succeed())
+		return p
+	}
+	asOperator := "--as=" + operatorUser
+	out, err := run(kubectl, "label", "pod", backends[0], "-n", seedNamespace, "e2e-rbac=1", "--dry-run=server", asOperator)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring(`cannot patch resource "pods" in API group "" in the namespace "` + seedNamespace + `"`))
+	leaseYAML := func(ns, name string) string {
+		return "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: " + name + "\n  namespace: " + ns +
+			"\n  labels:\n    " + lbv1.ComponentLabel + ": " + lbv1.ComponentLBPod + "\n"
+	}
+	out, err = run(kubectl, "create", "-f", write("ks.yaml", leaseYAML("kube-system", "e2e-rbac")), "--dry-run=server", asOperator)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring(`cannot create resource "leases" in API group "coordination.k8s.io" in the namespace "kube-system"`))
+	out, err = run(kubectl, "create", "rolebinding", "e2e-rbac", "--clusterrole=admin", "--serviceaccount="+seedNamespace+":default",
+		"-n", seedNamespace, "--dry-run=server", asOperator)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("is attempting to grant RBAC permissions not currently held"))
+	out, err = run(kubectl, "create", "rolebinding", "e2e-rbac", "--clusterrole=lbsvc-lbpod", "--serviceaccount="+seedNamespace+":default",
+		"-n", seedNamespace, "--dry-run=server", asOperator)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(Equal("rolebinding.rbac.authorization.k8s.io/e2e-rbac created (server dry run)\n"))
+
+	// The lb pod: can-i does not run admission. Its own Lease (written by the pod that took the
+	// address over) may be updated; another Lease of its namespace, ours by its labels, may be
+	// neither updated nor created (the ValidatingAdmissionPolicy lbsvc-lbpod-lease).
+	asLBPod := "--as=" + lbPodSA
+	own := &coordinationv1.Lease{}
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: seedNamespace, Name: lbobjects.ObjectName(seedService)}, own)
+	}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "the seed's lb pods created their Lease")
+	ownJSON := kube(t, "get", "lease", own.Name, "-n", seedNamespace, "-o", "json")
+	out, err = run(kubectl, "replace", "-f", write("own.json", ownJSON), "--dry-run=server", asLBPod)
+	g.Expect(err).NotTo(HaveOccurred(), out)
+	g.Expect(out).To(Equal("lease.coordination.k8s.io/" + own.Name + " replaced (server dry run)\n"))
+
+	another := "e2e-rbac-" + suffix()
+	kube(t, "create", "-f", write("another.yaml", leaseYAML(seedNamespace, another)))
+	t.Cleanup(func() { _, _ = run(kubectl, "delete", "lease", another, "-n", seedNamespace) })
+	denied := "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: " +
+		"an lb pod may write only its own Service's Lease " + own.Name + ", not " + another
+	anotherJSON := kube(t, "get", "lease", another, "-n", seedNamespace, "-o", "json")
+	out, err = run(kubectl, "replace", "-f", write("another.json", anotherJSON), "--dry-run=server", asLBPod)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring(denied))
+	fresh := "e2e-rbac-" + suffix()
+	out, err = run(kubectl, "create", "-f", write("fresh.yaml", leaseYAML(seedNamespace, fresh)), "--dry-run=server", asLBPod)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("an lb pod may write only its own Service's Lease " + own.Name + ", not " + fresh))
+	// And nothing in another namespace (no binding there).
+	out, err = run(kubectl, "create", "-f", write("elsewhere.yaml", leaseYAML(other, own.Name)), "--dry-run=server", asLBPod)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring(`cannot create resource "leases" in API group "coordination.k8s.io" in the namespace "` + other + `"`))
+}
