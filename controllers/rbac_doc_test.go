@@ -48,15 +48,15 @@ func sortedGrants(g []rbacGrant) []rbacGrant {
 	return slices.Compact(g)
 }
 
-// grantsOfTable reads the README table under the heading that contains heading: columns API group
+// grantsOfTable reads the table of docs/security.md under the heading that contains heading: columns API group
 // (core for ""; several comma-separated), resources (backquoted, comma-separated), verbs, only
 // these names, why.
 func grantsOfTable(t *testing.T, readme, heading string) []rbacGrant {
 	t.Helper()
 	lines := strings.Split(readme, "\n")
-	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "#### ") && strings.Contains(l, heading) })
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "### ") && strings.Contains(l, heading) })
 	if start < 0 {
-		t.Fatalf("README: no heading with %q", heading)
+		t.Fatalf("docs/security.md: no heading with %q", heading)
 	}
 	split := func(cell string) []string {
 		var out []string
@@ -81,7 +81,7 @@ func grantsOfTable(t *testing.T, readme, heading string) []rbacGrant {
 		}
 		cells := strings.Split(strings.Trim(l, "|"), "|")
 		if len(cells) != 5 {
-			t.Fatalf("README %q: row %q has %d cells, want 5", heading, l, len(cells))
+			t.Fatalf("docs/security.md %q: row %q has %d cells, want 5", heading, l, len(cells))
 		}
 		rows++
 		names := split(cells[3])
@@ -102,17 +102,17 @@ func grantsOfTable(t *testing.T, readme, heading string) []rbacGrant {
 		}
 	}
 	if rows == 0 {
-		t.Fatalf("README %q: no table rows", heading)
+		t.Fatalf("docs/security.md %q: no table rows", heading)
 	}
 	return sortedGrants(out)
 }
 
-// TestREADMERBACTables: the README's Security section states exactly the rules of every role the
-// install creates (config/rbac, from which the chart is generated): the operator's generated
-// ClusterRole, its leader election Role, the lb pods' ClusterRole and the metrics readers'. A
-// marker, a YAML or a README change that is not made in the other place fails here.
-func TestREADMERBACTables(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "README.md"))
+// TestRBACDocTables: docs/security.md (linked from the README's Security section) states exactly
+// the rules of every role the install creates (config/rbac, from which the chart is generated):
+// the operator's generated ClusterRole, its leader election Role, the lb pods' ClusterRole and the
+// metrics readers'. A marker, a YAML or a doc change that is not made in the other place fails.
+func TestRBACDocTables(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "docs", "security.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,12 +145,12 @@ func TestREADMERBACTables(t *testing.T) {
 			want, got := grantsOfRules(rules), grantsOfTable(t, readme, tc.heading)
 			for _, g := range got {
 				if !slices.Contains(want, g) {
-					t.Errorf("README grants %+v, config/rbac/%s does not", g, tc.file)
+					t.Errorf("docs/security.md grants %+v, config/rbac/%s does not", g, tc.file)
 				}
 			}
 			for _, g := range want {
 				if !slices.Contains(got, g) {
-					t.Errorf("config/rbac/%s grants %+v, the README does not say so", tc.file, g)
+					t.Errorf("config/rbac/%s grants %+v, docs/security.md does not say so", tc.file, g)
 				}
 			}
 		})
