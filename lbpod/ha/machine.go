@@ -703,11 +703,13 @@ func (m *Machine) received(now time.Duration, a Advert, out *Output) {
 
 // superseded handles a claim read from the record (Superseded).
 func (m *Machine) superseded(now time.Duration, c Claim, out *Output) {
-	if c.Sender == m.cfg.ID || c.Term > MaxTerm {
-		return // our own record, or a term no replica reaches (the record is refused as a whole)
+	if c.Term > MaxTerm {
+		return // a term no replica reaches: the record is refused as a whole
 	}
+	// Our own claim too teaches the term: lbpod restarted in the same pod keeps net1's MAC, and
+	// its next claim must be newer than the one it recorded before.
 	m.maxTerm = max(m.maxTerm, c.Term)
-	if !m.role.holds() || c.Compare(m.own()) <= 0 {
+	if c.Sender == m.cfg.ID || !m.role.holds() || c.Compare(m.own()) <= 0 {
 		return
 	}
 	if m.role == Resigning {

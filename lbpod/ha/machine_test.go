@@ -236,6 +236,11 @@ func TestMachine(t *testing.T) {
 			{ev: record(50, idB, 7), role: Standby, wake: 315},
 			{ev: at(Tick, 315), hold: Take, send: "term 8", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 8"},
 		}},
+		"a restarted replica learns the term from its own earlier claim in the record": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: record(50, idA, 7), role: Standby, wake: 315},
+			{ev: at(Tick, 315), hold: Take, send: "term 8", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 8"},
+		}},
 		"resigning and superseded through the record: lets go at once": {steps: append(activeAt315[:5:5],
 			step{ev: at(Shutdown, 350), send: "term 1 resigning", role: Resigning, wake: 375, reason: "resigning"},
 			step{ev: record(360, idB, 2), hold: Release, role: Stopped, wake: 360, reason: "the record names 02:00:00:00:00:03's newer claim (term 2) while resigning: handed over"},
