@@ -68,15 +68,17 @@ func TestSplitBrainBounded(t *testing.T) {
 		ebtables(t, "-D", rule...)
 		cur := waitPair(t, svc, ip)
 		seen := samples.stop()
+		g.Expect(seen).NotTo(BeEmpty(), "samples of the holders of %s", ip)
 		ws := writes.all()
 		r := splitRun{writes: ws[before:], holders: seen, start: start, healed: healed}
 		if before > 0 {
 			r.prev = ws[before-1]
 		}
 		r.analyse()
-		t.Logf("figure: split_brain_%s lease_writes=%d max_writes_per_60s=%d notes=%d claim_to_note_ms=%v sampled_two_holders_ms=%d longest_two_ms=%d one_holder_after_fix_ms=%d (ebtables %s for %s; now %s on %s)",
+		t.Logf("figure: split_brain_%s lease_writes=%d max_writes_per_60s=%d notes=%d claim_to_note_ms=%v sampled_two_holders_ms=%d longest_two_ms=%d one_holder_after_fix_ms=%d (ebtables %s for %s; %d samples of the holders, one per %s; now %s on %s)",
 			name, len(r.writes), r.perMinute, r.notes, r.fenceMs, r.twoFor.Milliseconds(), r.longest.Milliseconds(),
-			r.oneAfterFix.Milliseconds(), strings.Join(rule, " "), d, cur.active.Name, cur.active.Spec.NodeName)
+			r.oneAfterFix.Milliseconds(), strings.Join(rule, " "), d, len(seen), (seen[len(seen)-1].at.Sub(seen[0].at) / time.Duration(max(len(seen)-1, 1))).Round(time.Millisecond),
+			cur.active.Name, cur.active.Spec.NodeName)
 		g.Expect(r.perMinute).To(BeNumerically("<=", 5), "Lease writes in a minute during %s", name)
 		// After the fix, one holder within the time waitPair took; the samples say exactly when.
 		g.Expect(r.oneAfterFix).To(BeNumerically("<", 10*time.Second), "one holder after the fix of %s", name)
