@@ -49,9 +49,11 @@ func TestHASplitBrainRecord(t *testing.T) {
 	ebt := func(op string, rule ...string) {
 		mustRun(t, "ip", append([]string{"netns", "exec", tp.underlay, "ebtables", op, "FORWARD"}, rule...)...)
 	}
-	// loss drops the frames matching rule for d, sampling who holds every 20 ms; then it fixes
-	// the bridge and waits (bounded) for exactly one holder.
-	loss := func(name string, rule []string, d time.Duration) (both, bothAfterNote time.Duration, oneAfterFix time.Duration, w []string) {
+	// loss drops the frames matching rule for d, sampling who holds every 20 ms or so (two
+	// ip(8) runs a sample); then it fixes the bridge and waits (bounded) for exactly one holder.
+	// both counts the samples in which both held; afterNote those among them read after the
+	// fenced replica's note was in the record (it let go before writing it: none may).
+	loss := func(name string, rule []string, d time.Duration) (both, afterNote, samples int, oneAfterFix time.Duration, w []string) {
 		before := len(writes())
 		ebt("-A", rule...)
 		fixed := false
@@ -60,23 +62,16 @@ func TestHASplitBrainRecord(t *testing.T) {
 				ebt("-D", rule...)
 			}
 		})
-		var noted time.Time
-		last := time.Now()
-		for end := time.Now().Add(d); time.Now().Before(end); {
+		noted := false
+		for end := time.Now().Add(d); time.Now().Before(end); samples++ {
 			<-time.After(20 * time.Millisecond) // the sampling period
-			now := time.Now()
-			ha, hb := tp.holds("a"), tp.holds("b")
-			if noted.IsZero() && len(writes()) > before+1 {
-				noted = now
-			}
-			if ha && hb {
-				both += now.Sub(last)
-				if !noted.IsZero() {
-					bothAfterNote += now.Sub(last)
-					t.Logf("both held at %s, %s after the note was seen", now.Format("15:04:05.000"), now.Sub(noted))
+			noted = noted || len(writes()) > before+1
+			if tp.holds("a") && tp.holds("b") {
+				both++
+				if noted {
+					afterNote++
 				}
 			}
-			last = now
 		}
 		ebt("-D", rule...)
 		fixed = true
@@ -84,12 +79,12 @@ func TestHASplitBrainRecord(t *testing.T) {
 		waitFor(t, 5*time.Second, "one holder after the fix", func() bool { return tp.holds("a") != tp.holds("b") })
 		oneAfterFix = time.Since(healed)
 		w = writes()[before:]
-		t.Logf("figure: ha_split_brain_%s record_writes=%d both_held_ms=%d both_held_after_note_ms=%d one_holder_after_fix_ms=%d (writes: %s)",
-			name, len(w), both.Milliseconds(), bothAfterNote.Milliseconds(), oneAfterFix.Milliseconds(), strings.Join(w, "; "))
-		return both, bothAfterNote, oneAfterFix, w
+		t.Logf("figure: ha_split_brain_%s record_writes=%d samples_both_held=%d of %d (after the note: %d) one_holder_after_fix_ms=%d (writes: %s)",
+			name, len(w), both, samples, afterNote, oneAfterFix.Milliseconds(), strings.Join(w, "; "))
+		return both, afterNote, samples, oneAfterFix, w
 	}
 
-	both, after, _, w := loss("symmetric_20s", []string{"-p", "0x88b5", "-j", "DROP"}, 20*time.Second)
+	both, after, samples, _, w := loss("symmetric_20s", []string{"-p", "0x88b5", "-j", "DROP"}, 20*time.Second)
 	if len(w) != 2 || !strings.Contains(w[1], " note ") {
 		t.Fatalf("symmetric loss: record writes %q, want the standby's claim and the old active's note (it held when the claim fenced it)", w)
 	}
@@ -104,19 +99,19 @@ func TestHASplitBrainRecord(t *testing.T) {
 	if fenced := noted.Sub(claimed); fenced > 200*time.Millisecond {
 		t.Errorf("symmetric loss: the note came %s after the claim, want within a few polls of the record (20 ms)", fenced)
 	}
-	if both > time.Second || after > 100*time.Millisecond {
-		t.Errorf("symmetric loss: both held for %s (%s after the note), want under 1 s and at most a sample after the note", both, after)
+	if after > 0 || both > 5 {
+		t.Errorf("symmetric loss: both held in %d of %d samples, %d after the note, want none after it (and a few at most before)", both, samples, after)
 	}
 
 	active := "a"
 	if tp.holds("b") {
 		active = "b"
 	}
-	both, _, _, w = loss("one_way_20s", []string{"-i", "p" + active, "-p", "0x88b5", "-j", "DROP"}, 20*time.Second)
+	both, _, samples, _, w = loss("one_way_20s", []string{"-i", "p" + active, "-p", "0x88b5", "-j", "DROP"}, 20*time.Second)
 	if len(w) != 1 || strings.Contains(w[0], " note ") {
 		t.Errorf("one-way loss: record writes %q, want the standby's claim only", w)
 	}
-	if both > 200*time.Millisecond {
-		t.Errorf("one-way loss: both held for %s, want the underlay to settle it at the standby's first advert", both)
+	if both > 1 {
+		t.Errorf("one-way loss: both held in %d of %d samples, want the underlay to settle it at the standby's first advert", both, samples)
 	}
 }
