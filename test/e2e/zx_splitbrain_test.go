@@ -79,6 +79,15 @@ func TestSplitBrainBounded(t *testing.T) {
 			name, len(r.writes), r.perMinute, r.notes, r.fenceMs, r.twoFor.Milliseconds(), r.longest.Milliseconds(),
 			r.oneAfterFix.Milliseconds(), strings.Join(rule, " "), d, len(seen), (seen[len(seen)-1].at.Sub(seen[0].at) / time.Duration(max(len(seen)-1, 1))).Round(time.Millisecond),
 			cur.active.Name, cur.active.Spec.NodeName)
+		// What the election said meanwhile (role changes and their reasons, the recorder's writes).
+		for _, p := range []*corev1.Pod{cur.active, cur.standby} {
+			out, _ := run(kubectl, "logs", "-n", p.Namespace, p.Name, "--since", (time.Since(start) + 5*time.Second).Round(time.Second).String())
+			for _, line := range nonEmptyLines(out) {
+				if strings.Contains(line, "msg=ha ") || strings.Contains(line, "recorded") || strings.Contains(line, "Lease") {
+					t.Logf("%s: %s", p.Name, line)
+				}
+			}
+		}
 		g.Expect(r.perMinute).To(BeNumerically("<=", 5), "Lease writes in a minute during %s", name)
 		// After the fix, one holder within the time waitPair took; the samples say exactly when.
 		g.Expect(r.oneAfterFix).To(BeNumerically("<", 10*time.Second), "one holder after the fix of %s", name)
