@@ -107,15 +107,16 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 	defer stopLoop()
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- loop.Run(loopCtx) }()
-	haErr := ha.Run(ctx, ha.Options{
+	opts := ha.Options{
 		Interface: o.iface, Config: o.haConfig(network), Log: log, Metrics: metrics, Key: o.ha.key,
 		OnChange: func(role ha.Role, reason string) {
 			log.Info("role", "role", role.String(), "reason", reason)
-			if recorder != nil {
-				recorder.onRole(role == ha.Active)
-			}
 		},
-	}, holder)
+	}
+	if recorder != nil {
+		opts.Record = recorder // a nil *leaseRecorder in the interface would not be nil
+	}
+	haErr := ha.Run(ctx, opts, holder)
 	stopLoop()
 	return errors.Join(haErr, <-loopDone)
 }
@@ -131,7 +132,7 @@ func newRecorder(o options, log *slog.Logger) (*leaseRecorder, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newLeaseRecorder(client, o.namespace, o.leaseName, o.podName, log), nil
+	return newLeaseRecorder(client, o.namespace, o.service, o.leaseName, o.podName, log), nil
 }
 
 // loopHolder is the election's Holder: it switches the loop between active and standby and waits

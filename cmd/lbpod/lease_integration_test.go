@@ -9,27 +9,208 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 
 	. "github.com/onsi/gomega"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// The Lease recorder against a real kube-apiserver with exactly the Role and Lease the operator
-// builds for a Service with standbys: each takeover is one write naming the new holder, a repeated
-// takeover by the same pod writes nothing, and the pod can touch no other Lease.
+var (
+	macA = ha.ID{2, 0, 0, 0, 0, 0xa}
+	macB = ha.ID{2, 0, 0, 0, 0, 0xb}
+)
+
+const (
+	podA = "lb-svc-web-7d9f8b6c5d-aaaaa"
+	podB = "lb-svc-web-7d9f8b6c5d-bbbbb"
+)
+
+// The Lease recorder against a real kube-apiserver, as the lb pod's ServiceAccount with the Role
+// the operator builds plus create on Leases (which the lb pod needs once the operator no longer
+// creates the Lease): the first takeover creates the Lease (labels and owner as the operator
+// builds them); each newer claim is one write naming the new holder; an older or equal claim
+// writes nothing and is told the newer one (the fence); a superseded replica's note is written
+// once; and the pod can touch no other Lease.
 func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 	g := NewWithT(t)
 	const ns = "lbpod-lease"
+	admin, ctx, params, podClient := startWithService(t, ns)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	name := lbobjects.BuildLease(params).Name // what the operator gives the pod in LBPOD_LEASE
+	lease := func() *coordinationv1.Lease {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return l
+	}
+	record := func() []any {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return []any{err.Error()}
+		}
+		return []any{ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, -1), l.Annotations[v1alpha1.HAClaimAnnotation]}
+	}
+	a := newLeaseRecorder(podClient, ns, "web", name, podA, log)
+	b := newLeaseRecorder(podClient, ns, "web", name, podB, log)
+	go a.run(ctx)
+	go b.run(ctx)
+
+	// No Lease: the first takeover creates it, as the operator would have.
+	a.Claimed(ha.Claim{Term: 1, Priority: 100, Sender: macA})
+	g.Eventually(record).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(Equal([]any{podA, int32(0), "1 100 02:00:00:00:00:0a"}))
+	created := lease()
+	want := lbobjects.BuildLease(params)
+	g.Expect(created.Labels).To(Equal(want.Labels))
+	g.Expect(created.OwnerReferences).To(Equal(want.OwnerReferences))
+	g.Expect(created.OwnerReferences[0].UID).To(Equal(params.ServiceUID))
+
+	// A newer claim by the other pod: one write, one transition; the old holder is told.
+	b.Claimed(ha.Claim{Term: 2, Priority: 100, Sender: macB})
+	g.Eventually(record).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(Equal([]any{podB, int32(1), "2 100 02:00:00:00:00:0b"}))
+	g.Eventually(a.Claims()).WithTimeout(5 * time.Second).Should(Receive(Equal(ha.Claim{Term: 2, Priority: 100, Sender: macB})))
+
+	// Never over a newer claim: a's older claim (an active that has not let go yet) and b's same
+	// claim again write nothing; a is told b's claim once more.
+	before := lease().ResourceVersion
+	a.mu.Lock()
+	a.told = ha.Claim{} // as if it had not been told yet
+	a.mu.Unlock()
+	a.Claimed(ha.Claim{Term: 1, Priority: 100, Sender: macA})
+	g.Expect(a.sync(ctx)).To(Succeed())
+	g.Expect(b.sync(ctx)).To(Succeed())
+	g.Expect(lease().ResourceVersion).To(Equal(before))
+	g.Eventually(a.Claims()).WithTimeout(5 * time.Second).Should(Receive(Equal(ha.Claim{Term: 2, Priority: 100, Sender: macB})))
+	// The same term and priority, a higher MAC than b's would win; a lower one does not.
+	a.Claimed(ha.Claim{Term: 2, Priority: 100, Sender: ha.ID{2, 0, 0, 0, 0, 1}})
+	g.Expect(a.sync(ctx)).To(Succeed())
+	g.Expect(lease().ResourceVersion).To(Equal(before))
+
+	// The superseded replica's note names both pods, its term, the other's and when; it is
+	// written once (a second sync has nothing to write).
+	a.Claimed(ha.Claim{})
+	a.now = func() time.Time { return time.Date(2026, 11, 24, 17, 0, 0, 0, time.UTC) }
+	a.Superseded(ha.Claim{Term: 1, Priority: 100, Sender: macA}, ha.Claim{Term: 2, Priority: 100, Sender: macB})
+	g.Eventually(func() string { return lease().Annotations[v1alpha1.HeldTwiceAnnotation] }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(Equal(podA + " 2026-11-24T17:00:00Z 1 " + podB + " 2"))
+	noted := lease().ResourceVersion
+	g.Expect(a.sync(ctx)).To(Succeed())
+	g.Expect(lease().ResourceVersion).To(Equal(noted))
+	g.Expect(record()).To(Equal([]any{podB, int32(1), "2 100 02:00:00:00:00:0b"}))
+
+	// Another Lease is out of reach.
+	other := newLeaseRecorder(podClient, ns, "web", "lb-svc-other", podA, log)
+	other.Claimed(ha.Claim{Term: 9, Priority: 100, Sender: macA})
+	err := other.sync(ctx)
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "write another Lease: %v", err)
+}
+
+// A write that lands between the recorder's read and its Update (another replica's claim) makes
+// the Update conflict; the recorder reads again and compares again: it never writes over the
+// newer claim, it writes over an older one, and it is told the newer one.
+func TestLeaseRecorderConflict(t *testing.T) {
+	g := NewWithT(t)
+	const ns = "lbpod-conflict"
+	admin, ctx, params, podClient := startWithService(t, ns)
+	_, err := admin.CoordinationV1().Leases(ns).Create(ctx, lbobjects.BuildLease(params), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	name := lbobjects.BuildLease(params).Name
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	b := newLeaseRecorder(podClient, ns, "web", name, podB, log)
+
+	for _, tc := range []struct {
+		name     string
+		ours     uint64 // a's term
+		between  uint64 // b's term, written between a's read and a's Update
+		want     string // the recorded claim in the end
+		wantTold uint64 // the last term a is told (the election ignores it when older than ours)
+	}{
+		{"a newer claim lands in between: ours is not written", 3, 4, "4 100 02:00:00:00:00:0b", 4},
+		{"an older claim lands in between: ours is written over it", 7, 6, "7 100 02:00:00:00:00:0a", 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			updates := 0
+			hooked := &hookedClient{Interface: podClient, beforeUpdate: func() {
+				if updates++; updates == 1 {
+					b.Claimed(ha.Claim{Term: tc.between, Priority: 100, Sender: macB})
+					g.Expect(b.sync(ctx)).To(Succeed())
+					b.Claimed(ha.Claim{})
+				}
+			}}
+			a := newLeaseRecorder(hooked, ns, "web", name, podA, log)
+			a.Claimed(ha.Claim{Term: tc.ours, Priority: 100, Sender: macA})
+			err := a.sync(ctx)
+			g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the first attempt conflicts: %v", err)
+			g.Expect(a.sync(ctx)).To(Succeed())
+			l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(l.Annotations[v1alpha1.HAClaimAnnotation]).To(Equal(tc.want))
+			g.Expect(a.Claims()).To(Receive(Equal(ha.Claim{Term: tc.wantTold, Priority: 100, Sender: macB})))
+		})
+	}
+}
+
+// hookedClient runs beforeUpdate before each Lease Update, to land another write in between.
+type hookedClient struct {
+	kubernetes.Interface
+	beforeUpdate func()
+}
+
+func (c *hookedClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return hookedCoordination{c.Interface.CoordinationV1(), c.beforeUpdate}
+}
+
+type hookedCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	beforeUpdate func()
+}
+
+func (c hookedCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
+	return hookedLeases{c.CoordinationV1Interface.Leases(ns), c.beforeUpdate}
+}
+
+type hookedLeases struct {
+	coordinationv1client.LeaseInterface
+	beforeUpdate func()
+}
+
+func (l hookedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	l.beforeUpdate()
+	return l.LeaseInterface.Update(ctx, lease, o)
+}
+
+// startWithService starts the API server with Service "web" in namespace ns, and returns an admin
+// client, the Service's Params (two lb pods) and a client as its lb pod (lbPodClient).
+func startWithService(t *testing.T, ns string) (kubernetes.Interface, context.Context, lbobjects.Params, kubernetes.Interface) {
+	t.Helper()
+	g := NewWithT(t)
 	env, admin, ctx := startAPIServer(t, ns)
-	params := lbobjects.Params{ServiceName: "web", ServiceNamespace: ns, ServiceUID: "uid-web", Replicas: 2}
+	svc, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	params := lbobjects.Params{ServiceName: "web", ServiceNamespace: ns, ServiceUID: svc.UID, Replicas: 2}
+	return admin, ctx, params, lbPodClient(t, env, admin, ctx, params)
+}
+
+// lbPodClient is a client as the lb pod's ServiceAccount: the Role the operator builds, plus
+// create on Leases in the namespace (create cannot be limited to one name).
+func lbPodClient(t *testing.T, env *envtest.Environment, admin kubernetes.Interface, ctx context.Context, params lbobjects.Params) kubernetes.Interface {
+	t.Helper()
+	g := NewWithT(t)
+	ns := params.ServiceNamespace
 	role := lbobjects.BuildRole(params)
+	role.Rules = append(role.Rules, rbacv1.PolicyRule{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"create"}})
 	_, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
@@ -38,53 +219,9 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 		Subjects:   []rbacv1.Subject{{Kind: "User", Name: "lb-pod"}},
 	}, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	lease := lbobjects.BuildLease(params)
-	lease.OwnerReferences = nil // no Service object here to own it
-	_, err = admin.CoordinationV1().Leases(ns).Create(ctx, lease, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
 	user, err := env.AddUser(envtest.User{Name: "lb-pod"}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	podClient := kubernetes.NewForConfigOrDie(user.Config())
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-
-	name := lease.Name // what the operator gives the pod in LBPOD_LEASE
-
-	holder := func() (string, int32) {
-		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		return ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, -1)
-	}
-	a := newLeaseRecorder(podClient, ns, name, "lb-svc-web-7d9f8b6c5d-aaaaa", log)
-	b := newLeaseRecorder(podClient, ns, name, "lb-svc-web-7d9f8b6c5d-bbbbb", log)
-	go a.run(ctx)
-	go b.run(ctx)
-
-	a.onRole(true)
-	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
-		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-aaaaa", int32(0)}))
-	a.onRole(false)
-	b.onRole(true)
-	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
-		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-bbbbb", int32(1)}))
-
-	// The same pod again: nothing to write (b is active, so it is also not asked to).
-	before, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(b.write(ctx)).To(Succeed())
-	after, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion))
-
-	// A losing claimant's late write (a, no longer active, writes itself in): b, still active,
-	// sees it through its watch and writes itself back.
-	g.Expect(a.write(ctx)).To(Succeed())
-	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
-		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-bbbbb", int32(3)}))
-
-	// Another Lease is out of reach.
-	other := newLeaseRecorder(podClient, ns, "lb-svc-other", "lb-svc-web-7d9f8b6c5d-aaaaa", log)
-	err = other.write(ctx)
-	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "write another Lease: %v", err)
+	return kubernetes.NewForConfigOrDie(user.Config())
 }
 
 // startAPIServer starts a kube-apiserver and etcd (envtest), creates namespace ns, and returns the
