@@ -197,7 +197,8 @@
 //     take turns every dead interval, each turn two Lease writes and a move of the clients; with
 //     it the Lease is written at most 4 times in any minute of lasting advert loss
 //     (TestRecordBoundsSplitBrain), and after the first fence one replica holds, but for the API's
-//     latency after each such claim. Any advert heard ends the wait, so on a healthy underlay
+//     latency after each such claim. Any advert heard ends the wait (with a key, an
+//     authenticated one: a forged version-1 frame does not), so on a healthy underlay
 //     (where nobody is superseded through the Lease) failover is unchanged. The price: an active
 //     that dies while adverts are still lost is replaced after the wait, not after 0.3 s.
 //

@@ -73,7 +73,8 @@ type Config struct {
 	// SupersededBackoff is how long a replica that was superseded through the record (Superseded:
 	// it held the addresses while another replica claimed them, and neither heard the other)
 	// waits, beyond the dead interval, before it may claim again; it doubles at each such step
-	// down up to MaxSupersededBackoff, and ends when the replica hears an advert. Zero: the
+	// down up to MaxSupersededBackoff, and ends when the replica hears an advert (with
+	// Authenticated, an authenticated one: a forged version-1 frame must not end it). Zero: the
 	// defaults; negative: none.
 	SupersededBackoff, MaxSupersededBackoff time.Duration
 }
@@ -377,7 +378,8 @@ type Machine struct {
 	startedAt             time.Duration
 	heardAuth, everActive bool
 	// backoff is added to a standby's wait since it was superseded through the record without
-	// hearing the winner (SupersededBackoff, doubling); 0 once it hears an advert.
+	// hearing the winner (SupersededBackoff, doubling); 0 once it hears an advert (an
+	// authenticated one when Config.Authenticated).
 	backoff time.Duration
 }
 
@@ -690,7 +692,12 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 	}
 	m.maxTerm = max(m.maxTerm, a.Term)
 	// The underlay carries adverts between us again: claims are settled by them, not the record.
-	m.backoff = 0
+	// With a key only an authenticated advert says so: anyone can send a version-1 frame. (One
+	// accepted in the legacy window cannot meet a backoff today, since only an active is
+	// superseded and having been active closes the window; this keeps it so if that changes.)
+	if !legacy {
+		m.backoff = 0
+	}
 	switch m.role {
 	case Standby:
 		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning {
