@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
@@ -12,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -41,6 +43,8 @@ type ActiveReconciler struct {
 	// LBReplicas is --lb-replicas, the lb pods of a Service without lbsvc.io/replicas.
 	LBReplicas         int32
 	SkipNameValidation bool
+	// Now is the clock of the AddressHeldTwice quiet period; time.Now when nil.
+	Now func() time.Time
 }
 
 // Reconcile gathers the Service, its Lease and its lb pods from the cache, decides, and writes
@@ -72,19 +76,31 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Client.List(ctx, &pods, client.InNamespace(podNS), client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
 		return ctrl.Result{}, err
 	}
+	addrs := svc.Annotations[lbv1.AllocatedIPsAnnotation]
 	plan := decide.DecideActive(decide.ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items,
-		Replicas: decide.ServiceReplicas(svc, r.LBReplicas), Addresses: svc.Annotations[lbv1.AllocatedIPsAnnotation]})
-	return ctrl.Result{}, r.apply(ctx, svc, plan)
+		Replicas: decide.ServiceReplicas(svc, r.LBReplicas), Addresses: addrs})
+	now := time.Now
+	if r.Now != nil {
+		now = r.Now
+	}
+	var note string
+	if lease != nil {
+		note = lease.Annotations[lbv1.HeldTwiceAnnotation]
+	}
+	held := decide.DecideHeldTwice(decide.HeldTwiceInputs{Note: note, Pods: pods.Items, Addresses: addrs, Now: now(),
+		Current: meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressHeldTwice)})
+	return ctrl.Result{RequeueAfter: held.RecheckAfter}, r.apply(ctx, svc, plan, held)
 }
 
-// apply writes the plan on the Service only: the operator writes nothing on lb pods (it has no
-// pod writes), so who is active is shown on the Service, its Event and the IP object.
-func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan decide.ActivePlan) error {
+// apply writes the plans on the Service (and the held-twice Warning on its IP objects): the
+// operator writes nothing on lb pods (it has no pod writes), so who is active is shown on the
+// Service, its Event and the IP object.
+func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan decide.ActivePlan, held decide.HeldTwicePlan) error {
 	// Nothing to say yet and nothing said before: no write (a Service whose lb pod has not
 	// started costs no extra write).
 	shownBefore := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressActive) != nil
 	if plan.ActivePod == "" && !shownBefore && svc.Annotations[lbv1.ActivePodAnnotation] == "" {
-		return nil
+		return r.applyHeldTwice(ctx, svc, held)
 	}
 	before := svc.DeepCopy()
 	ann := maps.Clone(svc.Annotations)
@@ -104,13 +120,38 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan 
 			r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, plan.Event.Reason, actionShow, "%s", plan.Event.Message)
 		}
 	}
+	return r.applyHeldTwice(ctx, svc, held, plan.Condition)
+}
+
+// applyHeldTwice patches the Service's conditions (AddressHeldTwice, and the others given) in one
+// write, then, only once that landed, sends the AddressHeldTwice Warning on the Service and its IP
+// objects and counts it: a failed patch is retried, and the Warning must not go out twice.
+func (r *ActiveReconciler) applyHeldTwice(ctx context.Context, svc *corev1.Service, held decide.HeldTwicePlan, others ...metav1.Condition) error {
 	beforeStatus := svc.DeepCopy()
-	c := plan.Condition
-	c.ObservedGeneration = svc.Generation
-	if meta.SetStatusCondition(&svc.Status.Conditions, c) {
+	changed := false
+	if held.Condition != nil {
+		others = append(others, *held.Condition)
+	}
+	for _, c := range others {
+		c.ObservedGeneration = svc.Generation
+		changed = meta.SetStatusCondition(&svc.Status.Conditions, c) || changed
+	}
+	if changed {
 		if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(beforeStatus, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
 			return fmt.Errorf("patch service %s/%s status: %w", svc.Namespace, svc.Name, err)
 		}
+	}
+	if held.Warning == "" {
+		return nil
+	}
+	addressesHeldTwice.Inc()
+	r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonAddressHeldTwice, actionShow, "%s", held.Warning)
+	for _, name := range held.IPObjects {
+		ip := &lbv1.IP{}
+		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ip); err != nil {
+			continue // gone (released meanwhile): the Service's Event stands
+		}
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonAddressHeldTwice, actionShow, "%s", held.Warning)
 	}
 	return nil
 }
@@ -155,7 +196,7 @@ func activeInputsChanged(old, cur *corev1.Service) bool {
 			return true
 		}
 	}
-	for _, t := range []string{decide.ConditionAddressAllocated, decide.ConditionAddressActive} {
+	for _, t := range []string{decide.ConditionAddressAllocated, decide.ConditionAddressActive, decide.ConditionAddressHeldTwice} {
 		a, b := meta.FindStatusCondition(old.Status.Conditions, t), meta.FindStatusCondition(cur.Status.Conditions, t)
 		if (a == nil) != (b == nil) || a != nil && (a.Status != b.Status || a.Reason != b.Reason ||
 			a.Message != b.Message || a.ObservedGeneration != b.ObservedGeneration) {

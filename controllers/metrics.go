@@ -36,10 +36,15 @@ var (
 		Help:    "Time from an address being let go (IP object deleted) until no lb pod could hold it.",
 		Buckets: prometheus.ExponentialBuckets(0.05, 2, 14),
 	})
+	// addressesHeldTwice: lbsvc_addresses_held_twice_total, one per AddressHeldTwice Warning.
+	addressesHeldTwice = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lbsvc_addresses_held_twice_total",
+		Help: "Times two lb pods of a Service held its address at once (their adverts did not reach each other) until the Lease fenced one: one per AddressHeldTwice Warning Event.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(subnetAddresses, allocations, drains, servicesByCondition)
+	metrics.Registry.MustRegister(subnetAddresses, allocations, drains, servicesByCondition, addressesHeldTwice)
 }
 
 // recordSubnet sets a Subnet's gauges.

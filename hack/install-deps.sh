@@ -4,7 +4,10 @@
 set -euo pipefail
 
 packages=(
-  # data path: iptables (nft and legacy), ip tooling, traffic generators
+  # data path: iptables (nft and legacy), ip tooling, traffic generators. iptables also brings
+  # ebtables-nft (the `ebtables` alternative), with which the e2e split-brain test drops the
+  # election's frames on the underlay bridge; the Debian package ebtables is the legacy flavour,
+  # which needs the ebtable_filter module that kernels built without it (this one) lack.
   iptables iproute2 iperf3 conntrack ethtool curl
   # local cluster: container runtime, CNI reference plugins (bridge, host-local, macvlan, loopback)
   containerd runc containernetworking-plugins openssl
@@ -22,4 +25,5 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+command -v ebtables >/dev/null || { echo "ebtables missing: the iptables package should provide ebtables-nft" >&2; exit 1; }
 echo "dependencies present"

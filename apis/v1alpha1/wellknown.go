@@ -96,6 +96,19 @@ const (
 	ActiveNodeAnnotation = "lbsvc.io/active-node"
 )
 
+// Annotations of the Service's Lease, written by its lb pods (cmd/lbpod).
+const (
+	// HAClaimAnnotation is the holder's claim in the election, "<term> <priority> <net1 MAC>"
+	// (lbpod/ha.Claim): an lb pod writes the Lease only with a newer claim, and an active lb pod
+	// that reads a newer claim of another pod there lets go (the Lease fences a broken underlay).
+	HAClaimAnnotation = "lbsvc.io/ha-claim"
+	// HeldTwiceAnnotation is written by an lb pod that let go because the Lease named a newer
+	// claim it never heard on the underlay: "<pod> <RFC3339 time> <its term> <other pod> <other
+	// term>", the two pods that held the address at once and when the first let go. The operator
+	// raises the AddressHeldTwice Warning Event and condition from it.
+	HeldTwiceAnnotation = "lbsvc.io/held-twice"
+)
+
 // MaxReplicas bounds ReplicasAnnotation: standbys beyond a handful add election traffic and
 // scheduling constraints without adding availability.
 const MaxReplicas = 5

@@ -107,15 +107,16 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 	defer stopLoop()
 	loopDone := make(chan error, 1)
 	go func() { loopDone <- loop.Run(loopCtx) }()
-	haErr := ha.Run(ctx, ha.Options{
+	opts := ha.Options{
 		Interface: o.iface, Config: o.haConfig(network), Log: log, Metrics: metrics, Key: o.ha.key,
 		OnChange: func(role ha.Role, reason string) {
 			log.Info("role", "role", role.String(), "reason", reason)
-			if recorder != nil {
-				recorder.onRole(role == ha.Active)
-			}
 		},
-	}, holder)
+	}
+	if recorder != nil {
+		opts.Record = recorder // a nil *leaseRecorder in the interface would not be nil
+	}
+	haErr := ha.Run(ctx, opts, holder)
 	stopLoop()
 	return errors.Join(haErr, <-loopDone)
 }

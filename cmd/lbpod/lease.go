@@ -4,10 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"sync/atomic"
+	"sync"
 	"time"
-
-	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,44 +14,120 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 )
 
-// leaseRecorder writes, at each takeover, this pod's name into the Service's Lease (holderIdentity,
-// leaseTransitions, acquireTime), which the operator mirrors into the role labels, the Service's
-// annotations and condition, an Event, and the IP object. It is a record, not a lock: the election
-// on the underlay decides, the Lease is never renewed (an idle Service costs no API write), and the
-// recorder runs beside the election, so an unreachable API server delays only what people see.
+// leaseRecorder is the election's Record (ha.Record): the Service's Lease. At each takeover the new
+// active writes its pod name (holderIdentity, leaseTransitions, acquireTime) and its claim (the
+// annotation lbsvc.io/ha-claim: term, priority, net1 MAC), which the operator mirrors into the
+// Service's annotations and condition, an Event and the IP object.
+//
+// It is a record and a fence, not a lock: the election on the underlay decides, the Lease is never
+// renewed (an idle Service costs no API write), and a takeover never waits for it. But when the
+// underlay loses adverts (a switch that drops their EtherType, a one-way link), two replicas that
+// cannot hear each other both hold the address, and the Lease is the one place both can read:
+//   - a replica writes only a claim newer than the recorded one by the election's order (term,
+//     priority, ID), with optimistic concurrency (Update carries the resourceVersion read; on a
+//     conflict it reads again and compares again), so two actives never write back over each
+//     other, and the Lease changes once per claim;
+//   - every recorded claim goes to the election (Claims), and an active whose claim is older
+//     lets go (ha.Superseded), so at most one replica holds once the newer claim is recorded;
+//   - a replica that let go that way writes a note (lbsvc.io/held-twice: both pods, its term,
+//     the time), from which the operator raises the AddressHeldTwice Warning Event.
+//
+// When the Lease is absent the recorder creates it (the same name, labels and owner as the
+// operator builds), as one of those writes.
 type leaseRecorder struct {
-	client kubernetes.Interface
-	// namespace and service name the Service, name its Lease, identity this pod.
+	client                             kubernetes.Interface
 	namespace, service, name, identity string
 	log                                *slog.Logger
-	active                             atomic.Bool
 	kick                               chan struct{}
+	claims                             chan ha.Claim
 	// retryMax bounds the backoff between failed writes.
 	retryMax time.Duration
+	now      func() time.Time
+
+	mu sync.Mutex
+	// want is our claim while we hold the addresses, the zero Claim otherwise.
+	want ha.Claim
+	// note is a held-twice note to write, nil for none (a newer one replaces an unwritten one).
+	note *heldTwice
+	// told is the last recorded claim handed to the election.
+	told ha.Claim
+}
+
+// heldTwice is one step-down on the Lease's claim: our claim then, the claim that superseded it,
+// and when.
+type heldTwice struct {
+	held, by ha.Claim
+	at       time.Time
 }
 
 func newLeaseRecorder(client kubernetes.Interface, namespace, service, name, identity string, log *slog.Logger) *leaseRecorder {
 	return &leaseRecorder{client: client, namespace: namespace, service: service, name: name, identity: identity,
-		log: log.With("lease", namespace+"/"+name), kick: make(chan struct{}, 1), retryMax: 10 * time.Second}
+		log: log.With("lease", namespace+"/"+name), kick: make(chan struct{}, 1), claims: make(chan ha.Claim, 1),
+		retryMax: 10 * time.Second, now: time.Now}
 }
 
-// onRole is the election's OnChange: becoming active asks for a write.
-func (r *leaseRecorder) onRole(active bool) {
-	r.active.Store(active)
-	if active {
+var _ ha.Record = (*leaseRecorder)(nil)
+
+// Claims implements ha.Record.
+func (r *leaseRecorder) Claims() <-chan ha.Claim { return r.claims }
+
+// Claimed implements ha.Record: a takeover asks for a write.
+func (r *leaseRecorder) Claimed(c ha.Claim) {
+	r.mu.Lock()
+	r.want = c
+	r.mu.Unlock()
+	if c != (ha.Claim{}) {
+		r.wake()
+	}
+}
+
+// Superseded implements ha.Record: the note is written once.
+func (r *leaseRecorder) Superseded(held, by ha.Claim) {
+	r.mu.Lock()
+	r.note = &heldTwice{held: held, by: by, at: r.now()}
+	r.mu.Unlock()
+	r.wake()
+}
+
+func (r *leaseRecorder) wake() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+// tell hands a recorded claim to the election, the latest only: the machine ignores older claims
+// and our own, so one that was not read yet may be replaced.
+func (r *leaseRecorder) tell(c ha.Claim) {
+	r.mu.Lock()
+	same := r.told == c
+	r.told = c
+	r.mu.Unlock()
+	if same {
+		return
+	}
+	for {
 		select {
-		case r.kick <- struct{}{}:
+		case r.claims <- c:
+			return
+		default:
+		}
+		select {
+		case <-r.claims:
 		default:
 		}
 	}
 }
 
-// run writes the record after each takeover, retrying with backoff while this pod stays active.
-// It also watches the Lease: two replicas that claimed at the same moment both write it, and the
-// one that loses the election may write last; the one that stays active then writes itself back
-// (one write, only after such a race), so the record names the pod that holds the address.
+// run writes what is asked (a claim, a note), retrying with backoff while it is still wanted. A
+// conflict or a Lease created meanwhile is retried at once: another write landed, and the
+// comparison is made again against it.
 func (r *leaseRecorder) run(ctx context.Context) {
 	go r.watch(ctx)
 	for {
@@ -63,12 +137,15 @@ func (r *leaseRecorder) run(ctx context.Context) {
 		case <-r.kick:
 		}
 		backoff := 200 * time.Millisecond
-		for r.active.Load() {
-			err := r.write(ctx)
-			if err == nil {
+		for {
+			err := r.sync(ctx)
+			if err == nil || ctx.Err() != nil {
 				break
 			}
-			r.log.Warn("recording the takeover in the Lease failed; retrying", "err", err, "in", backoff)
+			if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+				continue
+			}
+			r.log.Warn("writing the Lease failed; retrying", "err", err, "in", backoff)
 			select {
 			case <-ctx.Done():
 				return
@@ -79,19 +156,28 @@ func (r *leaseRecorder) run(ctx context.Context) {
 	}
 }
 
-// watch follows the Lease (by name: it needs nothing wider) and asks for a write when it
-// names another pod while this one is active.
+// watch follows the Lease (by name: the Role allows nothing wider): every claim recorded goes to
+// the election, and a record older than our claim while we hold (a Lease recreated empty) asks
+// for a write.
 func (r *leaseRecorder) watch(ctx context.Context) {
 	leases := r.client.CoordinationV1().Leases(r.namespace)
 	lw := oneByName(r.name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return leases.List(ctx, o)
 	}, leases.Watch)
 	seen := func(obj any) {
-		if l, ok := obj.(*coordinationv1.Lease); ok && r.active.Load() && ptr.Deref(l.Spec.HolderIdentity, "") != r.identity {
-			select {
-			case r.kick <- struct{}{}:
-			default:
-			}
+		l, ok := obj.(*coordinationv1.Lease)
+		if !ok {
+			return
+		}
+		recorded := r.recorded(l)
+		if recorded != (ha.Claim{}) {
+			r.tell(recorded)
+		}
+		r.mu.Lock()
+		behind := r.want != (ha.Claim{}) && r.want.Compare(recorded) > 0
+		r.mu.Unlock()
+		if behind {
+			r.wake()
 		}
 	}
 	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
@@ -105,49 +191,102 @@ func (r *leaseRecorder) watch(ctx context.Context) {
 	ctrl.RunWithContext(ctx)
 }
 
-// write names this pod the holder, unless the Lease already does. leaseTransitions counts changes
-// from one holder to another, as Kubernetes' leader election counts them. An absent Lease is
-// created (the operator does not create it, see lbobjects.BuildLease); two replicas that create
-// it at once are told AlreadyExists, and the retry updates it.
-func (r *leaseRecorder) write(ctx context.Context) error {
+// recorded is the claim the Lease names; the zero Claim when it names none or one that no replica
+// makes (edited by hand, or written by an lb pod older than the claim annotation: any claim is
+// newer than it).
+func (r *leaseRecorder) recorded(l *coordinationv1.Lease) ha.Claim {
+	s, ok := l.Annotations[v1alpha1.HAClaimAnnotation]
+	if !ok {
+		return ha.Claim{}
+	}
+	c, err := ha.ParseClaim(s)
+	if err != nil {
+		r.log.Warn("the Lease's claim is not one an lb pod writes; taken as none", "err", err)
+		return ha.Claim{}
+	}
+	return c
+}
+
+// sync makes one attempt at what is asked: it reads the Lease (creating it when absent), hands
+// its claim to the election, and writes our claim when it is newer than the recorded one, and the
+// note when there is one, in one Update with the resourceVersion read.
+func (r *leaseRecorder) sync(ctx context.Context) error {
+	r.mu.Lock()
+	want, note := r.want, r.note
+	r.mu.Unlock()
+	if want == (ha.Claim{}) && note == nil {
+		return nil
+	}
 	leases := r.client.CoordinationV1().Leases(r.namespace)
 	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return r.create(ctx)
+	absent := apierrors.IsNotFound(err)
+	switch {
+	case absent:
+		if l, err = r.newLease(ctx); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	}
+	recorded := r.recorded(l)
+	if recorded != (ha.Claim{}) {
+		r.tell(recorded)
+	}
+	prev := ptr.Deref(l.Spec.HolderIdentity, "")
+	claimed := want != (ha.Claim{}) && want.Compare(recorded) > 0
+	if !claimed && note == nil {
+		return nil // the Lease names a claim as new as ours or newer: never written over
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	transitions := ptr.Deref(l.Spec.LeaseTransitions, 0)
+	if claimed {
+		if prev != "" && prev != r.identity {
+			transitions++
+		}
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To(transitions)
+		l.Spec.AcquireTime = &metav1.MicroTime{Time: r.now()}
+		l.Annotations[v1alpha1.HAClaimAnnotation] = want.String()
+	}
+	if note != nil {
+		other := note.by.Sender.String() // the pod is named when the Lease still records that claim
+		if recorded == note.by && prev != "" {
+			other = prev
+		}
+		l.Annotations[v1alpha1.HeldTwiceAnnotation] = fmt.Sprintf("%s %s %d %s %d",
+			r.identity, note.at.UTC().Format(time.RFC3339), note.held.Term, other, note.by.Term)
+	}
+	if absent {
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
 	}
 	if err != nil {
 		return err
 	}
-	prev := ptr.Deref(l.Spec.HolderIdentity, "")
-	if prev == r.identity {
-		return nil
+	r.mu.Lock()
+	if r.note == note {
+		r.note = nil
 	}
-	transitions := ptr.Deref(l.Spec.LeaseTransitions, 0)
-	if prev != "" {
-		transitions++
+	r.mu.Unlock()
+	if claimed {
+		r.log.Info("recorded the takeover", "holder", r.identity, "claim", want.String(), "previous", prev, "previousClaim", recorded.String(),
+			"transitions", transitions, "created", absent)
 	}
-	l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To(transitions)
-	l.Spec.AcquireTime = &metav1.MicroTime{Time: time.Now()}
-	if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
-		return err
+	if note != nil {
+		r.log.Warn("recorded that two replicas held the addresses", "note", l.Annotations[v1alpha1.HeldTwiceAnnotation])
 	}
-	r.log.Info("recorded the takeover", "holder", r.identity, "previous", prev, "transitions", transitions)
 	return nil
 }
 
-// create makes the Service's Lease with this pod as its first holder. The Service is read for
-// its UID, which the Lease's labels and owner reference carry.
-func (r *leaseRecorder) create(ctx context.Context) error {
+// newLease is the Lease as the operator builds it (name, labels, owner: the Service, whose UID
+// it reads), not yet created.
+func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, error) {
 	svc, err := r.client.CoreV1().Services(r.namespace).Get(ctx, r.service, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("read service %s/%s to create its lease: %w", r.namespace, r.service, err)
+		return nil, fmt.Errorf("the Lease is absent; reading Service %s/%s to create it: %w", r.namespace, r.service, err)
 	}
-	l := lbobjects.BuildLease(r.name, svc)
-	l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To[int32](0)
-	l.Spec.AcquireTime = &metav1.MicroTime{Time: time.Now()}
-	if _, err := r.client.CoordinationV1().Leases(r.namespace).Create(ctx, l, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	r.log.Info("recorded the takeover in a new Lease", "holder", r.identity)
-	return nil
+	// Named as given (LBPOD_LEASE): the name also depends on --lb-pod-namespace.
+	return lbobjects.BuildLease(r.name, svc), nil
 }

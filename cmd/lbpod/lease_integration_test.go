@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -20,10 +22,250 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 )
+
+var (
+	macA = ha.ID{2, 0, 0, 0, 0, 0xa}
+	macB = ha.ID{2, 0, 0, 0, 0, 0xb}
+)
+
+const (
+	podA = "lb-svc-web-7d9f8b6c5d-aaaaa"
+	podB = "lb-svc-web-7d9f8b6c5d-bbbbb"
+)
+
+// The Lease recorder against a real kube-apiserver with exactly the rights the operator gives an
+// lb pod of a Service with standbys (its RoleBinding to the ClusterRole lbsvc-lbpod, and the Lease
+// admission policy, both as shipped in config/rbac): the first takeover creates the Lease (our
+// labels, the Service as owner); each newer claim is one write naming the new holder; an older or
+// equal claim writes nothing and is told the newer one (the fence); a superseded replica's note is
+// written once; and the pod can write no other Lease: not another one in its namespace
+// (admission), not its own name elsewhere (RBAC), not one without our label, and it cannot change
+// its Lease's labels or delete it.
+func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
+	g := NewWithT(t)
+	const ns, other = "lbpod-lease", "lbpod-lease-other"
+	admin, ctx, params, podClient := startWithService(t, ns)
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	svc := serviceOf(params)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	name := lbobjects.LeaseName("", ns, "web") // what the operator gives the pod in LBPOD_LEASE
+	lease := func() *coordinationv1.Lease {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return l
+	}
+	record := func() []any {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return []any{err.Error()}
+		}
+		return []any{ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, -1), l.Annotations[v1alpha1.HAClaimAnnotation]}
+	}
+	a := newLeaseRecorder(podClient, ns, "web", name, podA, log)
+	b := newLeaseRecorder(podClient, ns, "web", name, podB, log)
+	go a.run(ctx)
+	go b.run(ctx)
+
+	// No Lease: the first takeover creates it, as the operator would have.
+	a.Claimed(ha.Claim{Term: 1, Priority: 100, Sender: macA})
+	g.Eventually(record).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(Equal([]any{podA, int32(0), "1 100 02:00:00:00:00:0a"}))
+	created := lease()
+	g.Expect(created.Labels).To(Equal(map[string]string{"app.kubernetes.io/component": "lb-svc", "app.kubernetes.io/managed-by": "lbsvc-operator",
+		"lbsvc.io/service": "web", "lbsvc.io/service-namespace": ns, "lbsvc.io/service-uid": string(params.ServiceUID)}))
+	g.Expect(created.OwnerReferences).To(Equal([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: params.ServiceUID, Controller: ptr.To(true)}}))
+
+	// A newer claim by the other pod: one write, one transition; the old holder is told.
+	b.Claimed(ha.Claim{Term: 2, Priority: 100, Sender: macB})
+	g.Eventually(record).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(Equal([]any{podB, int32(1), "2 100 02:00:00:00:00:0b"}))
+	g.Eventually(a.Claims()).WithTimeout(5 * time.Second).Should(Receive(Equal(ha.Claim{Term: 2, Priority: 100, Sender: macB})))
+
+	// Never over a newer claim: a's older claim (an active that has not let go yet) and b's same
+	// claim again write nothing; a is told b's claim once more.
+	before := lease().ResourceVersion
+	a.mu.Lock()
+	a.told = ha.Claim{} // as if it had not been told yet
+	a.mu.Unlock()
+	a.Claimed(ha.Claim{Term: 1, Priority: 100, Sender: macA})
+	g.Expect(a.sync(ctx)).To(Succeed())
+	g.Expect(b.sync(ctx)).To(Succeed())
+	g.Expect(lease().ResourceVersion).To(Equal(before))
+	g.Eventually(a.Claims()).WithTimeout(5 * time.Second).Should(Receive(Equal(ha.Claim{Term: 2, Priority: 100, Sender: macB})))
+	// The same term and priority, a higher MAC than b's would win; a lower one does not.
+	a.Claimed(ha.Claim{Term: 2, Priority: 100, Sender: ha.ID{2, 0, 0, 0, 0, 1}})
+	g.Expect(a.sync(ctx)).To(Succeed())
+	g.Expect(lease().ResourceVersion).To(Equal(before))
+
+	// The superseded replica's note names both pods, its term, the other's and when; it is
+	// written once (a second sync has nothing to write).
+	a.Claimed(ha.Claim{})
+	a.now = func() time.Time { return time.Date(2026, 11, 24, 17, 0, 0, 0, time.UTC) }
+	a.Superseded(ha.Claim{Term: 1, Priority: 100, Sender: macA}, ha.Claim{Term: 2, Priority: 100, Sender: macB})
+	g.Eventually(func() string { return lease().Annotations[v1alpha1.HeldTwiceAnnotation] }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
+		Should(Equal(podA + " 2026-11-24T17:00:00Z 1 " + podB + " 2"))
+	noted := lease().ResourceVersion
+	g.Expect(a.sync(ctx)).To(Succeed())
+	g.Expect(lease().ResourceVersion).To(Equal(noted))
+	g.Expect(record()).To(Equal([]any{podB, int32(1), "2 100 02:00:00:00:00:0b"}))
+
+	// Another Lease of the namespace, ours by its labels, is out of reach: neither created nor
+	// updated (the admission policy).
+	otherRecorder := func() *leaseRecorder {
+		r := newLeaseRecorder(podClient, ns, "web", "lb-svc-other", podA, log)
+		r.Claimed(ha.Claim{Term: 9, Priority: 100, Sender: macA})
+		return r
+	}
+	denied := "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: an lb pod may write only its own Service's Lease " + name + ", not lb-svc-other"
+	err = otherRecorder().sync(ctx)
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create another Lease: %v", err)
+	g.Expect(err.Error()).To(Equal("leases.coordination.k8s.io \"lb-svc-other\" is forbidden: " + denied))
+	otherLease := lbobjects.BuildLease("lb-svc-other", svc)
+	_, err = admin.CoordinationV1().Leases(ns).Create(ctx, otherLease, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	err = otherRecorder().sync(ctx)
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "update another Lease: %v", err)
+	g.Expect(err.Error()).To(Equal("leases.coordination.k8s.io \"lb-svc-other\" is forbidden: " + denied))
+
+	// Its own Lease's labels stay as they are.
+	own, err := podClient.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	delete(own.Labels, "lbsvc.io/service-uid")
+	_, err = podClient.CoordinationV1().Leases(ns).Update(ctx, own, metav1.UpdateOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "relabel its Lease: %v", err)
+	g.Expect(err.Error()).To(HaveSuffix("denied request: an lb pod may not change the labels of its Lease"))
+
+	// A Lease of its own name without our component label (dry run: the name is taken here).
+	bare := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
+	_, err = podClient.CoordinationV1().Leases(ns).Create(ctx, bare, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create an unlabelled Lease: %v", err)
+	g.Expect(err.Error()).To(HaveSuffix("denied request: an lb pod may write only a Lease labelled app.kubernetes.io/component=lb-svc"))
+
+	// Its own name in another namespace: no RoleBinding there (RBAC).
+	elsewhere := lbobjects.BuildLease(name, svc)
+	elsewhere.Namespace, elsewhere.OwnerReferences = other, nil
+	_, err = podClient.CoordinationV1().Leases(other).Create(ctx, elsewhere, metav1.CreateOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create a Lease in another namespace: %v", err)
+	g.Expect(err.Error()).To(ContainSubstring("cannot create resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"" + other + "\""))
+	// Nor delete its own.
+	err = podClient.CoordinationV1().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "delete its Lease: %v", err)
+}
+
+// A write that lands between the recorder's read and its Update (another replica's claim) makes
+// the Update conflict; the recorder reads again and compares again: it never writes over the
+// newer claim, it writes over an older one, and it is told the newer one.
+func TestLeaseRecorderConflict(t *testing.T) {
+	g := NewWithT(t)
+	const ns = "lbpod-conflict"
+	admin, ctx, params, podClient := startWithService(t, ns)
+	name := lbobjects.LeaseName("", ns, "web")
+	_, err := admin.CoordinationV1().Leases(ns).Create(ctx, lbobjects.BuildLease(name, serviceOf(params)), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	b := newLeaseRecorder(podClient, ns, "web", name, podB, log)
+
+	for _, tc := range []struct {
+		name     string
+		ours     uint64 // a's term
+		between  uint64 // b's term, written between a's read and a's Update
+		want     string // the recorded claim in the end
+		wantTold uint64 // the last term a is told (the election ignores it when older than ours)
+	}{
+		{"a newer claim lands in between: ours is not written", 3, 4, "4 100 02:00:00:00:00:0b", 4},
+		{"an older claim lands in between: ours is written over it", 7, 6, "7 100 02:00:00:00:00:0a", 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := NewWithT(t)
+			updates := 0
+			hooked := &hookedClient{Interface: podClient, beforeUpdate: func() {
+				if updates++; updates == 1 {
+					b.Claimed(ha.Claim{Term: tc.between, Priority: 100, Sender: macB})
+					g.Expect(b.sync(ctx)).To(Succeed())
+					b.Claimed(ha.Claim{})
+				}
+			}}
+			a := newLeaseRecorder(hooked, ns, "web", name, podA, log)
+			a.Claimed(ha.Claim{Term: tc.ours, Priority: 100, Sender: macA})
+			err := a.sync(ctx)
+			g.Expect(apierrors.IsConflict(err)).To(BeTrue(), "the first attempt conflicts: %v", err)
+			g.Expect(a.sync(ctx)).To(Succeed())
+			l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+			g.Expect(l.Annotations[v1alpha1.HAClaimAnnotation]).To(Equal(tc.want))
+			g.Expect(a.Claims()).To(Receive(Equal(ha.Claim{Term: tc.wantTold, Priority: 100, Sender: macB})))
+		})
+	}
+}
+
+// hookedClient runs beforeUpdate before each Lease Update, to land another write in between.
+type hookedClient struct {
+	kubernetes.Interface
+	beforeUpdate func()
+}
+
+func (c *hookedClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
+	return hookedCoordination{c.Interface.CoordinationV1(), c.beforeUpdate}
+}
+
+type hookedCoordination struct {
+	coordinationv1client.CoordinationV1Interface
+	beforeUpdate func()
+}
+
+func (c hookedCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
+	return hookedLeases{c.CoordinationV1Interface.Leases(ns), c.beforeUpdate}
+}
+
+type hookedLeases struct {
+	coordinationv1client.LeaseInterface
+	beforeUpdate func()
+}
+
+func (l hookedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	l.beforeUpdate()
+	return l.LeaseInterface.Update(ctx, lease, o)
+}
+
+// startWithService starts the API server with Service "web" in namespace ns, and returns an admin
+// client, the Service's Params (two lb pods) and a client as its lb pod (lbPodClient).
+func startWithService(t *testing.T, ns string) (kubernetes.Interface, context.Context, lbobjects.Params, kubernetes.Interface) {
+	t.Helper()
+	g := NewWithT(t)
+	env, admin, ctx := startAPIServer(t, ns)
+	svc, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	params := lbobjects.Params{ServiceName: "web", ServiceNamespace: ns, ServiceUID: svc.UID, Replicas: 2}
+	return admin, ctx, params, lbPodClient(t, env, admin, ctx, params)
+}
+
+// lbPodClient is a client as the lb pod's ServiceAccount (its username, which the RoleBinding
+// names) with what the operator gives it: the RoleBinding to the ClusterRole lbsvc-lbpod, and the
+// Lease admission policy, both as shipped (installLBPodRBAC).
+func lbPodClient(t *testing.T, env *envtest.Environment, admin kubernetes.Interface, ctx context.Context, params lbobjects.Params) kubernetes.Interface {
+	t.Helper()
+	g := NewWithT(t)
+	ns := params.ServiceNamespace
+	_, err := admin.RbacV1().RoleBindings(ns).Create(ctx, lbobjects.BuildRoleBinding(params), metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + ns + ":" + lbobjects.BuildServiceAccount(params).Name}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	pod := kubernetes.NewForConfigOrDie(user.Config())
+	installLBPodRBAC(t, admin, pod, ns)
+	return pod
+}
+
+// serviceOf is the Service of params, as far as the Lease's labels and owner need it.
+func serviceOf(params lbobjects.Params) *corev1.Service {
+	return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: params.ServiceName, Namespace: params.ServiceNamespace, UID: params.ServiceUID}}
+}
 
 // installLBPodRBAC creates, as admin, what the operator's install gives lb pods: the ClusterRole
 // lbsvc-lbpod and the Lease admission policy, read from config/rbac as shipped. It returns once
@@ -81,114 +323,6 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// The Lease recorder against a real kube-apiserver with exactly the rights the operator gives an
-// lb pod of a Service with standbys (its RoleBinding to the ClusterRole lbsvc-lbpod, and the Lease
-// admission policy, both as shipped in config/rbac): the first takeover creates the Lease, with
-// our labels and the Service as owner; each later takeover is one write naming the new holder, a
-// repeated takeover by the same pod writes nothing, and the pod can write no other Lease: not
-// another one in its namespace (admission), not its own name elsewhere (RBAC), not one without
-// our label, and it cannot change its Lease's labels.
-func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
-	g := NewWithT(t)
-	const ns, other = "lbpod-lease", "lbpod-lease-other"
-	env, admin, ctx := startAPIServer(t, ns)
-	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: other}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	svc, err := admin.CoreV1().Services(ns).Create(ctx, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: ns},
-		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	params := lbobjects.Params{ServiceName: "web", ServiceNamespace: ns, ServiceUID: svc.UID, Replicas: 2}
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, lbobjects.BuildRoleBinding(params), metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	// The pod's own identity: the username of its ServiceAccount, which the RoleBinding names.
-	name := lbobjects.BuildServiceAccount(params).Name // also what the operator gives the pod in LBPOD_LEASE
-	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + ns + ":" + name}, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	podClient := kubernetes.NewForConfigOrDie(user.Config())
-	installLBPodRBAC(t, admin, podClient, ns)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-
-	holder := func() (string, int32) {
-		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return "(none)", -1
-		}
-		g.Expect(err).NotTo(HaveOccurred())
-		return ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, -1)
-	}
-	h, _ := holder()
-	g.Expect(h).To(Equal("(none)"), "no Lease before the first takeover")
-	a := newLeaseRecorder(podClient, ns, "web", name, "lb-svc-web-7d9f8b6c5d-aaaaa", log)
-	b := newLeaseRecorder(podClient, ns, "web", name, "lb-svc-web-7d9f8b6c5d-bbbbb", log)
-	go a.run(ctx)
-	go b.run(ctx)
-
-	a.onRole(true)
-	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
-		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-aaaaa", int32(0)}))
-	created, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(created.Labels).To(Equal(map[string]string{"app.kubernetes.io/component": "lb-svc", "app.kubernetes.io/managed-by": "lbsvc-operator",
-		"lbsvc.io/service": "web", "lbsvc.io/service-namespace": ns, "lbsvc.io/service-uid": string(svc.UID)}))
-	g.Expect(created.OwnerReferences).To(Equal([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: svc.UID, Controller: ptr.To(true)}}))
-
-	a.onRole(false)
-	b.onRole(true)
-	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
-		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-bbbbb", int32(1)}))
-
-	// The same pod again: nothing to write (b is active, so it is also not asked to).
-	before, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(b.write(ctx)).To(Succeed())
-	after, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(after.ResourceVersion).To(Equal(before.ResourceVersion))
-
-	// A losing claimant's late write (a, no longer active, writes itself in): b, still active,
-	// sees it through its watch and writes itself back.
-	g.Expect(a.write(ctx)).To(Succeed())
-	g.Eventually(func() []any { h, n := holder(); return []any{h, n} }).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).
-		Should(Equal([]any{"lb-svc-web-7d9f8b6c5d-bbbbb", int32(3)}))
-
-	// Another Lease of the namespace, ours by its labels, is out of reach: neither created nor
-	// updated (the admission policy).
-	denied := "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: an lb pod may write only its own Service's Lease " + name + ", not lb-svc-other"
-	err = newLeaseRecorder(podClient, ns, "web", "lb-svc-other", "lb-svc-web-7d9f8b6c5d-aaaaa", log).write(ctx)
-	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create another Lease: %v", err)
-	g.Expect(err.Error()).To(Equal("leases.coordination.k8s.io \"lb-svc-other\" is forbidden: " + denied))
-	otherLease := lbobjects.BuildLease("lb-svc-other", svc)
-	_, err = admin.CoordinationV1().Leases(ns).Create(ctx, otherLease, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	err = newLeaseRecorder(podClient, ns, "web", "lb-svc-other", "lb-svc-web-7d9f8b6c5d-aaaaa", log).write(ctx)
-	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "update another Lease: %v", err)
-	g.Expect(err.Error()).To(Equal("leases.coordination.k8s.io \"lb-svc-other\" is forbidden: " + denied))
-
-	// Its own Lease's labels stay as they are.
-	own, err := podClient.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	delete(own.Labels, "lbsvc.io/service-uid")
-	_, err = podClient.CoordinationV1().Leases(ns).Update(ctx, own, metav1.UpdateOptions{})
-	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "relabel its Lease: %v", err)
-	g.Expect(err.Error()).To(HaveSuffix("denied request: an lb pod may not change the labels of its Lease"))
-
-	// A Lease of its own name without our component label (dry run: the name is taken here).
-	bare := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}}
-	_, err = podClient.CoordinationV1().Leases(ns).Create(ctx, bare, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create an unlabelled Lease: %v", err)
-	g.Expect(err.Error()).To(HaveSuffix("denied request: an lb pod may write only a Lease labelled app.kubernetes.io/component=lb-svc"))
-
-	// Its own name in another namespace: no RoleBinding there (RBAC).
-	elsewhere := lbobjects.BuildLease(name, svc)
-	elsewhere.Namespace, elsewhere.OwnerReferences = other, nil
-	_, err = podClient.CoordinationV1().Leases(other).Create(ctx, elsewhere, metav1.CreateOptions{})
-	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create a Lease in another namespace: %v", err)
-	g.Expect(err.Error()).To(ContainSubstring("cannot create resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"" + other + "\""))
-	// Nor delete its own.
-	err = podClient.CoordinationV1().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{})
-	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "delete its Lease: %v", err)
 }
 
 // startAPIServer starts a kube-apiserver and etcd (envtest), creates namespace ns, and returns the

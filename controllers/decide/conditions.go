@@ -9,6 +9,10 @@ const (
 	// ConditionAddressActive tells which lb pod holds the address (from the Lease its lb pods
 	// write when one takes the address over).
 	ConditionAddressActive = "lbsvc.io/AddressActive"
+	// ConditionAddressHeldTwice is True while two lb pods of the Service held its address at once
+	// lately (the lb pods' election was split: their adverts did not reach each other), False
+	// after a quiet period; absent while that never happened.
+	ConditionAddressHeldTwice = "lbsvc.io/AddressHeldTwice"
 	// ConditionSubnetReady tells whether a Subnet is valid and may hand out addresses.
 	ConditionSubnetReady = "Ready"
 )
@@ -94,6 +98,11 @@ const (
 	// each move). ReasonNoActiveHolder: none has reported holding it yet.
 	ReasonActiveHolder   = "ActiveHolder"
 	ReasonNoActiveHolder = "NoActiveHolder"
+	// ReasonAddressHeldTwice (ConditionAddressHeldTwice True, and a Warning Event on the Service
+	// and its IP objects): two lb pods held the address at once, until the Lease fenced one.
+	// ReasonSingleHolder: no such report for HeldTwiceQuiet.
+	ReasonAddressHeldTwice = "AddressHeldTwice"
+	ReasonSingleHolder     = "SingleHolder"
 
 	// ReasonSubnetValid: the Subnet parsed and overlaps no older Subnet.
 	ReasonSubnetValid = "Valid"

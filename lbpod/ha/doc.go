@@ -174,18 +174,49 @@
 // # The API server
 //
 // Not in the detection path: in steady state the replicas write nothing (adverts are L2 frames).
-// The replica that takes over writes the Service's Lease once (cmd/lbpod: holder, transitions),
-// beside the election, never renewed; the operator mirrors it into the role labels, the Service's
-// annotations and condition, the IP object's status and an Event. A failed write never delays a
-// takeover, and the Lease is a record, not a lock.
+// The replica that takes over writes the Service's Lease once (cmd/lbpod: holder, transitions,
+// and its claim: term, priority, ID), beside the election, never renewed; the operator mirrors it
+// into the role labels, the Service's annotations and condition, the IP object's status and an
+// Event. A failed write never delays a takeover. The Lease is a record and a fence, not a lock
+// (Record, Superseded):
 //
+//   - A replica writes it only with a claim newer than the recorded one by the election's own
+//     order (term, priority, ID; Claim.Compare), by an update that carries the version it read
+//     (on a conflict it reads again and compares again), so it is never written back over a
+//     newer claim, and it changes once per claim.
+//   - Every replica watches it and feeds each recorded claim to its machine (Superseded), as if
+//     it had heard that replica's advert: it learns the term, and an active (or resigning)
+//     replica with an older claim lets go at once, without announcing. That ends two holders
+//     that do not hear each other, whatever the direction of the loss, within the API's latency
+//     (a write and a watch) of the newer claim.
+//   - An active that lets go this way never heard the winner on the underlay: both held the
+//     addresses. It says so once (Output.Superseded; cmd/lbpod writes a note into the Lease, from
+//     which the operator raises the AddressHeldTwice Warning), and it waits SupersededBackoff
+//     (30 s, doubling to 2 min) beyond the dead interval before it may claim again, since it
+//     cannot hear the holder it would take the addresses from. Without that wait the two would
+//     take turns every dead interval, each turn two Lease writes and a move of the clients; with
+//     it the Lease is written at most 4 times in any minute of lasting advert loss
+//     (TestRecordBoundsSplitBrain), and after the first fence one replica holds, but for the API's
+//     latency after each such claim. Any advert heard ends the wait (with a key, an
+//     authenticated one: a forged version-1 frame does not), so on a healthy underlay
+//     (where nobody is superseded through the Lease) failover is unchanged. The price: an active
+//     that dies while adverts are still lost is replaced after the wait, not after 0.3 s.
+//
+// Faults, one by one:
 //   - API server unreachable: elections go on unchanged, failovers take the same time; only the
-//     visible role lags (the Lease write is retried with backoff) until the API is back.
+//     visible role lags (the Lease write is retried with backoff) until the API is back, and the
+//     fence waits for it: two replicas that neither hear each other nor reach the API server both
+//     hold the addresses until one of them does.
 //   - Underlay partition: each side that has a replica elects its own active (a replica cannot
-//     tell a dead active from an unreachable one). Clients on each side reach the replica on their
-//     side, which is the best available; when the partition heals, the two actives hear each other
-//     and the newer term keeps the addresses within one interval (the other releases without
-//     announcing; 70 ms in the dataplane test), and the winner's next announcement corrects any
-//     client that learnt the loser.
+//     tell a dead active from an unreachable one); the Lease then fences the older claim, so the
+//     side whose replica claimed last serves. Adverts lost one way: the replica that does not
+//     hear the active claims; its adverts reach the old active, which steps down as on a healthy
+//     underlay (no fence needed). When a partition heals, the holder's adverts reach the others
+//     and end any wait; should two still hold (no API), the newer term keeps the addresses within
+//     one interval (the other releases without announcing; 70 ms in the dataplane test), and the
+//     winner's next announcement corrects any client that learnt the loser.
 //   - net1's own link lost: that replica releases at once; it cannot be one of two holders.
+//   - The Lease lives in the Service's namespace, where its tenant may write: a forged claim can
+//     make that Service's own replicas step down and wait (the tenant's own Service only), and a
+//     claim no replica makes (a term above MaxTerm, a non-unicast sender) is ignored (ParseClaim).
 package ha

@@ -1,7 +1,6 @@
 package ha
 
 import (
-	"cmp"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -71,6 +70,13 @@ type Config struct {
 	// ReplayWindow: how far an authenticated advert's sequence (the sender's wall clock) may lie
 	// from ours (Guard); DefaultReplayWindow when zero.
 	ReplayWindow time.Duration
+	// SupersededBackoff is how long a replica that was superseded through the record (Superseded:
+	// it held the addresses while another replica claimed them, and neither heard the other)
+	// waits, beyond the dead interval, before it may claim again; it doubles at each such step
+	// down up to MaxSupersededBackoff, and ends when the replica hears an advert (with
+	// Authenticated, an authenticated one: a forged version-1 frame must not end it). Zero: the
+	// defaults; negative: none.
+	SupersededBackoff, MaxSupersededBackoff time.Duration
 }
 
 // Defaults: 100 ms adverts and 3 missed ones make a 300 ms dead interval (plus skew), the VRRP
@@ -83,6 +89,18 @@ const (
 	// the replicas take over from each other again (each takeover is one Lease write), which is
 	// the honest answer to a node that cannot run a process for seconds at a time.
 	DefaultMaxSlack = 3 * time.Second
+	// DefaultSupersededBackoff and DefaultMaxSupersededBackoff: see Config.SupersededBackoff.
+	// When adverts are lost between two replicas (a switch that drops the EtherType, a one-way
+	// link), the one superseded through the record cannot hear the holder either, so after the
+	// dead interval it would claim again, supersede the other, and so on: each round moves the
+	// clients and costs two record writes (the claim, and the superseded replica's note). Two
+	// rounds a minute at most keep the record under five writes a minute, so the first wait is
+	// 30 s (with 1 s doubling the first minute would see six rounds per replica, about 24
+	// writes). The cap bounds the price: an active that really dies while adverts are still
+	// lost is replaced within the dead interval plus at most 2 minutes, not 0.3 s. On a healthy
+	// L2 nobody is superseded through the record, and failover is unchanged.
+	DefaultSupersededBackoff    = 30 * time.Second
+	DefaultMaxSupersededBackoff = 2 * time.Minute
 )
 
 // Slack tuning. A gap is late when it exceeds the interval by more than lateAfter of an interval
@@ -108,6 +126,13 @@ func (c Config) withDefaults() Config {
 	if c.ReplayWindow <= 0 {
 		c.ReplayWindow = DefaultReplayWindow
 	}
+	if c.SupersededBackoff == 0 {
+		c.SupersededBackoff = DefaultSupersededBackoff
+	}
+	if c.MaxSupersededBackoff == 0 {
+		c.MaxSupersededBackoff = DefaultMaxSupersededBackoff
+	}
+	c.MaxSupersededBackoff = max(c.MaxSupersededBackoff, c.SupersededBackoff)
 	lo, hi := c.peerIntervals()
 	if c.MinPeerInterval <= 0 {
 		c.MinPeerInterval = lo
@@ -213,6 +238,14 @@ const (
 	// froze; an active that cannot keep it steps down: it releases the addresses at once, sends
 	// a resigning advert so that a standby takes over after its skew, and listens as a standby.
 	RenewFailed
+	// Superseded: the Service's record (the Lease, cmd/lbpod) names Event.Claim, another
+	// replica's claim. It is treated like hearing that replica's advert, across an underlay that
+	// may have lost it: every replica learns the term (its next claim is newer); an active or a
+	// resigning replica whose own claim is older lets go at once, without announcing. An active
+	// that lets go this way never heard the winner, so the two held the addresses at once: the
+	// output says so (Output.Superseded), and it waits SupersededBackoff more before its next
+	// claim, since it cannot hear the holder it would take the addresses from.
+	Superseded
 )
 
 func (k EventKind) String() string {
@@ -235,6 +268,8 @@ func (k EventKind) String() string {
 		return "ready"
 	case RenewFailed:
 		return "renew-failed"
+	case Superseded:
+		return "superseded"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -247,6 +282,7 @@ type Event struct {
 	Advert Advert // Received only
 	// Authenticated (Received only): the advert's tag and sequence verified (Guard.Open).
 	Authenticated bool
+	Claim         Claim // Superseded only
 }
 
 // Hold is the change the caller applies to net1.
@@ -297,6 +333,10 @@ type Output struct {
 	// nothing at all (not even the clock the machine last saw), and the output repeats the role
 	// and wake time of the last one.
 	Refused string
+	// Superseded is set when an active let go because the record named this newer claim of
+	// another replica, which it had not heard on the underlay: the two held the addresses at the
+	// same time, from that claim until now (the caller reports it once).
+	Superseded *Claim
 }
 
 // Machine is one replica's election state. It is a pure function of the events fed to it.
@@ -337,6 +377,10 @@ type Machine struct {
 	// startedAt, heardAuth and everActive decide whether the legacy window is open (legacyOpen).
 	startedAt             time.Duration
 	heardAuth, everActive bool
+	// backoff is added to a standby's wait since it was superseded through the record without
+	// hearing the winner (SupersededBackoff, doubling); 0 once it hears an advert (an
+	// authenticated one when Config.Authenticated).
+	backoff time.Duration
 }
 
 // NewMachine returns a machine for cfg; feed it Start first.
@@ -346,6 +390,19 @@ func NewMachine(cfg Config) *Machine {
 
 // Role is the current role.
 func (m *Machine) Role() Role { return m.role }
+
+// Claim is this replica's claim while it holds the addresses (term, priority, ID), else the zero
+// Claim.
+func (m *Machine) Claim() Claim {
+	if !m.role.holds() {
+		return Claim{}
+	}
+	return Claim{Term: m.term, Priority: m.cfg.Priority, Sender: m.cfg.ID}
+}
+
+// Backoff is the wait added to this replica's next claim since it was superseded through the
+// record without hearing the winner (see Config.SupersededBackoff); 0 normally.
+func (m *Machine) Backoff() time.Duration { return m.backoff }
 
 // Term is the current term while holding, else the highest term seen.
 func (m *Machine) Term() uint64 {
@@ -469,18 +526,12 @@ func (m *Machine) refuse(ev Event) string {
 
 // beats says whether advert a wins over us as active: newer term first, then priority, then ID.
 func (m *Machine) beats(a Advert) bool {
-	if c := cmp.Compare(a.Term, m.term); c != 0 {
-		return c > 0
-	}
-	if c := cmp.Compare(a.Priority, m.cfg.Priority); c != 0 {
-		return c > 0
-	}
-	for i := range a.Sender {
-		if c := cmp.Compare(a.Sender[i], m.cfg.ID[i]); c != 0 {
-			return c > 0
-		}
-	}
-	return false
+	return Claim{Term: a.Term, Priority: a.Priority, Sender: a.Sender}.Compare(m.own()) > 0
+}
+
+// own is our claim with the current term (held or last held).
+func (m *Machine) own() Claim {
+	return Claim{Term: m.term, Priority: m.cfg.Priority, Sender: m.cfg.ID}
 }
 
 // advert is the advert to send now; it records when and with which interval, for HoldFor.
@@ -557,6 +608,8 @@ func (m *Machine) Handle(ev Event) Output {
 			// active we have not heard yet.
 			m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
 		}
+	case Superseded:
+		m.superseded(now, ev.Claim, &out)
 	case RenewFailed:
 		switch m.role {
 		case Active:
@@ -638,6 +691,13 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 		return // our own, looped back, or another Service's
 	}
 	m.maxTerm = max(m.maxTerm, a.Term)
+	// The underlay carries adverts between us again: claims are settled by them, not the record.
+	// With a key only an authenticated advert says so: anyone can send a version-1 frame. (One
+	// accepted in the legacy window cannot meet a backoff today, since only an active is
+	// superseded and having been active closes the window; this keeps it so if that changes.)
+	if !legacy {
+		m.backoff = 0
+	}
 	switch m.role {
 	case Standby:
 		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning {
@@ -684,6 +744,34 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 	}
 }
 
+// superseded handles a claim read from the record (Superseded).
+func (m *Machine) superseded(now time.Duration, c Claim, out *Output) {
+	if c.Term > MaxTerm {
+		return // a term no replica reaches: the record is refused as a whole
+	}
+	// Our own claim too teaches the term: lbpod restarted in the same pod keeps net1's MAC, and
+	// its next claim must be newer than the one it recorded before.
+	m.maxTerm = max(m.maxTerm, c.Term)
+	if c.Sender == m.cfg.ID || !m.role.holds() || c.Compare(m.own()) <= 0 {
+		return
+	}
+	if m.role == Resigning {
+		m.stop(out, fmt.Sprintf("the record names %s's newer claim (term %d) while resigning: handed over", c.Sender, c.Term))
+		return
+	}
+	switch {
+	case m.cfg.SupersededBackoff < 0:
+	case m.backoff == 0:
+		m.backoff = m.cfg.SupersededBackoff
+	default:
+		m.backoff = min(2*m.backoff, m.cfg.MaxSupersededBackoff)
+	}
+	m.stepDown(now, out, "")
+	out.Reason = fmt.Sprintf("the record names %s active with term %d (ours %d), never heard on the underlay: both held the addresses; stepping down, next claim no sooner than %s from now",
+		c.Sender, c.Term, m.term, (m.deadline - now).Round(time.Millisecond))
+	out.Superseded = &c
+}
+
 func (m *Machine) shutdown(now time.Duration, out *Output) {
 	switch m.role {
 	case Active:
@@ -717,7 +805,7 @@ func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
 func (m *Machine) stepDown(now time.Duration, out *Output, why string) {
 	m.role = Standby
 	m.sentSinceActive = false
-	m.deadline = now + m.deadInterval() + m.skew()
+	m.deadline = now + m.deadInterval() + m.skew() + m.backoff
 	out.Hold, out.Reason = Release, why
 }
 

@@ -43,6 +43,11 @@ func resigning(a Advert) Advert { a.Resigning = true; return a }
 func recv(at int, a Advert) Event    { return Event{Kind: Received, Now: ms(at), Advert: a} }
 func at(kind EventKind, n int) Event { return Event{Kind: kind, Now: ms(n)} }
 
+// record is the record naming id's claim with term and priority 100, read at n ms (Superseded).
+func record(n int, id ID, term uint64) Event {
+	return Event{Kind: Superseded, Now: ms(n), Claim: Claim{Term: term, Priority: DefaultPriority, Sender: id}}
+}
+
 // step is one event and the exact output expected. send is "" for none, else "term N" with
 // " resigning" for a resignation; reason is a substring of Output.Reason ("" means empty).
 type step struct {
@@ -53,6 +58,8 @@ type step struct {
 	wake     int
 	failover int
 	reason   string
+	// superseded: Output.Superseded is set (to the event's claim).
+	superseded bool
 }
 
 func describeSend(a *Advert) string {
@@ -207,6 +214,45 @@ func TestMachine(t *testing.T) {
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: at(RenewFailed, 10), role: Standby, wake: 315},
 		}},
+		"superseded through the record: lets go without announcing, waits 30 s more, then claims the next term": {steps: append(activeAt315[:5:5],
+			step{ev: record(400, idB, 2), hold: Release, role: Standby, wake: 30715, superseded: true,
+				reason: "the record names 02:00:00:00:00:03 active with term 2 (ours 1), never heard on the underlay: both held the addresses; stepping down, next claim no sooner than 30.315s from now"},
+			step{ev: at(Tick, 30714), role: Standby, wake: 30715},
+			step{ev: at(Tick, 30715), hold: Take, send: "term 3", role: Active, wake: 30815, reason: "no advert for the dead interval: active with term 3"},
+			// Superseded again without hearing anyone: the wait doubles.
+			step{ev: record(30800, idB, 4), hold: Release, role: Standby, wake: 91115, superseded: true, reason: "next claim no sooner than 1m0.315s from now"},
+		)},
+		"superseded through the record: an advert heard ends the wait": {steps: append(activeAt315[:5:5],
+			step{ev: record(400, idB, 2), hold: Release, role: Standby, wake: 30715, superseded: true, reason: "both held the addresses"},
+			step{ev: recv(500, from(idB, 2)), role: Standby, wake: 815},
+			step{ev: at(Tick, 815), hold: Take, send: "term 3", role: Active, wake: 915, failover: 315, reason: "no advert for the dead interval: active with term 3"},
+			// The next supersede starts from 30 s again.
+			step{ev: record(1000, idB, 4), hold: Release, role: Standby, wake: 31315, superseded: true, reason: "next claim no sooner than 30.315s from now"},
+		)},
+		"the record naming an older claim, the same one or our own changes nothing": {steps: append(activeAt315[:5:5],
+			step{ev: record(320, idB, 1), role: Active, wake: 415},
+			step{ev: record(330, idB, 0), role: Active, wake: 415},
+			step{ev: record(340, idA, 9), role: Active, wake: 415},
+			step{ev: Event{Kind: Superseded, Now: ms(350), Claim: Claim{Term: MaxTerm + 1, Sender: idB}}, role: Active, wake: 415},
+			step{ev: at(Tick, 415), send: "term 1", role: Active, wake: 515},
+		)},
+		"the record's claim wins on priority at the same term": {steps: append(activeAt315[:5:5],
+			step{ev: Event{Kind: Superseded, Now: ms(320), Claim: Claim{Term: 1, Priority: 101, Sender: idC}}, hold: Release, role: Standby, wake: 30635, superseded: true, reason: "the record names 02:00:00:00:00:01 active with term 1 (ours 1)"},
+		)},
+		"a standby learns the term from the record, with no wait added": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: record(50, idB, 7), role: Standby, wake: 315},
+			{ev: at(Tick, 315), hold: Take, send: "term 8", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 8"},
+		}},
+		"a restarted replica learns the term from its own earlier claim in the record": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: record(50, idA, 7), role: Standby, wake: 315},
+			{ev: at(Tick, 315), hold: Take, send: "term 8", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 8"},
+		}},
+		"resigning and superseded through the record: lets go at once": {steps: append(activeAt315[:5:5],
+			step{ev: at(Shutdown, 350), send: "term 1 resigning", role: Resigning, wake: 375, reason: "resigning"},
+			step{ev: record(360, idB, 2), hold: Release, role: Stopped, wake: 360, reason: "the record names 02:00:00:00:00:03's newer claim (term 2) while resigning: handed over"},
+		)},
 		"a slower active's advertised interval sets the dead interval": {steps: []step{
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: recv(50, Advert{Group: group, Term: 1, Priority: 100, Sender: idB, Interval: ms(200)}), role: Standby, wake: 665},
@@ -234,10 +280,13 @@ func TestMachine(t *testing.T) {
 			m := NewMachine(cfg)
 			for i, s := range tc.steps {
 				out := m.Handle(s.ev)
-				got := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t",
-					out.Hold, describeSend(out.Send), out.Role, out.Wake, out.Failover, out.Done)
-				want := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t",
-					s.hold, s.send, s.role, ms(s.wake), ms(s.failover), s.role == Stopped)
+				got := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t superseded=%t",
+					out.Hold, describeSend(out.Send), out.Role, out.Wake, out.Failover, out.Done, out.Superseded != nil)
+				want := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t superseded=%t",
+					s.hold, s.send, s.role, ms(s.wake), ms(s.failover), s.role == Stopped, s.superseded)
+				if s.superseded && out.Superseded != nil && *out.Superseded != s.ev.Claim {
+					t.Fatalf("step %d: Superseded %+v, want the record's claim %+v", i, *out.Superseded, s.ev.Claim)
+				}
 				if got != want {
 					t.Fatalf("step %d (%s at %s):\n got %s\nwant %s (reason %q)", i, s.ev.Kind, s.ev.Now, got, want, out.Reason)
 				}
@@ -458,16 +507,6 @@ func TestForgedAdvertOutage(t *testing.T) {
 			}
 		})
 	}
-}
-
-// holder is the replica that holds the addresses, the first if several do, or -1.
-func (s *sim) holder() int {
-	for i, r := range s.replicas {
-		if r.m.Role().holds() {
-			return i
-		}
-	}
-	return -1
 }
 
 // outage steps the model from begin until the addresses are held again after a gap, or for two

@@ -18,6 +18,9 @@ type Metrics struct {
 	// RenewalFailures counts the failed renewals of the addresses' kernel lifetime; each made the
 	// active step down.
 	RenewalFailures prometheus.Counter
+	// Superseded counts the step-downs on a newer claim read from the record (the Lease) and never
+	// heard on the underlay: each is a time two replicas held the addresses.
+	Superseded prometheus.Counter
 }
 
 // NewMetrics builds the metrics, all at zero.
@@ -44,6 +47,8 @@ func NewMetrics() *Metrics {
 			[]string{"reason"}),
 		RenewalFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_lifetime_renewal_failures_total",
 			Help: "Renewals of the held addresses' kernel lifetime that failed; each made the active release the addresses and resign."}),
+		Superseded: prometheus.NewCounter(prometheus.CounterOpts{Name: "lbpod_ha_superseded_total",
+			Help: "Times this replica let go of the addresses because the Service's Lease named a newer claim of another replica whose adverts it never heard: both held them meanwhile."}),
 	}
 	for _, r := range RefusalReasons {
 		m.AdvertsRejected.WithLabelValues(r)
@@ -54,5 +59,5 @@ func NewMetrics() *Metrics {
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover, m.Slack,
-		m.AdvertsRejected, m.RenewalFailures}
+		m.AdvertsRejected, m.RenewalFailures, m.Superseded}
 }

@@ -32,16 +32,45 @@ import (
 // replay can only do what the replayed sender could (a resignation to a replica that never heard
 // it: one more takeover, which the overlap bound covers).
 //
+// The Service's record (the Lease, cmd/lbpod) is a second channel: a replica that takes over
+// writes its claim there after an API delay of 1 to maxAPIDelay, only when it is newer than the
+// recorded one (term compare), and every replica's watch delivers each new record after another
+// such delay (Superseded); a replica that stepped down on it writes a note (two holders). Further
+// faults: a replica's adverts lost on the way out (mute) or in (deaf), every advert lost (a
+// switch dropping the EtherType), and a replica cut from the API server. Keyless replicas use the
+// record too (an lbpod of this version run without a key). These faults lose the replicas'
+// adverts, not the adversary's frames: it may sit beyond the fault (on the replica's node); a
+// sealed frame it captured was one that left its sender (not muted).
+//
 // Safety: two replicas that hear each other never both hold the addresses for longer than one
-// advert interval plus two deliveries. Liveness: once every fault is repaired, exactly one holds
-// within 2 s; with the legacy window open, within the longest wait a forged version-1 advert
-// accepted just before the repair can impose (3 × 2 s and the slack: 11 s), the residual risk
-// doc.go states.
+// advert interval plus two deliveries; two replicas that both reach the API server never both
+// hold for longer than that plus three API delays (a write, a watch, and a write of the older
+// claim that lands first), whatever the adverts do. Liveness: once every fault is repaired,
+// exactly one holds within 2 s plus the longest slack, 5 s (a replica superseded through the record
+// waits out its backoff, but the one whose claim superseded it waits none, and after a stall its
+// dead interval carries its slack); with the legacy window open, within the longest wait a
+// forged version-1 advert accepted just before the repair can impose (3 × 2 s and the slack:
+// 11 s), the residual risk doc.go states.
 
 const (
-	maxDelay  = 10 * time.Millisecond
-	overlapOK = DefaultInterval + 2*maxDelay + 2*time.Millisecond
+	maxDelay    = 10 * time.Millisecond
+	overlapOK   = DefaultInterval + 2*maxDelay + 2*time.Millisecond
+	maxAPIDelay = 50 * time.Millisecond
+	overlapAPI  = overlapOK + 3*maxAPIDelay
 )
+
+// recordWrite is one write of the record on its way to the API server.
+type recordWrite struct {
+	at    time.Duration
+	claim Claim
+	note  bool // the note of a replica superseded through the record, not a claim
+}
+
+// recordRead is one record the watch delivers to a replica.
+type recordRead struct {
+	at    time.Duration
+	claim Claim
+}
 
 type delivery struct {
 	at    time.Duration
@@ -58,8 +87,8 @@ type simReplica struct {
 	unready, unreadyTold  bool // the data path cannot serve; what the machine was last told
 	wake                  time.Duration
 	inbox                 []delivery
-	// keyless: an old replica (version 1, no key: it neither seals nor reads version 2).
-	// Otherwise guard and seq authenticate, and accepted is this incarnation's last accepted
+	// keyless: an old replica (version 1, no key: it neither seals nor reads version 2; it uses
+	// the record as every replica does). Otherwise guard and seq authenticate, and accepted is this incarnation's last accepted
 	// sequence per sender, the model's own check of the replay rule.
 	keyless  bool
 	key      *Key
@@ -68,9 +97,17 @@ type simReplica struct {
 	accepted map[ID]uint64
 	// clockOff: how far this replica's wall clock is off.
 	clockOff time.Duration
+	// mute: its adverts are lost on the way out; deaf: adverts to it are lost; apiDown: it
+	// reaches no API server (its writes wait, its watch delivers nothing).
+	mute, deaf, apiDown bool
+	writes              []recordWrite
+	reads               []recordRead
 }
 
 func (r *simReplica) hears() bool { return r.alive && !r.frozen && r.linkUp && !r.isolated }
+
+// apiOK: its recorder runs and reaches the API server.
+func (r *simReplica) apiOK() bool { return r.alive && !r.frozen && !r.apiDown }
 
 type sim struct {
 	t        *testing.T
@@ -85,6 +122,28 @@ type sim struct {
 	// refusals by reason.
 	wire    [][]byte
 	refused map[string]int
+	// dropAll: the underlay drops every advert.
+	dropAll bool
+	// record is the claim the record names (zero: none yet); written counts its writes, notes
+	// included; sinceAPI is since's twin for pairs that both reach the API server.
+	record   Claim
+	written  []time.Duration
+	sinceAPI map[[2]int]time.Duration
+	// firstSupersede is when the first replica stepped down on the record (0: never).
+	firstSupersede time.Duration
+	apiRng         uint32
+}
+
+// hearEachOther: adverts go both ways between a and b.
+func (s *sim) hearEachOther(a, b *simReplica) bool {
+	return a.hears() && b.hears() && !s.dropAll && !a.mute && !b.mute && !a.deaf && !b.deaf
+}
+
+// apiDelay draws from its own generator, so that the advert delays stay those the seeds were
+// chosen with before the record existed.
+func (s *sim) apiDelay() time.Duration {
+	s.apiRng = s.apiRng*1664525 + 1013904223
+	return time.Duration(1+(s.apiRng>>8)%uint32(maxAPIDelay/time.Millisecond)) * time.Millisecond
 }
 
 // wall is replica r's wall clock.
@@ -106,14 +165,27 @@ func (s *sim) handle(i int, ev Event) Output {
 		s.logf("r%d %s: %s %s (%s)", i, ev.Kind, out.Hold, out.Role, out.Reason)
 	}
 	r.wake = out.Wake
+	// The recorder: a takeover writes the claim, a step-down on the record writes the note.
+	if out.Hold == Take {
+		r.writes = append(r.writes, recordWrite{at: s.now + s.apiDelay(), claim: r.m.Claim()})
+	}
+	if out.Superseded != nil {
+		if s.firstSupersede == 0 {
+			s.firstSupersede = s.now
+		}
+		r.writes = append(r.writes, recordWrite{at: s.now + s.apiDelay(), claim: *out.Superseded, note: true})
+	}
 	if out.Send != nil && r.linkUp && !r.isolated {
 		frame := out.Send.Marshal()
 		if !r.keyless {
 			frame = r.key.Seal(*out.Send, r.seq.Next(s.wall(r)))
-			s.wire = append(s.wire, frame)
+			if !r.mute {
+				// On the wire for the adversary to capture, even where the underlay then drops it.
+				s.wire = append(s.wire, frame)
+			}
 		}
 		for j, o := range s.replicas {
-			if j != i && o.alive && o.linkUp && !o.isolated {
+			if j != i && o.alive && o.linkUp && !o.isolated && !r.mute && !o.deaf && !s.dropAll {
 				o.inbox = append(o.inbox, delivery{at: s.now + time.Duration(s.rand(uint32(maxDelay/time.Millisecond)+1))*time.Millisecond, frame: frame})
 			}
 		}
@@ -136,7 +208,62 @@ func (s *sim) start(i int) {
 		r.guard, r.seq, r.accepted = NewGuard(cfg.withDefaults(), r.key), Sequencer{}, map[ID]uint64{}
 	}
 	r.alive, r.frozen, r.inbox, r.reported, r.unreadyTold = true, false, nil, true, false
+	r.writes, r.reads = nil, nil
 	s.handle(i, Event{Kind: Start, Now: s.now})
+	s.relist(i)
+}
+
+// relist: a recorder that (re)starts or gets the API server back reads the record first.
+func (s *sim) relist(i int) {
+	if s.record != (Claim{}) {
+		r := s.replicas[i]
+		r.reads = append(r.reads, recordRead{at: s.now + s.apiDelay(), claim: s.record})
+	}
+}
+
+// recorder carries out replica i's due record writes and feeds it the records its watch
+// delivered. A claim is written only while the replica still holds it and when it is newer than
+// the recorded one; otherwise the recorder hands the newer recorded claim to the machine.
+func (s *sim) recorder(i int) {
+	r := s.replicas[i]
+	if !r.apiOK() {
+		return
+	}
+	var keep []recordWrite
+	for _, w := range r.writes {
+		switch {
+		case w.at > s.now:
+			keep = append(keep, w)
+		case w.note:
+			s.written = append(s.written, s.now)
+			s.logf("r%d record: note (superseded by %s)", i, w.claim)
+		case r.m.Claim() != w.claim:
+			// no longer ours: the recorder writes only while active
+		case w.claim.Compare(s.record) > 0:
+			s.record = w.claim
+			s.written = append(s.written, s.now)
+			s.logf("r%d record: %s", i, w.claim)
+			for _, o := range s.replicas {
+				if o.alive {
+					o.reads = append(o.reads, recordRead{at: s.now + s.apiDelay(), claim: w.claim})
+				}
+			}
+		default:
+			r.reads = append(r.reads, recordRead{at: s.now, claim: s.record})
+		}
+	}
+	r.writes = keep
+	var later []recordRead
+	for _, rd := range r.reads {
+		if rd.at > s.now {
+			later = append(later, rd)
+			continue
+		}
+		if r.alive {
+			s.handle(i, Event{Kind: Superseded, Now: s.now, Claim: rd.claim})
+		}
+	}
+	r.reads = later
 }
 
 // receive hands one delivered frame to replica i as its runner does: version 2 dropped unread by
@@ -208,6 +335,9 @@ func (s *sim) step() {
 			}
 		}
 		r.inbox = keep
+		if r.alive {
+			s.recorder(i)
+		}
 		if r.alive && s.now >= r.wake {
 			s.handle(i, Event{Kind: Tick, Now: s.now})
 		}
@@ -215,21 +345,28 @@ func (s *sim) step() {
 	for i := range s.replicas {
 		for j := i + 1; j < len(s.replicas); j++ {
 			a, b := s.replicas[i], s.replicas[j]
-			key := [2]int{i, j}
-			if !(a.hears() && b.hears() && a.m.Role().holds() && b.m.Role().holds()) {
-				delete(s.since, key)
-				continue
-			}
-			from, ok := s.since[key]
-			if !ok {
-				s.since[key] = s.now
-				continue
-			}
-			if s.now-from > overlapOK {
-				s.t.Fatalf("r%d and r%d hear each other and both hold the addresses since %s (now %s):\n%s",
-					i, j, from, s.now, strings.Join(s.log, "\n"))
-			}
+			both := a.alive && b.alive && a.m.Role().holds() && b.m.Role().holds()
+			s.overlap(s.since, [2]int{i, j}, both && s.hearEachOther(a, b), overlapOK, "hear each other")
+			s.overlap(s.sinceAPI, [2]int{i, j}, both && a.apiOK() && b.apiOK(), overlapAPI, "both reach the API server")
 		}
+	}
+}
+
+// overlap fails the test when a pair has been in a state (both hold, and how they reach each
+// other) for longer than bound.
+func (s *sim) overlap(since map[[2]int]time.Duration, key [2]int, in bool, bound time.Duration, how string) {
+	if !in {
+		delete(since, key)
+		return
+	}
+	from, ok := since[key]
+	if !ok {
+		since[key] = s.now
+		return
+	}
+	if s.now-from > bound {
+		s.t.Fatalf("r%d and r%d %s and both hold the addresses since %s (now %s):\n%s",
+			key[0], key[1], how, from, s.now, strings.Join(s.log, "\n"))
 	}
 }
 
@@ -241,7 +378,7 @@ func (s *sim) run(d time.Duration) {
 
 // newSim returns a model of n replicas with the key (keyless: those without), started.
 func newSim(t *testing.T, n int, rng uint32, legacy time.Duration, keyless ...int) *sim {
-	s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: rng, legacy: legacy, refused: map[string]int{}}
+	s := &sim{t: t, since: map[[2]int]time.Duration{}, sinceAPI: map[[2]int]time.Duration{}, rng: rng, legacy: legacy, refused: map[string]int{}}
 	for i := range n {
 		r := &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true, keyless: slices.Contains(keyless, i)}
 		r.clockOff = time.Duration(int(s.rand(101))-50) * time.Millisecond
@@ -264,44 +401,66 @@ func runModel(t *testing.T, data []byte) {
 		s.run(time.Duration(data[k]) * 4 * time.Millisecond)
 		i := int(data[k+2]) % n
 		r := s.replicas[i]
-		switch data[k+1] % 10 {
-		case 0:
-			if r.alive {
-				s.logf("r%d kill -9", i)
-				r.alive = false
+		// Op bytes from 200 up are the faults of the advert channel and the API server (bytes
+		// below, as in the corpus written before they existed, mean what they did).
+		if op := data[k+1]; op >= 200 {
+			switch (op - 200) % 4 {
+			case 0:
+				r.mute = !r.mute
+				s.logf("r%d mute=%t", i, r.mute)
+			case 1:
+				r.deaf = !r.deaf
+				s.logf("r%d deaf=%t", i, r.deaf)
+			case 2:
+				s.dropAll = !s.dropAll
+				s.logf("adverts dropped=%t", s.dropAll)
+			case 3:
+				r.apiDown = !r.apiDown
+				s.logf("r%d apiDown=%t", i, r.apiDown)
+				if !r.apiDown && r.alive {
+					s.relist(i)
+				}
 			}
-		case 1:
-			if !r.alive {
-				s.logf("r%d restart", i)
-				s.start(i)
+		} else {
+			switch data[k+1] % 10 {
+			case 0:
+				if r.alive {
+					s.logf("r%d kill -9", i)
+					r.alive = false
+				}
+			case 1:
+				if !r.alive {
+					s.logf("r%d restart", i)
+					s.start(i)
+				}
+			case 2:
+				if r.alive {
+					s.logf("r%d SIGSTOP", i)
+					r.frozen = true
+				}
+			case 3:
+				if r.frozen {
+					s.logf("r%d SIGCONT", i)
+					r.frozen = false
+				}
+			case 4:
+				if r.alive && !r.frozen {
+					s.logf("r%d SIGTERM", i)
+					s.handle(i, Event{Kind: Shutdown, Now: s.now})
+				}
+			case 5:
+				s.logf("r%d link down", i)
+				r.linkUp = false
+			case 6:
+				s.logf("r%d link up", i)
+				r.linkUp = true
+			case 7:
+				r.isolated = !r.isolated
+				s.logf("r%d isolated=%t", i, r.isolated)
+			case 8, 9:
+				r.unready = data[k+1]%10 == 8
+				s.logf("r%d unready=%t", i, r.unready)
 			}
-		case 2:
-			if r.alive {
-				s.logf("r%d SIGSTOP", i)
-				r.frozen = true
-			}
-		case 3:
-			if r.frozen {
-				s.logf("r%d SIGCONT", i)
-				r.frozen = false
-			}
-		case 4:
-			if r.alive && !r.frozen {
-				s.logf("r%d SIGTERM", i)
-				s.handle(i, Event{Kind: Shutdown, Now: s.now})
-			}
-		case 5:
-			s.logf("r%d link down", i)
-			r.linkUp = false
-		case 6:
-			s.logf("r%d link up", i)
-			r.linkUp = true
-		case 7:
-			r.isolated = !r.isolated
-			s.logf("r%d isolated=%t", i, r.isolated)
-		case 8, 9:
-			r.unready = data[k+1]%10 == 8
-			s.logf("r%d unready=%t", i, r.unready)
 		}
 		// The replica byte's top bit adds the adversary's move (bytes below 128, as in the
 		// corpus written before it existed, add nothing): bits 4 to 6 choose it.
@@ -315,29 +474,33 @@ func runModel(t *testing.T, data []byte) {
 				s.handle(i, Event{Kind: RenewFailed, Now: s.now})
 			}
 		}
-		// The op byte's tens add the moves against the authentication.
-		s.attack(data[k+1]/10, i)
+		// The op byte's tens add the moves against the authentication (bytes from 200 up, the
+		// faults above, add none).
+		if op := data[k+1]; op < 200 {
+			s.attack(op/10, i)
+		}
 	}
 	// Repair everything (once the replicas told to stop have stopped: a resignation takes up to
-	// an interval); within two seconds exactly one replica holds.
+	// an interval); within two seconds and the longest slack exactly one replica holds. (A
+	// replica superseded through the record waits out its backoff; the replica whose claim
+	// superseded it waits none, but after a stall its dead interval carries its slack.)
 	s.logf("repair")
-	for _, r := range s.replicas {
-		r.linkUp, r.isolated, r.frozen, r.unready = true, false, false, false
-	}
+	s.repair()
 	s.run(2 * DefaultInterval)
+	s.repair()
 	for i, r := range s.replicas {
-		r.linkUp, r.isolated, r.frozen, r.unready = true, false, false, false
 		if !r.alive {
 			s.start(i)
 		}
 	}
 	// Within the legacy window a forged version-1 advert is obeyed like an old replica's: the
 	// last one before the repair may make the replicas wait for its sender as long as a real
-	// active's dead interval can stretch (the longest accepted interval, 3 times, and the slack).
-	settle := 2 * time.Second
+	// active's dead interval can stretch (the longest accepted interval, 3 times, and the slack
+	// already counted).
+	settle := 2*time.Second + DefaultMaxSlack
 	if legacy > 0 {
 		cfg := Config{}.withDefaults()
-		settle += time.Duration(cfg.DeadAdverts)*cfg.MaxPeerInterval + cfg.MaxSlack
+		settle += time.Duration(cfg.DeadAdverts) * cfg.MaxPeerInterval
 	}
 	s.run(settle)
 	var holders []string
@@ -348,6 +511,18 @@ func runModel(t *testing.T, data []byte) {
 	}
 	if len(holders) != 1 {
 		t.Fatalf("%s after the repair, holders %v, want exactly one:\n%s", settle, holders, strings.Join(s.log, "\n"))
+	}
+}
+
+// repair ends every fault but the dead processes.
+func (s *sim) repair() {
+	s.dropAll = false
+	for i, r := range s.replicas {
+		if r.apiDown && r.alive {
+			s.relist(i)
+		}
+		r.linkUp, r.isolated, r.frozen, r.unready = true, false, false, false
+		r.mute, r.deaf, r.apiDown = false, false, false
 	}
 }
 
@@ -367,7 +542,11 @@ func FuzzModel(f *testing.F) {
 	// a resignation to a restarted replica (fresh guard) and to one replica only.
 	f.Add([]byte{100, 13, 0, 20, 23, 0, 20, 33, 0, 20, 43, 1, 20, 53, 0, 20, 63, 1, 20, 73, 0, 20, 83, 1, 20, 93, 1})
 	f.Add([]byte{100, 4, 0, 50, 1, 0, 0, 83, 0, 5, 83, 0, 100, 93, 0, 100, 74, 1, 1, 91, 1, 0, 83, 1})
-	f.Add([]byte{100, 13, 0, 2, 13, 1, 2, 13, 0, 2, 13, 1, 0}) // version-1 frames with the legacy window open
+	f.Add([]byte{100, 13, 0, 2, 13, 1, 2, 13, 0, 2, 13, 1, 0})                      // version-1 frames with the legacy window open
+	f.Add([]byte{100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0})                   // every advert dropped for 3 s
+	f.Add([]byte{100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0})      // a partition healed one way first
+	f.Add([]byte{100, 201, 1, 250, 3, 0, 250, 201, 1, 100, 200, 1, 250, 200, 1, 9}) // deaf, then mute
+	f.Add([]byte{100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0})      // the API lost during a drop
 	f.Fuzz(func(t *testing.T, data []byte) { runModel(t, data) })
 }
 
@@ -386,6 +565,11 @@ func TestModelScenarios(t *testing.T) {
 		"the renewals fail":             {100, 3, 0xe0, 100, 3, 0xe1, 100, 3, 0xe0},
 		"every move against the key":    {100, 13, 0, 20, 23, 0, 20, 33, 0, 20, 43, 1, 20, 53, 0, 20, 63, 1, 20, 73, 0, 20, 83, 1, 20, 93, 1},
 		"replayed resignations":         {100, 4, 0, 50, 1, 0, 0, 83, 0, 5, 83, 0, 100, 93, 0, 100, 74, 1, 1, 91, 1, 0, 83, 1},
+		"every advert dropped, healed":  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0},
+		"a partition healed one way":    {100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0},
+		"one-way loss, both ways":       {100, 200, 0, 250, 3, 0, 250, 200, 0, 100, 200, 1, 250, 3, 0, 250, 200, 1},
+		"the API lost during a drop":    {100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0},
+		"three replicas, adverts lost":  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0, 0},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}
@@ -401,7 +585,8 @@ func TestStarvationDoesNotFlap(t *testing.T) {
 	stalls := []time.Duration{380 * time.Millisecond, 420 * time.Millisecond, 300 * time.Millisecond,
 		500 * time.Millisecond, 450 * time.Millisecond}
 	takeovers := func(maxSlack time.Duration) int {
-		s := &sim{t: t, since: map[[2]int]time.Duration{}, rng: 7, maxSlack: maxSlack, refused: map[string]int{}}
+		s := newSim(t, 0, 7, 0)
+		s.maxSlack = maxSlack
 		n := 0
 		for i := range 2 {
 			s.replicas = append(s.replicas, &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true})
@@ -654,4 +839,109 @@ func TestUpgradeOldStandby(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRecordBoundsSplitBrain: adverts lost for five simulated minutes (every advert, or one
+// replica's one way), with the record as the only channel between the replicas. The record is
+// written at most 5 times in any minute (each claim that supersedes another costs two writes:
+// the claim and the superseded replica's note; the superseded replica then waits 30 s, doubling),
+// at most one replica holds once the first supersede has landed (beyond the overlap the model
+// bounds), and after the loss ends exactly one holds at once and stays so. The figures are
+// logged: writes in the worst minute, and the time from the end of the loss to one holder.
+func TestRecordBoundsSplitBrain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		replicas  int
+		fault     func(s *sim, on bool)
+		maxWrites int // in any 60 s
+	}{
+		{"every advert dropped, 2 replicas", 2, func(s *sim, on bool) { s.dropAll = on }, 5},
+		{"the active's adverts lost on the way out", 2, func(s *sim, on bool) { s.replicas[s.holder()].mute = on }, 5},
+		{"the active hears nothing", 2, func(s *sim, on bool) { s.replicas[s.holder()].deaf = on }, 5},
+		{"the standby's adverts lost on the way out", 2, func(s *sim, on bool) { s.replicas[1-s.holder()].mute = on }, 5},
+		{"the standby hears nothing", 2, func(s *sim, on bool) { s.replicas[1-s.holder()].deaf = on }, 5},
+		// Two standbys that claim within an API delay of each other both cost a note.
+		{"every advert dropped, 3 replicas", 3, func(s *sim, on bool) { s.dropAll = on }, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSim(t, tc.replicas, 3, 0)
+			s.run(2 * time.Second)
+			if s.holder() < 0 {
+				t.Fatalf("no holder before the fault:\n%s", strings.Join(s.log, "\n"))
+			}
+			// The fault is toggled on the replicas chosen now (holder() changes meanwhile).
+			var faulty []*simReplica
+			before := make([]simReplica, len(s.replicas))
+			for i, r := range s.replicas {
+				before[i] = *r
+			}
+			start, writesBefore := s.now, len(s.written)
+			tc.fault(s, true)
+			for i, r := range s.replicas {
+				if r.mute != before[i].mute || r.deaf != before[i].deaf {
+					faulty = append(faulty, r)
+				}
+			}
+			s.run(5 * time.Minute) // s.step fails on two holders beyond overlapAPI
+			worst := 0
+			w := s.written[writesBefore:]
+			for i := range w {
+				n := 0
+				for _, at := range w[i:] {
+					if at-w[i] < time.Minute {
+						n++
+					}
+				}
+				worst = max(worst, n)
+			}
+			s.dropAll = false
+			for _, r := range faulty {
+				r.mute, r.deaf = false, false
+			}
+			healed := s.now
+			var one time.Duration = -1
+			for end := s.now + 5*time.Second; s.now < end; s.now += time.Millisecond {
+				s.step()
+				switch {
+				case s.holders() != 1:
+					one = -1
+				case one < 0:
+					one = s.now - healed
+				}
+			}
+			superseded := "never"
+			if s.firstSupersede > 0 {
+				superseded = (s.firstSupersede - start).String() + " into the loss"
+			}
+			t.Logf("%d record writes in 5 min of loss, %d in the worst minute; first supersede %s; one holder %s after the loss ended",
+				len(w), worst, superseded, one)
+			if worst > tc.maxWrites {
+				t.Errorf("%d record writes in one minute, want at most %d:\n%s", worst, tc.maxWrites, strings.Join(s.log, "\n"))
+			}
+			if one < 0 || one > overlapOK {
+				t.Errorf("after the loss ended: one holder after %s, want within %s and staying:\n%s", one, overlapOK, strings.Join(s.log, "\n"))
+			}
+		})
+	}
+}
+
+// holder is the replica that holds the addresses, the first if several do, or -1.
+func (s *sim) holder() int {
+	for i, r := range s.replicas {
+		if r.alive && r.m.Role().holds() {
+			return i
+		}
+	}
+	return -1
+}
+
+// holders counts the replicas that hold the addresses.
+func (s *sim) holders() int {
+	n := 0
+	for _, r := range s.replicas {
+		if r.alive && r.m.Role().holds() {
+			n++
+		}
+	}
+	return n
 }

@@ -46,6 +46,23 @@ type Readier interface {
 	Ready() bool
 }
 
+// Record is the Service's shared record of claims beside the election (cmd/lbpod: the Service's
+// Lease): the replica that takes over writes its claim there, and a replica that reads a newer
+// claim of another replica there lets go (Superseded), whether or not the underlay carried that
+// replica's adverts. The record is not in the failover path: a takeover never waits for it.
+type Record interface {
+	// Claims delivers the claims the record names, as they change; Run feeds each to the machine
+	// (Superseded), which ignores older ones and our own.
+	Claims() <-chan Claim
+	// Claimed says what this replica holds now: its claim after a takeover, the zero Claim once
+	// it lets go. Called on the election's goroutine: it must not block.
+	Claimed(c Claim)
+	// Superseded says that this replica let go because the record named claim by, which it never
+	// heard on the underlay, while it held the addresses with claim held: two replicas held them
+	// at once. Called once per such step-down, on the election's goroutine: it must not block.
+	Superseded(held, by Claim)
+}
+
 // Options configure Run.
 type Options struct {
 	// Interface is net1, the underlay interface the addresses live on.
@@ -62,6 +79,9 @@ type Options struct {
 	// it (wire version 2), and Config.Authenticated is set. Empty: unauthenticated version-1
 	// adverts, as replicas before version 2 sent (logged once as a warning).
 	Key []byte
+	// Record, when not nil, is the Service's record of claims: the takeovers are written there and
+	// its claims fence this replica (see Record).
+	Record Record
 }
 
 // Run elects among the replicas on Interface until ctx is done, then resigns: if active, it tells
@@ -153,6 +173,10 @@ func (r *runner) run(ctx context.Context) error {
 	timer := time.NewTimer(time.Until(r.origin.Add(out.Wake)))
 	defer timer.Stop()
 	done := ctx.Done()
+	var claims <-chan Claim
+	if r.opts.Record != nil {
+		claims = r.opts.Record.Claims()
+	}
 	var hardStop <-chan time.Time
 	for !out.Done {
 		select {
@@ -163,6 +187,8 @@ func (r *runner) run(ctx context.Context) error {
 			hardStop = time.After(2 * r.cfg.Interval)
 		case a := <-r.adverts:
 			out = r.received(out, a)
+		case c := <-claims:
+			out = r.handle(Event{Kind: Superseded, Now: r.now(), Claim: c})
 		case <-timer.C:
 			out = r.pollLink(out)
 			if !out.Done && r.m.ClaimDue(r.now()) {
@@ -324,7 +350,7 @@ func (r *runner) receive(ctx context.Context, c *conn) {
 // goes out only once the holder renewed the addresses' lifetime (Leaser); when that fails, the
 // advert is not sent and the machine is told (RenewFailed), and handle returns what it said.
 func (r *runner) handle(ev Event) Output {
-	before := r.m.Role()
+	before, held := r.m.Role(), r.m.Claim()
 	out := r.m.Handle(ev)
 	if out.Refused != "" {
 		r.refused(ev.Advert, out.Refused)
@@ -346,6 +372,7 @@ func (r *runner) handle(ev Event) Output {
 		}
 	}
 	r.report(ev, before, out)
+	r.record(held, out)
 	if renewErr != nil {
 		if r.opts.Metrics != nil {
 			r.opts.Metrics.RenewalFailures.Inc()
@@ -404,6 +431,24 @@ func (r *runner) report(ev Event, before Role, out Output) {
 		if r.opts.OnChange != nil {
 			r.opts.OnChange(out.Role, out.Reason)
 		}
+	}
+}
+
+// record tells the Record what this replica holds after an output, and about a step-down on the
+// record's claim (held is our claim before the event).
+func (r *runner) record(held Claim, out Output) {
+	rec := r.opts.Record
+	if rec == nil {
+		return
+	}
+	if out.Superseded != nil {
+		if r.opts.Metrics != nil {
+			r.opts.Metrics.Superseded.Inc()
+		}
+		rec.Superseded(held, *out.Superseded)
+	}
+	if now := r.m.Claim(); now != held {
+		rec.Claimed(now)
 	}
 }
 

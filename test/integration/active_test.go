@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
@@ -213,4 +215,88 @@ func TestReplicasObjects(t *testing.T) {
 	// The Lease stays, untouched: the operator may not delete it, and it goes with the Service.
 	g.Expect(k8s.Get(ctx, key, lease)).To(Succeed())
 	g.Expect(lease.Spec.HolderIdentity).To(Equal(ptr.To("lb-svc-ha-x")))
+}
+
+// A note in the Lease that two lb pods held the address at once (written by the one the Lease
+// fenced) is reported once: one AddressHeldTwice Warning Event on the Service and one on its IP
+// object, the condition True with the same message, and lbsvc_addresses_held_twice_total one
+// higher. Later passes (another Lease write, a pod change) report nothing more; a newer note is
+// reported again.
+func TestAddressHeldTwiceReported(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	addr := f.ip("71")
+	svc := lbService(f.ns, "web", f.provider, addr)
+	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
+	create(t, svc)
+	svc = waitAddress(t, f.ns, "web", addr)
+	readyLBPod(t, svc, "lb-a", addr, "n1", true)
+	readyLBPod(t, svc, "lb-b", addr, "n2", true)
+	// The Lease as the lb pod that first took the address over created it (the operator creates none).
+	lease := lbobjects.BuildLease("lb-svc-web", svc)
+	lease.Spec.HolderIdentity, lease.Spec.LeaseTransitions = ptr.To("lb-a"), ptr.To[int32](0)
+	create(t, lease)
+	ip := getIP(g, addr)
+	before := heldTwiceTotal(g)
+
+	// Seconds ago, so that the condition stays True for the whole test (quiet period 10 min).
+	at := time.Now().UTC().Add(-2 * time.Second).Truncate(time.Second).Format(time.RFC3339)
+	update(t, lease, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](1)
+		l.Annotations = map[string]string{lbv1.HAClaimAnnotation: "4 100 02:00:00:00:00:0b", lbv1.HeldTwiceAnnotation: "lb-a " + at + " 3 lb-b 4"}
+	})
+	msg := fmt.Sprintf(`%s was held by two lb pods at once: "lb-a" (term 3) and "lb-b" (term 4); at %s the Lease fenced "lb-a", `+
+		`whose adverts and the other's did not reach each other: check that the underlay carries EtherType 0x88B5 multicast between their nodes`, addr, at)
+	warnings := func() []string { return warningMessages(t, f.ns, "web", decide.ReasonAddressHeldTwice) }
+	g.Eventually(warnings, timeout, interval).Should(Equal([]string{msg}))
+	g.Eventually(func() []string { return ipWarnings(t, ip.UID, decide.ReasonAddressHeldTwice) }, timeout, interval).Should(Equal([]string{msg}))
+	c := findCondition(getService(g, f.ns, "web").Status.Conditions, decide.ConditionAddressHeldTwice)
+	g.Expect(c).NotTo(BeNil())
+	g.Expect([]string{string(c.Status), c.Reason, c.Message}).To(Equal([]string{"True", decide.ReasonAddressHeldTwice, msg}))
+	g.Expect(heldTwiceTotal(g)).To(Equal(before + 1))
+	// The holder is shown as usual.
+	shownHolder(t, svc, addr, "lb-b", "n2", addr+" held by pod "+f.ns+"/lb-b on node n2; standby: "+f.ns+"/lb-a on node n1",
+		map[string]string{"lb-a": lbv1.RoleStandby, "lb-b": lbv1.RoleActive})
+
+	// Later passes report nothing more: a Lease write that keeps the note, a pod that changes.
+	update(t, lease, func(l *coordinationv1.Lease) { l.Spec.LeaseTransitions = ptr.To[int32](2) })
+	setReady(t, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-a"}}, false)
+	g.Consistently(warnings, 2*time.Second, interval).Should(Equal([]string{msg}))
+	g.Expect(ipWarnings(t, ip.UID, decide.ReasonAddressHeldTwice)).To(Equal([]string{msg}))
+	g.Expect(heldTwiceTotal(g)).To(Equal(before + 1))
+
+	// A newer note (the other way round) is another report.
+	at2 := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
+	update(t, lease, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr.To("lb-a")
+		l.Annotations[lbv1.HAClaimAnnotation] = "5 100 02:00:00:00:00:0a"
+		l.Annotations[lbv1.HeldTwiceAnnotation] = "lb-b " + at2 + " 4 lb-a 5"
+	})
+	msg2 := fmt.Sprintf(`%s was held by two lb pods at once: "lb-b" (term 4) and "lb-a" (term 5); at %s the Lease fenced "lb-b", `+
+		`whose adverts and the other's did not reach each other: check that the underlay carries EtherType 0x88B5 multicast between their nodes`, addr, at2)
+	g.Eventually(warnings, timeout, interval).Should(ConsistOf(msg, msg2))
+	g.Eventually(func() []string { return ipWarnings(t, ip.UID, decide.ReasonAddressHeldTwice) }, timeout, interval).Should(ConsistOf(msg, msg2))
+	g.Expect(heldTwiceTotal(g)).To(Equal(before + 2))
+}
+
+func warningMessages(t *testing.T, ns, name, reason string) []string {
+	var out []string
+	for _, e := range events(t, ns, name) {
+		if e.Reason == reason && e.Type == corev1.EventTypeWarning {
+			out = append(out, e.Message)
+		}
+	}
+	return out
+}
+
+// heldTwiceTotal reads lbsvc_addresses_held_twice_total from the operator's registry.
+func heldTwiceTotal(g Gomega) float64 {
+	mfs, err := metrics.Registry.Gather()
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, mf := range mfs {
+		if mf.GetName() == "lbsvc_addresses_held_twice_total" {
+			return mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	return -1
 }

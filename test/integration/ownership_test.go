@@ -727,8 +727,15 @@ func TestTeardownRemovesObjectsInPreviousLBPodNamespace(t *testing.T) {
 }
 
 // ignoredNotes are the notes of the ForeignHolderIgnored Warning Events about the IP object
-// with uid (Events about a cluster-scoped object live in "default").
+// with uid.
 func ignoredNotes(t *testing.T, uid types.UID) []string {
+	t.Helper()
+	return ipWarnings(t, uid, decide.ReasonForeignHolderIgnored)
+}
+
+// ipWarnings are the notes of the Warning Events with reason about the IP object with uid
+// (Events about a cluster-scoped object live in "default").
+func ipWarnings(t *testing.T, uid types.UID, reason string) []string {
 	t.Helper()
 	var list corev1.EventList
 	if err := k8s.List(context.Background(), &list, client.InNamespace("default")); err != nil {
@@ -736,7 +743,7 @@ func ignoredNotes(t *testing.T, uid types.UID) []string {
 	}
 	var out []string
 	for _, e := range list.Items {
-		if e.InvolvedObject.UID == uid && e.Reason == decide.ReasonForeignHolderIgnored && e.Type == corev1.EventTypeWarning {
+		if e.InvolvedObject.UID == uid && e.Reason == reason && e.Type == corev1.EventTypeWarning {
 			out = append(out, e.Message)
 		}
 	}

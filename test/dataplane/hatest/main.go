@@ -38,14 +38,15 @@ func main() {
 	priority := flag.Uint("priority", ha.DefaultPriority, "election priority (0-255)")
 	lease := flag.Duration("lease", 0, "keep the addresses on this kernel lifetime (whole seconds), renewed at every advert; 0: permanent")
 	interval := flag.Duration("interval", ha.DefaultInterval, "advert interval")
+	record := flag.String("record", "", "a file shared by the replicas that stands in for the Service's Lease (fileRecord); none when empty")
 	flag.Parse()
-	if err := run(*name, *iface, *addrList, *echoPort, uint8(*priority), *interval, *lease); err != nil {
+	if err := run(*name, *iface, *addrList, *echoPort, uint8(*priority), *interval, *lease, *record); err != nil {
 		fmt.Fprintln(os.Stderr, "hatest:", err)
 		os.Exit(1)
 	}
 }
 
-func run(name, iface, addrList string, echoPort int, priority uint8, interval, lease time.Duration) error {
+func run(name, iface, addrList string, echoPort int, priority uint8, interval, lease time.Duration, record string) error {
 	var prefixes []netip.Prefix
 	var addrs []netip.Addr
 	for s := range strings.SplitSeq(addrList, ",") {
@@ -66,12 +67,16 @@ func run(name, iface, addrList string, echoPort int, priority uint8, interval, l
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	h := &holder{iface: iface, prefixes: prefixes, interval: interval, lease: lease, log: log}
-	return ha.Run(ctx, ha.Options{
+	opts := ha.Options{
 		Interface: iface,
 		Config:    ha.Config{Group: ha.GroupOf(addrs), Priority: priority, Interval: interval},
 		Log:       log,
 		OnChange:  func(role ha.Role, _ string) { fmt.Printf("role=%s\n", role) },
-	}, h)
+	}
+	if record != "" {
+		opts.Record = newFileRecord(record, name, log)
+	}
+	return ha.Run(ctx, opts, h)
 }
 
 func echo(pc net.PacketConn, name string) {
