@@ -156,7 +156,8 @@ func (r *leaseRecorder) run(ctx context.Context) {
 	}
 }
 
-// watch follows the Lease (by name: the Role allows nothing wider): every claim recorded goes to
+// watch follows the Lease, by name (a field selector: no other Lease of the namespace is sent to
+// this pod, though its ClusterRole would allow watching them): every claim recorded goes to
 // the election, and a record older than our claim while we hold (a Lease recreated empty) asks
 // for a write.
 func (r *leaseRecorder) watch(ctx context.Context) {

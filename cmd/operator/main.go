@@ -29,11 +29,12 @@ func main() {
 
 // Defaults sized on make bench-operator (1000 Services created at once against a real API server;
 // docs/benchmarks.md "The operator"):
-//   - 64 Services in parallel: a pass spends nearly all its time waiting for its API round trips,
-//     and as a ServiceAccount (not system:masters) its Role and RoleBinding creates wait 107-145 ms
-//     each for the API server's escalation check. With 16 workers a burst of 1000 Services waited
-//     in the queue for a worker: creation -> ingress p50 9.5 s, p99 16.6 s; with 64: 0.65 s and
-//     1.3 s, the same writes per Service (11.03) and no create answered 409.
+//   - 64 Services in parallel: a pass spends nearly all its time waiting for its API round trips
+//     (measured when each Service also had a Role, whose create and its RoleBinding's waited
+//     107-145 ms each for the API server's escalation check; the RoleBinding to the ClusterRole
+//     lbsvc-lbpod now passes by the bind verb, not re-measured). With 16 workers a burst of 1000
+//     Services waited in the queue for a worker: creation -> ingress p50 9.5 s, p99 16.6 s; with
+//     64: 0.65 s and 1.3 s, the same writes per Service (11.03) and no create answered 409.
 //   - the client-side limit is a guard against a reconcile loop gone wrong, not a pacer (the API
 //     server's priority and fairness is). controller-runtime gives each resource kind its own
 //     client, so it applies per kind; a Service costs at most 2 requests of one kind (Service
