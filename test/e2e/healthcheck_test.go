@@ -43,6 +43,8 @@ func TestHealthCheckNodePortFamilies(t *testing.T) {
 	for _, tc := range cases {
 		svc := newLBService("e2e-hc-"+tc.name+"-"+id, "", 80)
 		svc.Spec.LoadBalancerClass = ptr.To("e2e.example/none")
+		// No endpoints anywhere: every node answers 503 (the seed's backend would make its node 200).
+		svc.Spec.Selector = map[string]string{"app": "e2e-hc-none"}
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 		svc.Spec.IPFamilyPolicy, svc.Spec.IPFamilies = tc.policy, tc.families
 		g.Expect(k8s.Create(ctx, svc)).To(Succeed())
@@ -63,8 +65,8 @@ func TestHealthCheckNodePortFamilies(t *testing.T) {
 			}
 			g.Expect(v4).NotTo(BeEmpty(), "IPv4 InternalIP of %s", n.Name)
 			g.Expect(v6).NotTo(BeEmpty(), "IPv6 InternalIP of %s", n.Name)
-			// From the node itself: the HTTP status (200 with local endpoints, 503 without: this
-			// Service selects none), or "refused" when nothing listens there.
+			// From the node itself: the HTTP status (503: no local endpoint, this Service selects
+			// none), or "refused" when nothing listens there.
 			get := func(host string) string {
 				out, err := run("nsenter", "--net="+nodeNetns(n.Name), "curl", "-sS", "-g", "-m", "2", "-o", "/dev/null", "-w", "%{http_code}",
 					fmt.Sprintf("http://%s:%d/healthz", host, port))
