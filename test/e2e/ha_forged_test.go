@@ -21,7 +21,6 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 )
 
@@ -192,14 +191,7 @@ func TestForgedAdvertsChangeNothing(t *testing.T) {
 	ctx := context.Background()
 	multiNode(t)
 	id := suffix()
-	backend := startPinnedBackend(t, "e2e-forge-be-"+id, controlPlane)
-	svc := newLBService("e2e-forge-"+id, "", 80)
-	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
-	svc.Spec.Selector = map[string]string{"app": backend.Name}
-	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
-	deleteServiceOnCleanup(t, svc)
-	ip := waitIngress(t, svc.Namespace, svc.Name)
-	cur := waitPair(t, svc, ip)
+	svc, ip, cur := startStandbyService(t, "e2e-forge-"+id)
 	group := ha.GroupOf([]netip.Addr{netip.MustParseAddr(ip)})
 
 	c2 := "lbsvc-e2e-c2-" + id

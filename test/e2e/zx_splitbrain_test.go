@@ -40,14 +40,7 @@ func TestSplitBrainBounded(t *testing.T) {
 	ctx := context.Background()
 	multiNode(t)
 	id := suffix()
-	backend := startPinnedBackend(t, "e2e-sb-be-"+id, controlPlane)
-	svc := newLBService("e2e-sb-"+id, "", 80)
-	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
-	svc.Spec.Selector = map[string]string{"app": backend.Name}
-	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
-	deleteServiceOnCleanup(t, svc)
-	ip := waitIngress(t, svc.Namespace, svc.Name)
-	waitPair(t, svc, ip)
+	svc, ip, _ := startStandbyService(t, "e2e-sb-"+id)
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
 	ipObj := &lbv1.IP{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: ip}, ipObj)).To(Succeed())

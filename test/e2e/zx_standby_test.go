@@ -341,6 +341,21 @@ func maxHolders(ip string, stop <-chan struct{}) <-chan int {
 	return out
 }
 
+// startStandbyService creates a Service named name with two lb pods, in front of a backend pinned
+// to the control-plane node (named name-be), deleted when the test ends, and waits for its
+// address and its active/standby pair.
+func startStandbyService(t *testing.T, name string) (*corev1.Service, string, pair) {
+	t.Helper()
+	backend := startPinnedBackend(t, name+"-be", controlPlane)
+	svc := newLBService(name, "", 80)
+	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
+	svc.Spec.Selector = map[string]string{"app": backend.Name}
+	NewWithT(t).Expect(k8s.Create(context.Background(), svc)).To(Succeed())
+	deleteServiceOnCleanup(t, svc)
+	ip := waitIngress(t, svc.Namespace, svc.Name)
+	return svc, ip, waitPair(t, svc, ip)
+}
+
 // TestStandbyFailover: a Service with two lb pods (annotation lbsvc.io/replicas=2) on two nodes.
 // A client loop measures the outage when the active pod is deleted, killed -9, its node fails,
 // and its node is drained; after each, exactly one network namespace holds the address and the
@@ -352,15 +367,7 @@ func TestStandbyFailover(t *testing.T) {
 	nodes := multiNode(t)
 	id := suffix()
 
-	backend := startPinnedBackend(t, "e2e-ha-be-"+id, controlPlane)
-
-	svc := newLBService("e2e-ha-"+id, "", 80)
-	svc.Annotations[lbv1.ReplicasAnnotation] = "2"
-	svc.Spec.Selector = map[string]string{"app": backend.Name}
-	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
-	deleteServiceOnCleanup(t, svc)
-	ip := waitIngress(t, svc.Namespace, svc.Name)
-	cur := waitPair(t, svc, ip)
+	svc, ip, cur := startStandbyService(t, "e2e-ha-"+id)
 	p := startTCPProber(t, ip+":80")
 	p.waitAnswered(t, time.Now(), time.Minute)
 	t.Log(kube(t, "get", "pod", "-n", svc.Namespace, "-l", lbv1.ServiceLabel+"="+svc.Name, "-o", "wide"))

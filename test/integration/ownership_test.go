@@ -640,6 +640,29 @@ func restartWithLBPodNamespace(t *testing.T, ns string) {
 	t.Cleanup(func() { startOperator(true) })
 }
 
+// servedFromLBPodNamespace runs the operator with --lb-pod-namespace set to a new namespace
+// (the usual operator comes back when the test ends), creates Service "web" of f asking for addr,
+// waits for its Deployment there, and stands an lb pod object "lb-web-old" there in for its lb pod
+// (envtest has no kubelet) until the IP object lists it as a holder: what keeps that namespace
+// provably the Service's once it is no longer the lb pod namespace (decide.StrayOurs). It returns
+// the Deployment's key and the pod.
+func servedFromLBPodNamespace(t *testing.T, f fixture, addr string) (client.ObjectKey, *corev1.Pod) {
+	t.Helper()
+	g := NewWithT(t)
+	system := newNamespace(t)
+	restartWithLBPodNamespace(t, system)
+	web := lbService(f.ns, "web", f.provider, addr)
+	create(t, web)
+	waitAddress(t, f.ns, "web", addr)
+	key := client.ObjectKey{Namespace: system, Name: lbobjects.ObjectNameIn(system, f.ns, "web")}
+	g.Eventually(func() error { return k8s.Get(context.Background(), key, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	pod := lbPodObjectIn(t, system, web, "lb-web-old", addr, "")
+	g.Eventually(func(g Gomega) {
+		g.Expect(getIP(g, addr).Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: system + "/lb-web-old"}}))
+	}, timeout, interval).Should(Succeed())
+	return key, pod
+}
+
 // --lb-pod-namespace changed while a Service's lb pod still ran in the old one: that namespace
 // is neither the Service's nor the lb pod namespace any more, but the IP object's status.holders
 // lists it, so the pod there still holds the address after the Service is deleted, and the
@@ -647,19 +670,11 @@ func restartWithLBPodNamespace(t *testing.T, ns string) {
 func TestDrainWaitsForLBPodLeftInPreviousLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	system := newNamespace(t)
-	restartWithLBPodNamespace(t, system)
-
 	f := newFixture(t)
 	addr := f.ip("90")
-	web := lbService(f.ns, "web", f.provider, addr)
-	create(t, web)
-	waitAddress(t, f.ns, "web", addr)
-	deploy := client.ObjectKey{Namespace: system, Name: lbobjects.ObjectNameIn(system, f.ns, "web")}
-	g.Eventually(func() error { return k8s.Get(ctx, deploy, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
-	pod := lbPodObjectIn(t, system, web, "lb-web-old", addr, "")
+	deploy, pod := servedFromLBPodNamespace(t, f, addr)
+	system := deploy.Namespace
 	old := []lbv1.IPHolder{{Pod: system + "/lb-web-old"}}
-	g.Eventually(func(g Gomega) { g.Expect(getIP(g, addr).Status.Holders).To(Equal(old)) }, timeout, interval).Should(Succeed())
 
 	// The operator comes back with lb pods beside their Service: the old Deployment goes, the
 	// old pod is left to go (here it stays: no kubelet, no garbage collector).
@@ -690,23 +705,10 @@ func TestDrainWaitsForLBPodLeftInPreviousLBPodNamespace(t *testing.T) {
 func TestTeardownRemovesObjectsInPreviousLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	system := newNamespace(t)
-	restartWithLBPodNamespace(t, system)
-
 	f := newFixture(t)
 	addr := f.ip("91")
-	web := lbService(f.ns, "web", f.provider, addr)
-	create(t, web)
-	waitAddress(t, f.ns, "web", addr)
-	key := client.ObjectKey{Namespace: system, Name: lbobjects.ObjectNameIn(system, f.ns, "web")}
-	g.Eventually(func() error { return k8s.Get(ctx, key, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	key, pod := servedFromLBPodNamespace(t, f, addr)
 	g.Eventually(func() error { return k8s.Get(ctx, key, &corev1.ServiceAccount{}) }, timeout, interval).Should(Succeed())
-	// Its lb pod runs and is recorded as a holder: what makes that namespace provably ours once
-	// it is no longer the lb pod namespace (decide.StrayOurs).
-	pod := lbPodObjectIn(t, system, web, "lb-web-old", addr, "")
-	g.Eventually(func(g Gomega) {
-		g.Expect(getIP(g, addr).Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: system + "/lb-web-old"}}))
-	}, timeout, interval).Should(Succeed())
 
 	stopOperator()
 	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) {
