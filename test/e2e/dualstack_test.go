@@ -173,7 +173,6 @@ func TestDualStack(t *testing.T) {
 	v6.Spec.IPFamilyPolicy, v6.Spec.IPFamilies = &single, []corev1.IPFamily{corev1.IPv6Protocol}
 	ds := newLBService("e2e-dual-"+id, "", 80)
 	ds.Spec.IPFamilyPolicy, ds.Spec.IPFamilies = &dual, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
-	created := time.Now()
 	for _, svc := range []*corev1.Service{v6, ds} {
 		svc.Annotations[lbv1.AttachmentProviderAnnotation] = provider(subnet.Name)
 		g.Expect(k8s.Create(ctx, svc)).To(Succeed())
@@ -239,7 +238,6 @@ func TestDualStack(t *testing.T) {
 		out, err := curlFromClient6(url6(a6))
 		return strings.TrimSpace(out), err
 	}).WithTimeout(2 * time.Minute).WithPolling(50 * time.Millisecond).Should(BeElementOf(backends))
-	t.Logf("figure: dualstack_ipv6_service_created_to_first_curl_seconds=%.2f", time.Since(created).Seconds())
 	g.Eventually(func() (string, error) {
 		out, err := curlFromClient6(url6(d6))
 		return strings.TrimSpace(out), err

@@ -69,7 +69,7 @@ func startTCPProberIn(t *testing.T, netns, addr string, before func() error) *tc
 				err = httpOnce(addr)
 			}
 			p.mu.Lock()
-			pr := probe{at: at, ok: err == nil}
+			pr := probe{at: at, end: time.Now(), ok: err == nil}
 			if err != nil {
 				pr.kind = errKind(err)
 			}

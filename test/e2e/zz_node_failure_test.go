@@ -50,7 +50,8 @@ func nodeAction(t *testing.T, action, node string) (time.Time, string) {
 
 // probe is one curl of the client loop.
 type probe struct {
-	at   time.Time
+	at   time.Time // when it was sent
+	end  time.Time // when it was answered or given up (the TCP prober's; zero for curl's)
 	ok   bool
 	kind string // why it failed (errKind), for the figures
 }
