@@ -195,12 +195,21 @@ func newApplier(ctx context.Context, o options, log *slog.Logger) (*lbpod.Applie
 	return lbpod.NewApplier(paths, log)
 }
 
+// requireInterface fails with one line naming the likely cause when the pod has no such
+// interface: Multus did not attach the NetworkAttachmentDefinition. Checked first, so that this
+// is the line `kubectl logs` shows (the lb pod restarts until the attachment is fixed).
+func requireInterface(name string) error {
+	if _, err := net.InterfaceByName(name); err != nil {
+		return fmt.Errorf("interface %q not found: is the NetworkAttachmentDefinition attached to this pod (Multus)? (%v)", name, err)
+	}
+	return nil
+}
+
 // runInit applies the state once, verifies it, and announces the addresses once.
 func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Logger) error {
 	start := time.Now()
-	// Checked first so that a pod without its attachment fails with this one line.
-	if _, err := net.InterfaceByName(o.iface); err != nil {
-		return fmt.Errorf("interface %q not found: is the NetworkAttachmentDefinition attached to this pod (Multus)? (%v)", o.iface, err)
+	if err := requireInterface(o.iface); err != nil {
+		return err
 	}
 	src, err := newServiceSource(o, log)
 	if err != nil {

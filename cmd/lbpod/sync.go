@@ -31,6 +31,9 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		}
 		o.ha.key = key
 	}
+	if err := requireInterface(o.iface); err != nil {
+		return err
+	}
 	applier, err := newApplier(ctx, o, log)
 	if err != nil {
 		return err

@@ -130,15 +130,10 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 						Sysctls:        p.sysctls(),
 					},
-					InitContainers: []corev1.Container{{
-						Name:            initContainer,
-						Image:           p.Image,
-						Command:         []string{lbpodBinary, "init"},
-						Env:             env,
-						VolumeMounts:    mounts,
-						Resources:       resources,
-						SecurityContext: containerSecurityContext(),
-					}},
+					// One container: it applies the state, announces and serves. (An init container
+					// that applied the state first, as Kube-OVN's lb-svc has, delayed a new Service's
+					// first answer by the second container's start, ~400 ms on the demo cluster,
+					// and with standbys gave nothing: a standby holds no address.)
 					Containers: []corev1.Container{{
 						Name:            mainContainer,
 						Image:           p.Image,

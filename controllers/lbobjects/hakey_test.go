@@ -98,9 +98,6 @@ func TestDeploymentMountsHAKey(t *testing.T) {
 	if len(main.VolumeMounts) != 2 || !reflect.DeepEqual(main.VolumeMounts[1], wantMount) {
 		t.Errorf("main mounts %+v, want run and %+v", main.VolumeMounts, wantMount)
 	}
-	if init := spec.InitContainers[0]; len(init.VolumeMounts) != 1 || init.Args != nil {
-		t.Errorf("init container mounts %+v args %q: it does not elect and needs no key", init.VolumeMounts, init.Args)
-	}
 
 	one := p
 	one.Replicas = 1

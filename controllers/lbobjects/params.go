@@ -40,7 +40,6 @@ const (
 	probePort         = 8081
 	runVolumeName     = "run"
 	runMountPath      = "/run"
-	initContainer     = "init"
 	mainContainer     = "lbpod"
 	sysctlIPv6Fwd     = "net.ipv6.conf.all.forwarding"
 	sysctlIPv4Fwd     = "net.ipv4.ip_forward"

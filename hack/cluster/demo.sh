@@ -30,8 +30,8 @@ apply_samples() {
 lb_ip() { kc -n default get service test-service -o jsonpath='{.status.loadBalancer.ingress[0].ip}'; }
 has_lb_ip() { [ -n "$(lb_ip)" ]; }
 # lb_pod_ready: the seed's lb pod as `kubectl get pod` shows it: 1/1 Running (one ready container,
-# phase Running, not being deleted). The traffic flows as soon as the init container has applied
-# the rules, a moment before that; the demo returns only when the listing tells the truth.
+# phase Running, not being deleted). The traffic flows as soon as the lb pod has added the address,
+# a moment before that; the demo returns only when the listing tells the truth.
 lb_pod_ready() {
   kc -n default get pod -l lbsvc.io/service=test-service \
     -o jsonpath='{range .items[*]}{.metadata.deletionTimestamp}/{.status.phase}/{.status.containerStatuses[*].ready}{"\n"}{end}' |

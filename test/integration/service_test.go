@@ -84,14 +84,12 @@ func TestSeedFlow(t *testing.T) {
 	}))
 	g.Expect(tpl.Spec.ServiceAccountName).To(Equal("lb-svc-test-service"))
 	g.Expect(*tpl.Spec.AutomountServiceAccountToken).To(BeTrue())
-	g.Expect(tpl.Spec.InitContainers).To(HaveLen(1))
+	g.Expect(tpl.Spec.InitContainers).To(BeEmpty())
 	g.Expect(tpl.Spec.Containers).To(HaveLen(1))
-	initC, mainC := tpl.Spec.InitContainers[0], tpl.Spec.Containers[0]
-	g.Expect(initC.Name).To(Equal("init"))
-	g.Expect(initC.Command).To(Equal([]string{"/usr/local/bin/lbpod", "init"}))
+	mainC := tpl.Spec.Containers[0]
 	g.Expect(mainC.Name).To(Equal("lbpod"))
 	g.Expect(mainC.Command).To(Equal([]string{"/usr/local/bin/lbpod"}))
-	for _, ctr := range []corev1.Container{initC, mainC} {
+	for _, ctr := range []corev1.Container{mainC} {
 		g.Expect(ctr.Image).To(Equal(image))
 		g.Expect(ctr.Env).To(Equal([]corev1.EnvVar{
 			{Name: "LBPOD_NAMESPACE", Value: "default"},
