@@ -6,9 +6,16 @@
 #     Service's Lease, so every write shows as a new resourceVersion of a lb-svc-* Lease;
 #   - every write the API server served, from its apiserver_request_total counters, for scale
 #     (node heartbeats, the operator's leader election, the scheduler's and controller manager's).
+# With MASS_FAIL=1 it then fails node 2 (hack/cluster/node.sh fail: frozen, cables pulled) with
+# every active lb pod it holds (about half of them) while a client loop in the client's network
+# namespace (test/bench/probe) opens a TCP connection to every Service every 100 ms, and prints
+# the longest time without an answer per Service: p50 / p95 / max over the Services whose active
+# was on node 2, and the max over the others (the baseline of the same run: what the probe itself
+# sees without a failover). The node is recovered afterwards. The Services' backend runs on node 1
+# (the control plane's node, which is never failed), so only the lb pods fail over.
 # Prints `figure:` lines, then deletes the Services. Not part of `make test`.
 #
-# Usage: hack/bench-ha-idle.sh [N]   (WINDOW=60, BATCH=10)
+# Usage: hack/bench-ha-idle.sh [N]   (WINDOW=60, BATCH=10, MASS_FAIL=0)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/cluster/lib.sh"
@@ -22,6 +29,20 @@ K="$BIN/kubectl"
 cleanup() { "$K" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true; }
 trap cleanup EXIT
 "$K" create namespace "$NS" >/dev/null
+# The backend of every Service, pinned to node 1.
+"$K" apply -f - >/dev/null <<EOF
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: echo, namespace: $NS}
+spec:
+  replicas: 1
+  selector: {matchLabels: {app: dynamic}}
+  template:
+    metadata: {labels: {app: dynamic}}
+    spec:
+      nodeSelector: {kubernetes.io/hostname: $(node_name 1)}
+      containers: [{name: echo, image: localhost/lbsvc-echo:dev, imagePullPolicy: IfNotPresent}]
+EOF
 service() {
   cat <<EOF
 ---
@@ -75,7 +96,7 @@ while [ "$created" -lt "$N" ]; do
   # so that each batch starts on a node that has finished starting the last one.
   calm "$created"
 done
-echo "figure: ha_idle_services=$N lb_pods=$("$K" -n "$NS" get pod --no-headers | grep -c Running) settled_in_s=$((SECONDS - t0)) lease_transitions_while_starting=$(transitions)"
+echo "figure: ha_idle_services=$N lb_pods=$("$K" -n "$NS" get pod -l lbsvc.io/service --no-headers | grep -c Running) settled_in_s=$((SECONDS - t0)) lease_transitions_while_starting=$(transitions)"
 
 leases() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}' | sort; }
 writes() {
@@ -90,3 +111,41 @@ changed=$(diff <(echo "$before_leases") <(echo "$after_leases") | grep -c '^>' |
 all=$((after_writes - before_writes))
 echo "figure: ha_idle_lbpod_writes_per_service_per_s=$(awk -v c="$changed" -v n="$N" -v w="$WINDOW" 'BEGIN {printf "%.4f", c / n / w}') (Leases written in ${WINDOW}s: $changed of $N)"
 echo "figure: ha_idle_apiserver_writes_per_s=$(awk -v a="$all" -v w="$WINDOW" 'BEGIN {printf "%.2f", a / w}') (all clients; $all writes in ${WINDOW}s with $N Services and $((2 * N)) lb pods)"
+
+[ "${MASS_FAIL:-0}" = 1 ] || exit 0
+
+# Mass failover: every Service's address and the node of its active lb pod.
+(cd "$HERE/.." && go build -o "$CLUSTER_DIR/probe" ./test/bench/probe)
+victim=$(node_name 2)
+active_nodes() { "$K" -n "$NS" get service -o jsonpath='{range .items[*]}{.status.loadBalancer.ingress[0].ip} {.metadata.annotations.lbsvc\.io/active-node}{"\n"}{end}'; }
+active_nodes >"$CLUSTER_DIR/actives"
+on_victim=$(awk -v v="$victim" '$2 == v' "$CLUSTER_DIR/actives" | wc -l)
+# shellcheck disable=SC2046 # one argument per address
+$IN_CLIENT "$CLUSTER_DIR/probe" $(awk '{print $1 ":80"}' "$CLUSTER_DIR/actives") >"$CLUSTER_DIR/probe.out" &
+probe=$!
+recover() { "$HERE/cluster/node.sh" recover 2 >/dev/null 2>&1 || true; }
+trap 'kill -TERM $probe 2>/dev/null || true; recover; cleanup' EXIT
+sleep 5 # the probes' baseline before the failure
+"$HERE/cluster/node.sh" fail 2
+# Until every Service's active is on node 1 (bounded), then 5 s more of probes.
+moved=0
+for _ in $(seq 1 120); do
+  moved=$(active_nodes | awk -v n="$(node_name 1)" '$2 == n' | wc -l)
+  [ "$moved" -ge "$N" ] && break
+  sleep 1
+done
+sleep 5
+kill -TERM "$probe"
+wait "$probe" || true
+recover
+# gaps victim|other: the longest_gap_ms of the Services whose active was on node 2, or of the others.
+gaps() {
+  awk -v v="$victim" -v which="$1" 'NR == FNR { node[$1] = $2; next }
+    { split($1, a, ":"); g = $2; sub("longest_gap_ms=", "", g)
+      if ((node[a[1]] == v) == (which == "victim")) print g }' "$CLUSTER_DIR/actives" "$CLUSTER_DIR/probe.out" | sort -n
+}
+pct() { awk -v p="$1" '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } i = int((NR - 1) * p / 100) + 1; print v[i] }'; }
+echo "figure: mass_failover_services=$N actives_on_failed_node=$on_victim active_on_node1_after=$moved"
+echo "figure: mass_failover_outage_ms p50=$(gaps victim | pct 50) p95=$(gaps victim | pct 95) max=$(gaps victim | pct 100) (longest time without a TCP answer, probes every 100 ms, over the $on_victim Services whose active was on $victim)"
+echo "figure: mass_failover_baseline_ms max=$(gaps other | pct 100) (the same over the $((N - on_victim)) Services whose active stayed on node 1)"
+echo "failed probes: $(awk '{ f = $3; sub("failed=", "", f); s += f } END { print s + 0 }' "$CLUSTER_DIR/probe.out") of $(awk '{ p = $4; sub("probes=", "", p); s += p } END { print s + 0 }' "$CLUSTER_DIR/probe.out")"
