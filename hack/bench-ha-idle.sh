@@ -5,7 +5,9 @@
 #   - the writes of the lb pods: their Role allows exactly one write, an update of their
 #     Service's Lease, so every write shows as a new resourceVersion of a lb-svc-* Lease;
 #   - every write the API server served, from its apiserver_request_total counters, for scale
-#     (node heartbeats, the operator's leader election, the scheduler's and controller manager's).
+#     (node heartbeats, the operator's leader election, the scheduler's and controller manager's);
+#   - per lb pod process, by role (active: it holds an address on net1): RSS, PSS and private
+#     memory, and CPU per minute over the window (from /proc: every node is this machine's).
 # With MASS_FAIL=1 it then fails node 2 (hack/cluster/node.sh fail: frozen, cables pulled) with
 # every active lb pod it holds (about half of them) while a client loop in the client's network
 # namespace (test/bench/probe) opens a TCP connection to every Service every 100 ms, and prints
@@ -98,15 +100,39 @@ while [ "$created" -lt "$N" ]; do
 done
 echo "figure: ha_idle_services=$N lb_pods=$("$K" -n "$NS" get pod -l lbsvc.io/service --no-headers | grep -c Running) settled_in_s=$((SECONDS - t0)) lease_transitions_while_starting=$(transitions)"
 
+# lbpod_stats: one line per lb pod process of the cluster (all nodes are this machine's network
+# namespaces): pid, role (active: a global address on its net1), RSS, PSS and private kB (the
+# binary's clean pages are shared by every lb pod of a node: RSS counts them in each, PSS shares
+# them out, private is what one more lb pod costs), and CPU ticks used so far (utime + stime).
+lbpod_stats() {
+  local p role
+  for p in $(pgrep -f '^/usr/local/bin/lbpod'); do
+    role=standby
+    if nsenter -t "$p" -n ip -o addr show dev net1 2>/dev/null | grep -q 'scope global'; then role=active; fi
+    awk -v p="$p" -v role="$role" '/^Rss:/ {r = $2} /^Pss:/ {s = $2} /^Private_(Clean|Dirty):/ {v += $2}
+      END {printf "%s %s %d %d %d ", p, role, r, s, v}' "/proc/$p/smaps_rollup" 2>/dev/null || continue
+    awk '{print $14 + $15}' "/proc/$p/stat"
+  done
+}
+# role_figures BEFORE AFTER SECONDS: per role, the mean memory (from AFTER) and CPU per minute.
+role_figures() {
+  awk -v secs="$3" -v hz="$(getconf CLK_TCK)" 'NR == FNR {t[$1] = $6; next}
+    ($1 in t) {n[$2]++; rss[$2] += $3; pss[$2] += $4; priv[$2] += $5; cpu[$2] += $6 - t[$1]}
+    END {for (k in n) printf "figure: lbpod_%s n=%d rss_mib=%.1f pss_mib=%.1f private_mib=%.1f cpu_ms_per_min=%.0f\n",
+      k, n[k], rss[k] / n[k] / 1024, pss[k] / n[k] / 1024, priv[k] / n[k] / 1024, cpu[k] / n[k] * 1000 / hz * 60 / secs}' "$1" "$2" | sort
+}
 leases() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}' | sort; }
 writes() {
   "$K" get --raw /metrics | awk '/^apiserver_request_total\{/ && /verb="(POST|PUT|PATCH|DELETE|APPLY)"/ {s += $NF} END {printf "%d\n", s}'
 }
 before_leases=$(leases)
 before_writes=$(writes)
+lbpod_stats >"$CLUSTER_DIR/lbpods.before"
 sleep "$WINDOW"
+lbpod_stats >"$CLUSTER_DIR/lbpods.after"
 after_leases=$(leases)
 after_writes=$(writes)
+role_figures "$CLUSTER_DIR/lbpods.before" "$CLUSTER_DIR/lbpods.after" "$WINDOW"
 changed=$(diff <(echo "$before_leases") <(echo "$after_leases") | grep -c '^>' || true)
 all=$((after_writes - before_writes))
 echo "figure: ha_idle_lbpod_writes_per_service_per_s=$(awk -v c="$changed" -v n="$N" -v w="$WINDOW" 'BEGIN {printf "%.4f", c / n / w}') (Leases written in ${WINDOW}s: $changed of $N)"
