@@ -156,6 +156,9 @@ type loopHolder struct {
 	confirmed time.Time
 	renewed   time.Time     // the last lease renewal
 	lifetime  time.Duration // the kernel lifetime it set
+	// withheld is an announcement announce did not send (the election had not confirmed this
+	// replica lately), sent by the next confirmation as active (Renew) and dropped by a step down.
+	withheld *announcement
 	// dead is the election's dead interval as this replica last advertised it (ha.Leaser): an
 	// active not confirmed for longer may have been frozen and replaced.
 	dead time.Duration
@@ -171,16 +174,49 @@ func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHold
 		log: log, changed: make(chan struct{}, 1), dead: ha.DefaultDeadAdverts * o.ha.interval, now: time.Now}
 }
 
+// announcement is what one call of announce was asked to send.
+type announcement struct {
+	ifname string
+	addrs  []netip.Prefix
+}
+
 // announce is the loop's Announce: it sends only while the election confirmed this replica active
 // within the dead interval. After SIGSTOP/SIGCONT the loop's announcement timers can fire before
 // the election has noticed the freeze and stepped down; announcing then would pull the clients
-// back from the replica that took over meanwhile.
+// back from the replica that took over meanwhile. An announcement withheld is not lost: the next
+// advert this replica sends as active (Renew) sends it first. On a starved node the loop can run
+// later than the dead interval after a takeover; before, all three announcements of the takeover's
+// burst could be withheld, and clients kept the old holder's MAC until their neighbour entry
+// expired (seconds).
 func (h *loopHolder) announce(ifname string, addrs []netip.Prefix) error {
-	if !h.confirmedLately() {
-		h.log.Info("announcement withheld: the election has not confirmed this replica active lately")
+	h.mu.Lock()
+	lately := h.confirmedLatelyLocked()
+	if !lately && h.active {
+		h.withheld = &announcement{ifname: ifname, addrs: addrs}
+	}
+	h.mu.Unlock()
+	if !lately {
+		h.log.Info("announcement withheld: the election has not confirmed this replica active lately; the next advert as active sends it")
 		return nil
 	}
 	return lbpod.Announce(ifname, addrs, h.loop.AnnounceStats())
+}
+
+// sendWithheld sends the announcement announce withheld, if any: called right after the election
+// confirmed this replica active.
+func (h *loopHolder) sendWithheld() {
+	h.mu.Lock()
+	a := h.withheld
+	h.withheld = nil
+	h.mu.Unlock()
+	if a == nil {
+		return
+	}
+	if err := lbpod.Announce(a.ifname, a.addrs, h.loop.AnnounceStats()); err != nil {
+		h.log.Warn("the withheld announcement failed (not fatal)", "err", err)
+		return
+	}
+	h.log.Info("sent the withheld announcement", "addresses", a.addrs)
 }
 
 // confirmedLately says whether the election confirmed this replica active (SetActive(true), or
@@ -190,6 +226,10 @@ func (h *loopHolder) announce(ifname string, addrs []netip.Prefix) error {
 func (h *loopHolder) confirmedLately() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.confirmedLatelyLocked()
+}
+
+func (h *loopHolder) confirmedLatelyLocked() bool {
 	return h.active && h.now().Sub(h.confirmed) < h.dead
 }
 
@@ -201,6 +241,7 @@ func (h *loopHolder) confirm(active bool) {
 		h.confirmed = h.now()
 	} else {
 		h.renewed, h.lifetime = time.Time{}, 0 // the next takeover puts the lease on at its first advert
+		h.withheld = nil                       // a standby never announces
 	}
 }
 
@@ -273,8 +314,18 @@ var _ ha.Leaser = (*loopHolder)(nil)
 // (Not at every advert: each replace is a netlink event.) The lifetime is addressLifetime's; a
 // longer one, after the election stretched its dead interval on a starved node, is put on at once.
 // An error (no netlink socket, net1 gone, an address refused) makes the election step down: the
-// lifetime is the fence, and an active that cannot keep it must not hold on.
+// lifetime is the fence, and an active that cannot keep it must not hold on. After a successful
+// renewal it sends an announcement that announce withheld.
 func (h *loopHolder) Renew(holdFor time.Duration) error {
+	if err := h.renew(holdFor); err != nil {
+		return err
+	}
+	h.sendWithheld()
+	return nil
+}
+
+// renew is Renew without the withheld announcement.
+func (h *loopHolder) renew(holdFor time.Duration) error {
 	h.confirm(true)
 	h.mu.Lock()
 	if holdFor > 0 {

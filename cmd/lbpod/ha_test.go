@@ -136,12 +136,35 @@ func TestLoopHolder(t *testing.T) {
 		t.Fatal("an active confirmed 299 ms ago (dead interval 300 ms) did not announce")
 	}
 	clock = clock.Add(time.Millisecond)
+	stats := h.loop.AnnounceStats()
 	if err := h.announce("lbsvc-test-none", network.Addresses); err != nil {
 		t.Fatalf("an active not confirmed for the dead interval (frozen?) announced: %v", err)
 	}
-	h.Renew(300 * time.Millisecond) // the next advert confirms it again
+	// The next advert confirms it again and sends the withheld announcement (tried: it fails,
+	// counted per address), once.
+	failures := stats.Failures.Load()
+	if err := h.Renew(300 * time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := stats.Failures.Load() - failures; got != 1 {
+		t.Fatalf("Renew after a withheld announcement tried %d announcements, want 1", got)
+	}
+	if err := h.Renew(300 * time.Millisecond); err != nil || stats.Failures.Load()-failures != 1 {
+		t.Fatalf("a second Renew (err %v) sent the withheld announcement again: %d tries", err, stats.Failures.Load()-failures)
+	}
 	if err := h.announce("lbsvc-test-none", network.Addresses); err == nil {
 		t.Fatal("an active confirmed by Renew did not announce")
+	}
+	// Withheld, then a step down: a standby never announces, not even what it withheld as active.
+	clock = clock.Add(300 * time.Millisecond)
+	if err := h.announce("lbsvc-test-none", network.Addresses); err != nil {
+		t.Fatalf("an active not confirmed for the dead interval announced: %v", err)
+	}
+	h.confirm(false)
+	h.confirm(true)
+	h.sendWithheld()
+	if got := stats.Failures.Load() - failures; got != 2 {
+		t.Fatalf("after a step down the withheld announcement was sent (%d tries, want 2: the announce above only)", got)
 	}
 
 	// Standby: the loop has not reported the address gone; SetActive gives up after waitHeld.
