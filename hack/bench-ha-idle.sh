@@ -8,9 +8,10 @@
 #     (node heartbeats, the operator's leader election, the scheduler's and controller manager's);
 #   - per lb pod process, by role (active: it holds an address on net1): RSS, PSS and private
 #     memory, and CPU per minute over the window (from /proc: every node is this machine's).
-# With MASS_FAIL=1 it then fails node 2 (hack/cluster/node.sh fail: frozen, cables pulled) with
-# every active lb pod it holds (about half of them) while a client loop in the client's network
-# namespace (test/bench/probe) opens a TCP connection to every Service every 100 ms, and prints
+# With MASS_FAIL=1 it first moves every active lb pod to node 2 (below), and after the window
+# fails node 2 (hack/cluster/node.sh fail: frozen, cables pulled) with all of them, while a client
+# loop in the client's network namespace (test/bench/probe) opens a TCP connection to every
+# Service every 100 ms, and prints
 # the longest time without an answer per Service: p50 / p95 / max over the Services whose active
 # was on node 2, and the max over the others (the baseline of the same run: what the probe itself
 # sees without a failover). The node is recovered afterwards. The Services' backend runs on node 1
@@ -98,6 +99,25 @@ while [ "$created" -lt "$N" ]; do
   # so that each batch starts on a node that has finished starting the last one.
   calm "$created"
 done
+# MASS_FAIL=1: before the idle window, every active onto node 2, so that the failure takes them
+# all: each Service whose active lb pod is on node 1 loses that pod (a graceful delete: it hands
+# over to its standby on node 2, and the Deployment's replacement starts on node 1 as a standby),
+# 10 Services at a time, each batch followed by calm.
+if [ "${MASS_FAIL:-0}" = 1 ]; then
+  on_node1() { "$K" -n "$NS" get service -o jsonpath='{range .items[*]}{.metadata.annotations.lbsvc\.io/active-pod} {.metadata.annotations.lbsvc\.io/active-node}{"\n"}{end}' | awk -v n="$(node_name 1)" '$2 == n {sub(".*/", "", $1); print $1}'; }
+  for _ in $(seq 1 $((N / 10 + 5))); do
+    pods=$(on_node1 | head -10)
+    [ -n "$pods" ] || break
+    # shellcheck disable=SC2086 # one argument per pod
+    "$K" -n "$NS" delete pod --wait=false $pods >/dev/null
+    for _ in $(seq 1 60); do
+      [ -z "$(comm -12 <(echo "$pods" | sort) <(on_node1 | sort))" ] && break
+      sleep 1
+    done
+    calm "$N (actives moved to $(node_name 2))"
+  done
+  echo "actives left on $(node_name 1): $(on_node1 | wc -l)"
+fi
 echo "figure: ha_idle_services=$N lb_pods=$("$K" -n "$NS" get pod -l lbsvc.io/service --no-headers | grep -c Running) settled_in_s=$((SECONDS - t0)) lease_transitions_while_starting=$(transitions)"
 
 # lbpod_stats: one line per lb pod process of the cluster (all nodes are this machine's network
@@ -152,7 +172,7 @@ probe=$!
 recover() { "$HERE/cluster/node.sh" recover 2 >/dev/null 2>&1 || true; }
 trap 'kill -TERM $probe 2>/dev/null || true; recover; cleanup' EXIT
 sleep 5 # the probes' baseline before the failure
-"$HERE/cluster/node.sh" fail 2
+"$HERE/cluster/node.sh" fail 2 | tee "$CLUSTER_DIR/fail.out"
 # Until every Service's active is on node 1 (bounded), then 5 s more of probes.
 moved=0
 for _ in $(seq 1 120); do
@@ -163,6 +183,10 @@ done
 sleep 5
 kill -TERM "$probe"
 wait "$probe" || true
+# What the lb pods on node 1 (the survivors) said about the takeovers, for the tail's causes.
+for pod in $("$K" -n "$NS" get pod -l lbsvc.io/service --field-selector "spec.nodeName=$(node_name 1)" -o name); do
+  "$K" -n "$NS" logs --request-timeout=5s --since=60s "$pod" 2>/dev/null || true
+done >"$CLUSTER_DIR/survivors.log"
 recover
 # gaps victim|other: the longest_gap_ms of the Services whose active was on node 2, or of the others.
 gaps() {
@@ -174,4 +198,14 @@ pct() { awk -v p="$1" '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } i =
 echo "figure: mass_failover_services=$N actives_on_failed_node=$on_victim active_on_node1_after=$moved"
 echo "figure: mass_failover_outage_ms p50=$(gaps victim | pct 50) p95=$(gaps victim | pct 95) max=$(gaps victim | pct 100) (longest time without a TCP answer, probes every 100 ms, over the $on_victim Services whose active was on $victim)"
 echo "figure: mass_failover_baseline_ms max=$(gaps other | pct 100) (the same over the $((N - on_victim)) Services whose active stayed on node 1)"
+echo "lb pods on node 1 in the last minute: $(grep -c 'msg=role role=active' "$CLUSTER_DIR/survivors.log" || true) turned active, $(grep -c 'announcement withheld' "$CLUSTER_DIR/survivors.log" || true) announcements withheld, $(grep -c 'sent the withheld' "$CLUSTER_DIR/survivors.log" || true) sent later, $(grep -c 'frozen for' "$CLUSTER_DIR/survivors.log" || true) stepped down frozen"
+# When the survivors took over, from their log lines' own times (this machine's clock), against the
+# moment node 2 was frozen.
+frozen_at=$(head -1 "$CLUSTER_DIR/fail.out" | cut -d' ' -f1)
+grep 'msg=role role=active' "$CLUSTER_DIR/survivors.log" | sed -n 's/^time=\([^ ]*\) .*/\1/p' |
+  python3 -c 'import sys, datetime as d
+t0 = d.datetime.fromisoformat(sys.argv[1].replace("Z", "+00:00"))
+ms = sorted((d.datetime.fromisoformat(l.strip().replace("Z", "+00:00")) - t0).total_seconds() * 1000 for l in sys.stdin if l.strip())
+ms = [m for m in ms if m >= 0]
+print("figure: mass_failover_takeovers=%d first_ms=%s last_ms=%s (after node 2 was frozen, from the survivors logs)" % (len(ms), round(ms[0]) if ms else "-", round(ms[-1]) if ms else "-"))' "$frozen_at"
 echo "failed probes: $(awk '{ f = $3; sub("failed=", "", f); s += f } END { print s + 0 }' "$CLUSTER_DIR/probe.out") of $(awk '{ p = $4; sub("probes=", "", p); s += p } END { print s + 0 }' "$CLUSTER_DIR/probe.out")"
