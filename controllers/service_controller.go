@@ -73,7 +73,8 @@ type Options struct {
 	LBReplicas int32
 	// LBHAInterval is --lb-ha-interval: the standbys' advert interval (zero: the lb pod's 100 ms).
 	LBHAInterval time.Duration
-	// LBRules is --lb-rules: the lb pods' rules back end (empty: the lb pod's iptables).
+	// LBRules is --lb-rules: the lb pods' rules back end (empty: the lb pod's default, nftables
+	// with a fallback to iptables where nf_tables is missing).
 	LBRules string
 	// MaxConcurrentReconciles is the number of Services reconciled in parallel.
 	MaxConcurrentReconciles int

@@ -73,3 +73,15 @@ func newMetrics(announce *AnnounceStats) *metrics {
 	)
 	return m
 }
+
+// RulesBackendInfo is the metric lbpod_rules_backend{backend, why}, 1 for the rules back end
+// this lb pod runs and why (RulesChoice.Why): a fallback to iptables on a node without
+// nf_tables shows as why="fallback".
+func RulesBackendInfo(c RulesChoice) prometheus.Collector {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lbpod_rules_backend",
+		Help: "1 for the rules back end this lb pod runs (iptables, nftables) and why: flag (--rules named it), default (--rules auto, nf_tables works), fallback (--rules auto, no nf_tables: iptables).",
+	}, []string{"backend", "why"})
+	g.WithLabelValues(string(c.Backend), c.Why).Set(1)
+	return g
+}

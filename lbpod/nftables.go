@@ -10,6 +10,8 @@ import (
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
 
 // RulesBackend names how the lb pod writes its packet rules.
@@ -18,11 +20,11 @@ type RulesBackend string
 // The rules back ends lbpod's --rules flag (env LBPOD_RULES) chooses from.
 const (
 	// RulesIPTables drives iptables-restore (the --iptables flag picks nft, legacy or plain).
-	RulesIPTables RulesBackend = "iptables"
+	RulesIPTables RulesBackend = v1alpha1.RulesIPTables
 	// RulesNFTables talks nf_tables netlink directly: one table per family, the Service ports in
 	// sets, so that changing one port is one set element added or deleted in one transaction,
 	// without an exec'd binary fetching and decoding the whole table.
-	RulesNFTables RulesBackend = "nftables"
+	RulesNFTables RulesBackend = v1alpha1.RulesNFTables
 )
 
 // NFTTable is the name of the table the nftables back end owns in each family (ip, ip6).

@@ -68,9 +68,21 @@ const (
 	// EnvHAInterval is the election's advert interval (a Go duration, "100ms"); set only with
 	// standbys and only when --lb-ha-interval is not the lb pod's own default.
 	EnvHAInterval = "LBPOD_HA_INTERVAL"
-	// EnvRules is the lb pod's rules back end: "iptables" (the default) or "nftables" (nf_tables
-	// netlink, the Service ports in sets).
+	// EnvRules is the lb pod's rules back end: RulesAuto (the default, also when unset or empty),
+	// RulesNFTables or RulesIPTables.
 	EnvRules = "LBPOD_RULES"
+)
+
+// The values of EnvRules (lbpod's --rules, the operator's --lb-rules).
+const (
+	// RulesAuto is nftables, or iptables where the node's kernel has no nf_tables. The operator
+	// sets no EnvRules for it: a Deployment written before it became the default stays as it was.
+	RulesAuto = "auto"
+	// RulesNFTables is nf_tables over netlink, the Service ports in sets; an lb pod where
+	// nf_tables is missing fails at start.
+	RulesNFTables = "nftables"
+	// RulesIPTables is iptables-restore, the variant the node uses.
+	RulesIPTables = "iptables"
 )
 
 // LoadBalancerIPsAnnotation on a Service asks for its addresses: one per family, comma-separated

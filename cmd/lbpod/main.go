@@ -62,7 +62,7 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Second, "how often the whole state is compared with the kernel and repaired")
 	fs.DurationVar(&o.announceInterval, "announce-interval", 30*time.Second, "how often the addresses are announced (gratuitous ARP / unsolicited NA)")
 	fs.StringVar(&o.iptables, "iptables", "auto", `iptables back end: "auto" (the one the host uses), "nft", "legacy" or "plain" (iptables/ip6tables)`)
-	fs.StringVar(&o.rules, "rules", envOr(v1alpha1.EnvRules, string(lbpod.RulesIPTables)), `rules back end: "iptables" (iptables-restore; --iptables picks the variant) or "nftables" (nf_tables netlink, the Service ports in sets) (env `+v1alpha1.EnvRules+`)`)
+	fs.StringVar(&o.rules, "rules", envOr(v1alpha1.EnvRules, lbpod.RulesAuto), `rules back end: "auto" (nftables, or iptables where the kernel has no nf_tables), "nftables" (nf_tables netlink, the Service ports in sets; an error where nf_tables is missing) or "iptables" (iptables-restore; --iptables picks the variant) (env `+v1alpha1.EnvRules+`; empty: auto)`)
 	fs.StringVar(&o.procSys, "proc-sys", "/proc/sys", "where the sysctls are")
 	replicas := envOr(v1alpha1.EnvReplicas, "1")
 	fs.StringVar(&replicas, "replicas", replicas, "how many lb pods serve the Service; with more than one they elect the holder of the addresses over net1 (env "+v1alpha1.EnvReplicas+")")
@@ -88,8 +88,8 @@ func parseFlags(name string, args []string) (options, error) {
 	if err := o.ha.validate(); err != nil {
 		return o, err
 	}
-	if o.rules != string(lbpod.RulesIPTables) && o.rules != string(lbpod.RulesNFTables) {
-		return o, fmt.Errorf("rules %q: want iptables or nftables", o.rules)
+	if err := lbpod.ParseRules(o.rules); err != nil {
+		return o, err
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
@@ -172,13 +172,43 @@ func (o options) names() lbpod.Names {
 	return lbpod.Names{Interface: o.iface, Uplink: o.uplink, Table: o.table}
 }
 
-// newApplier picks the rules back end (and the iptables variant) and builds the applier.
-func newApplier(ctx context.Context, o options, log *slog.Logger) (*lbpod.Applier, error) {
-	if o.rules == string(lbpod.RulesNFTables) {
-		log.Info("rules back end", "rules", o.rules, "tables", "ip "+lbpod.NFTTable+", ip6 "+lbpod.NFTTable)
+// newApplier picks the rules back end (and the iptables variant), builds the applier, and
+// removes what the other back end left in the namespace (a container restarted with another
+// back end). The choice is logged once, with the probe's error behind a fallback.
+func newApplier(ctx context.Context, o options, log *slog.Logger) (*lbpod.Applier, lbpod.RulesChoice, error) {
+	var probe error
+	if lbpod.RulesNeedProbe(o.rules) {
+		probe = lbpod.ProbeNFTables()
+	}
+	choice, err := lbpod.ChooseRules(o.rules, probe)
+	if err != nil {
+		return nil, choice, err
+	}
+	applier, err := applierFor(ctx, o, choice, log)
+	if err != nil {
+		return nil, choice, err
+	}
+	removed, err := applier.RemoveOtherRules()
+	for _, c := range removed {
+		log.Info("removed what the other rules back end left", "change", c.String())
+	}
+	if err != nil {
+		return nil, choice, err
+	}
+	return applier, choice, nil
+}
+
+// applierFor builds the applier of the chosen back end.
+func applierFor(ctx context.Context, o options, choice lbpod.RulesChoice, log *slog.Logger) (*lbpod.Applier, error) {
+	if choice.Backend == lbpod.RulesNFTables {
+		log.Info("rules back end", "rules", choice.Backend, "why", choice.Why, "tables", "ip "+lbpod.NFTTable+", ip6 "+lbpod.NFTTable)
 		return lbpod.NewNFTablesApplier(log)
 	}
-	log.Info("rules back end", "rules", o.rules)
+	if choice.Probe != nil {
+		log.Warn("rules back end", "rules", choice.Backend, "why", choice.Why, "nftables", choice.Probe.Error())
+	} else {
+		log.Info("rules back end", "rules", choice.Backend, "why", choice.Why)
+	}
 	var paths lbpod.IPTablesPaths
 	switch o.iptables {
 	case "auto":
@@ -222,7 +252,7 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 	if _, err := lbpod.ServiceFromObject(svc); err != nil {
 		return err // before anything is logged: one line for a bad Service
 	}
-	applier, err := newApplier(ctx, o, log)
+	applier, _, err := newApplier(ctx, o, log)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func TestParseFlagsEnvAndOverrides(t *testing.T) {
 func TestParseFlagsRules(t *testing.T) {
 	t.Setenv(v1alpha1.EnvRules, "")
 	o, err := parseFlags("lbpod", []string{"--service-file", "/x"})
-	if err != nil || o.rules != "iptables" {
+	if err != nil || o.rules != "auto" {
 		t.Fatalf("default: %q, %v", o.rules, err)
 	}
 	t.Setenv(v1alpha1.EnvRules, "nftables")
@@ -65,7 +65,7 @@ func TestParseFlagsRules(t *testing.T) {
 		t.Fatalf("flag over the environment: %q, %v", o.rules, err)
 	}
 	_, err = parseFlags("lbpod", []string{"--service-file", "/x", "--rules", "nft"})
-	if want := `rules "nft": want iptables or nftables`; err == nil || err.Error() != want {
+	if want := `rules "nft": want auto, nftables or iptables`; err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %q", err, want)
 	}
 }

@@ -34,7 +34,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	if err := requireInterface(o.iface); err != nil {
 		return err
 	}
-	applier, err := newApplier(ctx, o, log)
+	applier, rules, err := newApplier(ctx, o, log)
 	if err != nil {
 		return err
 	}
@@ -50,6 +50,9 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		cfg.AddressLifetime, cfg.Confirmed = holder.loopLifetime, holder.confirmedLately
 	}
 	loop := lbpod.NewLoop(cfg)
+	if err := loop.Registerer().Register(lbpod.RulesBackendInfo(rules)); err != nil {
+		return err
+	}
 
 	healthAddr, why, err := lbpod.HealthAddr(o.healthAddr, os.Getenv(lbpod.EnvPodIP), uplinkAddrs(o.uplink))
 	if err != nil {

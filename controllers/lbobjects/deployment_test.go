@@ -461,20 +461,23 @@ func TestBuildStandbys(t *testing.T) {
 		}
 	}
 	p.HAInterval = 0
-	// --lb-rules=nftables reaches every lb pod; the default (empty) sets nothing.
+	// --lb-rules=nftables or iptables reaches every lb pod; the default (empty: auto) sets nothing,
+	// so that Deployments written before auto became the default are not rolled for it.
 	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
 		if e.Name == "LBPOD_RULES" {
 			t.Errorf("default rules back end: env %+v, want none", e)
 		}
 	}
-	for _, nft := range []Params{p, one} {
-		nft.Rules = "nftables"
-		dn, err := BuildDeployment(nft)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if env := dn.Spec.Template.Spec.Containers[0].Env; env[len(env)-1] != (corev1.EnvVar{Name: "LBPOD_RULES", Value: "nftables"}) {
-			t.Errorf("%d lb pods: rules env %+v", nft.Replicas, env[len(env)-1])
+	for _, rules := range []string{"nftables", "iptables"} {
+		for _, nft := range []Params{p, one} {
+			nft.Rules = rules
+			dn, err := BuildDeployment(nft)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if env := dn.Spec.Template.Spec.Containers[0].Env; env[len(env)-1] != (corev1.EnvVar{Name: "LBPOD_RULES", Value: rules}) {
+				t.Errorf("%d lb pods, %s: rules env %+v", nft.Replicas, rules, env[len(env)-1])
+			}
 		}
 	}
 	if got := LeaseName("", "default", "test-service"); got != "lb-svc-test-service" || got != BuildServiceAccount(p).Name {

@@ -98,7 +98,9 @@ type Params struct {
 	// default (100 ms).
 	HAInterval time.Duration
 	// Rules is the lb pod's rules back end (--lb-rules): empty leaves the lb pod's default
-	// (iptables); "nftables" sets LBPOD_RULES.
+	// (auto: nftables, iptables where nf_tables is missing) and sets no variable, so that a
+	// Deployment written before the default changed is not rolled for it; "nftables" or
+	// "iptables" sets LBPOD_RULES.
 	Rules string
 	// NodeSelector is the Subnet's spec.nodeSelector: the lb pods run only on the nodes it
 	// matches (a required node affinity, see NodeAffinity). nil: anywhere.

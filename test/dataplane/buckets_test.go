@@ -34,7 +34,7 @@ func manyPortsServed(t *testing.T, many []servicePort, flags ...string) (Gomega,
 // LBSVC-SERVICES flat again with no bucket chain left.
 func TestBucketedPorts(t *testing.T) {
 	many := append(append([]servicePort{}, basePorts...), tcpPorts(10000, 200)...)
-	g, tp, svc, exchange := manyPortsServed(t, many, "--iptables", "nft")
+	g, tp, svc, exchange := manyPortsServed(t, many, append([]string{"--iptables", "nft"}, iptRules...)...)
 
 	g.Expect(tp.exec(tp.lb, "iptables-nft", "-t", "nat", "-S", "LBSVC-SERVICES")).To(Equal(strings.Join([]string{
 		"-N LBSVC-SERVICES",

@@ -61,7 +61,7 @@ var basePorts = []servicePort{
 // targetPort, 8080, has no listener), and the SCTP rules are installed.
 func TestTCPUDPAndSCTPRulesIPv4(t *testing.T) {
 	// The health server on all addresses, as in the pod.
-	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--health-addr", ":8081")
+	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, append([]string{"--health-addr", ":8081"}, iptRules...)...)
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 	// The kubelet reaches it on the pod IP; the underlay does not, on the LB address.
 	g.Expect(httpGetPath(t, tp.node, net.JoinHostPort(podV4, "8081"), "/healthz")).To(Equal("ok\n"))
@@ -150,10 +150,10 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv4, clusterIPv6}, []servicePort{{Protocol: "TCP", Port: 80}}, nil)
 
-	out, err := tp.runInit(svc, "dual")
+	out, err := tp.runInit(svc, "dual", iptRules...)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	first := tp.kernelState()
-	out, err = tp.runInit(svc, "dual")
+	out, err = tp.runInit(svc, "dual", iptRules...)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(ContainSubstring(`msg=applied changes=0 `))
 	g.Expect(tp.kernelState()).To(Equal(first))
@@ -200,7 +200,7 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 // flushed and net1 recreated at once (netlink events).
 func TestDriftIsRepaired(t *testing.T) {
 	const resync = time.Second
-	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--resync-period", resync.String())
+	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, append([]string{"--resync-period", resync.String()}, iptRules...)...)
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 
 	// iptables changes make no netlink event: only the resync can see this one.
@@ -277,7 +277,7 @@ func TestSourceRanges(t *testing.T) {
 
 // IPv6 only: ip6tables DNAT to an IPv6 ClusterIP, IPv6 rules and routes, forwarding turned on.
 func TestIPv6(t *testing.T) {
-	g, tp, _ := servedTopology(t, "v6", []string{clusterIPv6}, nil)
+	g, tp, _ := servedTopology(t, "v6", []string{clusterIPv6}, nil, iptRules...)
 	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
 	g.Expect(strings.Split(tp.exec(tp.lb, "ip6tables-save", "-t", "nat"), "\n")).To(ContainElements(
 		"-A LBSVC-SERVICES -d fd18::18/128 -p tcp -m tcp --dport 80 -j DNAT --to-destination [fd96::c1]:80",

@@ -14,7 +14,7 @@ import (
 // families, no "-s 0.0.0.0/0" / "-s ::/0" in the listings, and resyncs every 100 ms find nothing
 // to change (a rule written with the /0 match would be re-added at each one).
 func TestSourceRangeEveryoneConverges(t *testing.T) {
-	g, tp, _ := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, []string{"0.0.0.0/0", "::/0"}, "--resync-period", "100ms")
+	g, tp, _ := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, []string{"0.0.0.0/0", "::/0"}, append([]string{"--resync-period", "100ms"}, iptRules...)...)
 	for _, ns := range []string{tp.client, tp.outsider} {
 		expectServed(g, tp, ns, lbIPv4, clusterIPv4)
 		expectServed(g, tp, ns, lbIPv6, clusterIPv6)

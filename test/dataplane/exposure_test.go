@@ -90,7 +90,7 @@ func TestExposureFromUnderlayIPv4Only(t *testing.T) {
 	tp.startBackends()
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
-	tp.startCommand(append([]string{"env", "LBPOD_POD_IP=" + podV4, lbpodBin, "--service-file", svc}, stackArgs("v4")...)...)
+	tp.startCommand(append(append([]string{"env", "LBPOD_POD_IP=" + podV4, lbpodBin, "--service-file", svc}, iptRules...), stackArgs("v4")...)...)
 	g.Eventually(func() (string, error) { return httpGetPath(t, tp.node, net.JoinHostPort(podV4, "8081"), "/readyz") }).
 		WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).Should(Equal("ok\n"))
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
@@ -146,7 +146,7 @@ func TestExposureFromUnderlayIPv4Only(t *testing.T) {
 // address are refused by ip6tables' REJECT rules, and the IPv6 ClusterIP routed through the LB
 // address gets nothing (LBSVC-FORWARD).
 func TestExposureFromUnderlayIPv6(t *testing.T) {
-	g, tp, _ := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, nil)
+	g, tp, _ := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, nil, iptRules...)
 	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
 	tp.ip(tp.client, "-6", "route", "add", clusterIPv6+"/128", "via", lbIPv6, "dev", "c0")
 	tp.ip(tp.client, "-6", "route", "add", podV6+"/128", "via", lbIPv6, "dev", "c0")
@@ -175,7 +175,7 @@ func TestFamilyMismatchIsNotReady(t *testing.T) {
 	tp.startBackends()
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
-	tp.startLBPod(svc, "dual")
+	tp.startLBPod(svc, "dual", iptRules...)
 	g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("not ready: FamilyMismatch: LB address fd18::18 is IPv6 but the Service has no IPv6 ClusterIP (spec.clusterIPs [10.109.201.193]): nothing would be forwarded to it; give the Service that family (spec.ipFamilies, spec.ipFamilyPolicy) or use a Subnet of its family\n"))
 	code, _ := tp.readyz()
@@ -203,7 +203,7 @@ func TestSCTPUnavailableFailsOnlySCTPPorts(t *testing.T) {
 	g.Expect(os.WriteFile(filepath.Join(bin, "iptables-restore"), []byte(wrapper), 0o755)).To(Succeed())
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
-	tp.startCommand(append([]string{"env", "PATH=" + bin + ":" + os.Getenv("PATH"), lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081", "--iptables", "plain"}, stackArgs("v4")...)...)
+	tp.startCommand(append([]string{"env", "PATH=" + bin + ":" + os.Getenv("PATH"), lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081", "--iptables", "plain", "--rules", "iptables"}, stackArgs("v4")...)...)
 
 	const note = "SCTPUnavailable: SCTP ports 3868 not served: the kernel refused the SCTP rules (no SCTP match or conntrack: modules xt_sctp, nf_conntrack_proto_sctp); the other ports are served. Load the modules on the node and restart the pod"
 	g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).

@@ -32,6 +32,9 @@ import (
 // SetActive driven from stdin (test/dataplane/loopdriver).
 var lbpodBin, loopDriverBin string
 
+// nonftBin runs a command without nf_tables (test/dataplane/nonft), built once by TestMain.
+var nonftBin string
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "dataplane tests need root (network namespaces, iptables)")
@@ -48,21 +51,16 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	lbpodBin = filepath.Join(dir, "lbpod")
-	build := exec.Command("go", "build", "-o", lbpodBin, "github.com/lbsvc/lbsvc-operator/cmd/lbpod")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build lbpod: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	loopDriverBin = filepath.Join(dir, "loopdriver")
-	build = exec.Command("go", "build", "-o", loopDriverBin, "github.com/lbsvc/lbsvc-operator/test/dataplane/loopdriver")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build loopdriver: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
+	// nonft runs lbpod where nf_tables cannot be reached (the fallback tests).
+	for bin, pkg := range map[*string]string{&lbpodBin: "cmd/lbpod", &loopDriverBin: "test/dataplane/loopdriver", &nonftBin: "test/dataplane/nonft"} {
+		*bin = filepath.Join(dir, filepath.Base(pkg))
+		build := exec.Command("go", "build", "-o", *bin, "github.com/lbsvc/lbsvc-operator/"+pkg)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

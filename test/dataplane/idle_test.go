@@ -40,7 +40,7 @@ func BenchmarkIdleCPU(b *testing.B) {
 	for _, rules := range []struct {
 		name  string
 		flags []string
-	}{{"iptables", nil}, {"nftables", nftRules}} {
+	}{{"iptables", iptRules}, {"nftables", nil}} {
 		b.Run("rules="+rules.name, func(b *testing.B) { benchIdleCPU(b, rules.flags) })
 	}
 }

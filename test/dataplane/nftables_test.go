@@ -15,15 +15,20 @@ import (
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 )
 
-// nftRules are lbpod's flags for the nftables back end.
+// nftRules are lbpod's flags asking for the nftables back end explicitly (no fallback).
 var nftRules = []string{"--rules", "nftables"}
 
-// forEachRules runs a test once per rules back end, with the flags that pick it.
+// iptRules are lbpod's flags for the iptables back end, no longer the default: the tests that
+// read iptables rules (counters, iptables-save) pin it.
+var iptRules = []string{"--rules", "iptables"}
+
+// forEachRules runs a test once per rules back end: iptables with the flag that picks it, and
+// nftables as the default (no flag), which also keeps the default covered.
 func forEachRules(t *testing.T, test func(t *testing.T, rules []string)) {
 	for _, b := range []struct {
 		name  string
 		flags []string
-	}{{"iptables", nil}, {"nftables", nftRules}} {
+	}{{"iptables", iptRules}, {"nftables", nil}} {
 		t.Run("rules="+b.name, func(t *testing.T) { test(t, b.flags) })
 	}
 }

@@ -14,7 +14,7 @@ import (
 // disallowed one, and the DROP rule of LBSVC-FORWARD counted the packets; the Service itself is
 // still served to the allowed client.
 func TestNotAnOpenRouter(t *testing.T) {
-	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, []string{clientV4 + "/32"})
+	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, []string{clientV4 + "/32"}, iptRules...)
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 	for _, ns := range []string{tp.client, tp.outsider} {
 		tp.ip(ns, "route", "add", clusterIPv4+"/32", "via", lbIPv4, "dev", "c0")

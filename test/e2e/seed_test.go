@@ -17,8 +17,9 @@ import (
 )
 
 // TestSeedStory walks the seed's page: the lb pod Running in the Service's namespace, the static
-// address under EXTERNAL-IP, net1 / ip rule / table 100 / nat rules inside the lb pod as the seed
-// prints them (with our chain names), and curl from the underlay reaching both backend replicas.
+// address under EXTERNAL-IP, net1 / ip rule / table 100 inside the lb pod as the seed prints them,
+// the seed's port in the nftables table of the default rules back end (and no iptables chain of
+// ours), and curl from the underlay reaching both backend replicas.
 func TestSeedStory(t *testing.T) {
 	g := NewWithT(t)
 	pod := waitLBPod(t, seedNamespace, seedService)
@@ -47,16 +48,10 @@ func TestSeedStory(t *testing.T) {
 			clusterIP + " via " + podGateway + " dev eth0",
 			seedSubnetCIDR + " dev net1 scope link",
 		},
-		nat: []string{
-			"-A LBSVC-POSTROUTING -d " + clusterIP + "/32 -j MASQUERADE",
-			"-A LBSVC-PREROUTING -d " + seedAddress + "/32 -j LBSVC-SERVICES",
-			"-A LBSVC-SERVICES -d " + seedAddress + "/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination " + clusterIP + ":80",
-			"-A POSTROUTING -j LBSVC-POSTROUTING",
-			"-A PREROUTING -j LBSVC-PREROUTING",
-			"-N LBSVC-POSTROUTING",
-			"-N LBSVC-PREROUTING",
-			"-N LBSVC-SERVICES",
-		},
+		// The default rules back end, nftables: the seed's port in the table's TCP set, and no
+		// iptables chain of ours (the iptables form of the same rules: docs/lbpod.md).
+		nftTable:    true,
+		nftTCPPorts: []uint16{80},
 	}
 	g.Eventually(func() (lbPodState, error) { return readLBPodState(pod) }).
 		WithTimeout(30 * time.Second).WithPolling(500 * time.Millisecond).Should(Equal(want))
@@ -83,12 +78,15 @@ type lbPodState struct {
 	addresses []string // IPv4 addresses on net1, with prefix
 	rules     []string // ip rule lines that look up table 100, without their priority
 	table100  []string // ip route show table 100
-	nat       []string // our lines of iptables -t nat -S, sorted
+	nat       []string // our lines of iptables-nft -t nat -S, sorted
+	// nftTable and nftTCPPorts: whether table ip lbsvc exists, and its tcp_ports set.
+	nftTable    bool
+	nftTCPPorts []uint16
 }
 
 // String makes gomega's failure output readable.
 func (s lbPodState) String() string {
-	return fmt.Sprintf("addresses %q\nrules %q\ntable 100 %q\nnat %q", s.addresses, s.rules, s.table100, s.nat)
+	return fmt.Sprintf("addresses %q\nrules %q\ntable 100 %q\nnat %q\nnftables table %v, tcp_ports %v", s.addresses, s.rules, s.table100, s.nat, s.nftTable, s.nftTCPPorts)
 }
 
 var rulePriority = regexp.MustCompile(`^\d+:\s+`)
@@ -119,23 +117,19 @@ func readLBPodState(pod *corev1.Pod) (lbPodState, error) {
 		return s, err
 	}
 	s.table100 = nonEmptyLines(out)
-	// The lb pod uses the iptables variant the node uses; read whichever holds our chains.
-	for _, ipt := range []string{"iptables-nft", "iptables-legacy"} {
-		if out, err = inNetnsOfPod(pod, ipt, "-t", "nat", "-S"); err != nil {
-			return s, err
-		}
-		s.nat = nil
-		for _, line := range nonEmptyLines(out) {
-			if strings.Contains(line, "LBSVC") {
-				s.nat = append(s.nat, line)
-			}
-		}
-		if len(s.nat) > 0 {
-			break
+	// iptables-nft only: iptables-legacy-save would create the legacy nat table in the pod's
+	// namespace, which the lb pod never does with the nftables back end.
+	if out, err = inNetnsOfPod(pod, "iptables-nft", "-t", "nat", "-S"); err != nil {
+		return s, err
+	}
+	for _, line := range nonEmptyLines(out) {
+		if strings.Contains(line, "LBSVC") {
+			s.nat = append(s.nat, line)
 		}
 	}
 	sort.Strings(s.nat)
-	return s, nil
+	s.nftTable, s.nftTCPPorts, err = nftPorts(pod)
+	return s, err
 }
 
 // externalIPColumn is the EXTERNAL-IP column of `kubectl get svc`, as a user reads it.

@@ -74,7 +74,7 @@ func TestNFTablesRules(t *testing.T) {
 	setOperatorArg(t, nftablesFlag, true)
 	t.Cleanup(func() {
 		setOperatorArg(t, nftablesFlag, false)
-		// The seed's lb pods go back to iptables for the tests that follow.
+		// The seed's lb pods go back to the default (no LBPOD_RULES) for the tests that follow.
 		waitLBPod(t, seedNamespace, seedService)
 	})
 
