@@ -114,7 +114,7 @@ func TestDefaultFallsBackWithoutNFTables(t *testing.T) {
 
 	out, err := exec.Command("ip", append([]string{"netns", "exec", tp.lb, nonftBin, lbpodBin, "init", "--service-file", svc, "--rules", "nftables"}, stackArgs("v4")...)...).CombinedOutput()
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(string(out)).To(Equal("lbpod init: rules nftables: nf_tables cannot be used in this network namespace (socket: protocol not supported): " +
+	g.Expect(string(out)).To(Equal("lbpod init: rules nftables: nf_tables cannot be used in this network namespace (socket: protocol not supported): "+
 		"run with --rules iptables (LBPOD_RULES; the operator's --lb-rules) to use iptables instead, or with --rules auto to fall back to it by itself\n"), "%s", out)
 
 	p := tp.startCommand(append([]string{nonftBin, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081"}, stackArgs("v4")...)...)
