@@ -69,6 +69,8 @@ type ipRecord struct {
 	subnet   string
 	owner    lbv1.IPOwner
 	draining bool
+	// conflict is the probe's finding of an IP object in phase Conflict.
+	conflict *lbv1.IPConflictStatus
 }
 
 // maxClaimTries bounds one claim's attempts when other claimants keep winning the addresses it
@@ -233,8 +235,15 @@ func (b *AddressBook) onIP(o any, deleted bool) {
 // Observe records what an IP object says.
 func (b *AddressBook) Observe(ip *lbv1.IP) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	before, known := b.ips[ip.Name]
 	b.observeLocked(ip)
+	after := b.ips[ip.Name]
+	b.mu.Unlock()
+	if known && before.conflict == nil && after.conflict != nil {
+		// Its owner must now move or be refused: wake it once the mirror says so (the IP watch
+		// of the Service controller may run before this handler).
+		b.wake(types.NamespacedName{Namespace: ip.Spec.Service.Namespace, Name: ip.Spec.Service.Name})
+	}
 }
 
 func (b *AddressBook) observeLocked(ip *lbv1.IP) {
@@ -245,16 +254,27 @@ func (b *AddressBook) observeLocked(ip *lbv1.IP) {
 	if old, ok := b.ips[ip.Name]; ok {
 		b.unindexLocked(ip.Name, old.owner.UID)
 	}
-	b.ips[ip.Name] = ipRecord{uid: ip.UID, addr: addr, subnet: ip.Spec.Subnet, owner: ip.Spec.Service,
+	rec := ipRecord{uid: ip.UID, addr: addr, subnet: ip.Spec.Subnet, owner: ip.Spec.Service,
 		draining: !ip.DeletionTimestamp.IsZero()}
+	key := ownerKey(ip.Spec.Service)
+	if ip.Status.Phase == lbv1.IPConflict && ip.Status.Conflict != nil {
+		// In use on the underlay: held under a key of its own, so that not even its own Service
+		// picks it again (an address a key holds counts as free for that key).
+		c := *ip.Status.Conflict
+		rec.conflict, key = &c, conflictKey(ip.Name)
+	}
+	b.ips[ip.Name] = rec
 	names := b.byOwner[ip.Spec.Service.UID]
 	if names == nil {
 		names = map[string]bool{}
 		b.byOwner[ip.Spec.Service.UID] = names
 	}
 	names[ip.Name] = true
-	b.alloc.HoldAddr(ip.Spec.Subnet, addr, ownerKey(ip.Spec.Service))
+	b.alloc.HoldAddr(ip.Spec.Subnet, addr, key)
 }
+
+// conflictKey is the allocator key of an address in phase Conflict: nobody's.
+func conflictKey(ipName string) string { return "conflict/" + ipName }
 
 // forget drops a deleted IP object and wakes the Services waiting for an address.
 func (b *AddressBook) forget(name string, uid types.UID) {
@@ -301,7 +321,7 @@ func (b *AddressBook) OwnedBy(uid types.UID) []decide.OwnedIP {
 	var out []decide.OwnedIP
 	for name := range b.byOwner[string(uid)] {
 		r := b.ips[name]
-		out = append(out, decide.OwnedIP{Name: name, UID: r.uid, Addr: r.addr, Subnet: r.subnet, Draining: r.draining})
+		out = append(out, decide.OwnedIP{Name: name, UID: r.uid, Addr: r.addr, Subnet: r.subnet, Draining: r.draining, Conflict: r.conflict})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
 	return out
@@ -334,7 +354,7 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, 
 		if err != nil {
 			ref := decide.AllocationRefusal(err)
 			if errors.Is(err, ipam.ErrInUse) {
-				ref = decide.InUse(c.From, c.Static, b.isDraining(lbv1.IPName(c.Static)))
+				ref = b.inUse(c.From, c.Static)
 			}
 			b.waitAfter(svc, seen)
 			return netip.Addr{}, ref, nil
@@ -362,11 +382,14 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, 
 			return netip.Addr{}, nil, fmt.Errorf("claim %s: get IP %s: %w", addr, ip.Name, err)
 		}
 		b.Observe(cur)
-		if cur.Spec.Service.UID == owner.UID && cur.DeletionTimestamp.IsZero() {
+		if cur.Spec.Service.UID == owner.UID && cur.DeletionTimestamp.IsZero() && cur.Status.Phase != lbv1.IPConflict {
 			return addr, nil, nil
 		}
 		if c.Static.IsValid() {
 			b.waitAfter(svc, seen)
+			if cur.Status.Phase == lbv1.IPConflict && cur.Status.Conflict != nil {
+				return netip.Addr{}, decide.InUseOnUnderlay(c.From, addr, *cur.Status.Conflict), nil
+			}
 			return netip.Addr{}, decide.InUse(c.From, addr, !cur.DeletionTimestamp.IsZero()), nil
 		}
 	}
@@ -385,10 +408,16 @@ func (b *AddressBook) holdTentative(subnet string, addr netip.Addr, key string) 
 	return true
 }
 
-func (b *AddressBook) isDraining(name string) bool {
+// inUse is the refusal of a static address someone else holds: draining, in use on the
+// underlay (phase Conflict), or another Service's.
+func (b *AddressBook) inUse(from string, addr netip.Addr) *decide.Refusal {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.ips[name].draining
+	rec := b.ips[lbv1.IPName(addr)]
+	b.mu.Unlock()
+	if rec.conflict != nil {
+		return decide.InUseOnUnderlay(from, addr, *rec.conflict)
+	}
+	return decide.InUse(from, addr, rec.draining)
 }
 
 // Drain deletes an IP object (its finalizer keeps it, Draining, until no lb pod can hold the

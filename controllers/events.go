@@ -10,4 +10,5 @@ const (
 	actionDelete   = "Delete"
 	actionRelease  = "Release"
 	actionSchedule = "Schedule"
+	actionProbe    = "Probe"
 )

@@ -15,6 +15,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
@@ -25,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -194,22 +196,29 @@ func (r *IPReconciler) forgetForeign(name string) {
 // the owner Service svc, as its Lease records it (decide.ActiveHolder), or "" when none is known.
 // Only a Lease with the Service's UID label counts (the operator's cache holds only Leases with our
 // component label, which the lb pods' admission policy requires).
-func (r *IPReconciler) activePod(ctx context.Context, svc *corev1.Service, pods []corev1.Pod) (string, error) {
-	var lease *coordinationv1.Lease
+func (r *IPReconciler) activePod(lease *coordinationv1.Lease, svc *corev1.Service, pods []corev1.Pod) string {
+	if p := decide.ActiveHolder(lease, pods, decide.ServiceReplicas(svc, r.LBReplicas)); p != nil {
+		return decide.PodKey(p)
+	}
+	return ""
+}
+
+// serviceLease is the Service's Lease from the cache, nil when absent or not that Service's (its
+// UID label differs).
+func (r *IPReconciler) serviceLease(ctx context.Context, svc *corev1.Service) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{}
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)}
 	switch err := r.Client.Get(ctx, key, l); {
 	case err == nil:
 		if l.Labels[lbv1.ServiceUIDLabel] == string(svc.UID) {
-			lease = l
+			return l, nil
 		}
-	case !apierrors.IsNotFound(err):
-		return "", fmt.Errorf("get lease %s: %w", key, err)
+		return nil, nil
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("get lease %s: %w", key, err)
 	}
-	if p := decide.ActiveHolder(lease, pods, decide.ServiceReplicas(svc, r.LBReplicas)); p != nil {
-		return decide.PodKey(p), nil
-	}
-	return "", nil
 }
 
 // holderList is status.holders: the pods, then the kept entries (see KeptHolders), at most 16.
@@ -256,6 +265,15 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 			return err
 		}
 		if err != nil || string(svc.UID) != owner.UID {
+			if ip.Status.Phase == lbv1.IPConflict {
+				// In use on the underlay: the address stays taken after its Service, until an
+				// admin deletes the object.
+				pods, _, err := r.holders(ctx, ip)
+				if err != nil {
+					return err
+				}
+				return r.patchStatus(ctx, ip, decide.DecideIPConflict(decide.IPConflictInputs{IP: ip}), holderList(pods, "", nil), "")
+			}
 			if err := r.Client.Delete(ctx, ip, client.Preconditions{UID: ptrUID(ip.UID)}); err != nil && !apierrors.IsNotFound(err) {
 				return fmt.Errorf("drain orphaned %s: %w", ip.Name, err)
 			}
@@ -277,11 +295,28 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 		}
 		kept = d.Kept
 	}
-	active, err := r.activePod(ctx, svc, pods)
+	lease, err := r.serviceLease(ctx, svc)
 	if err != nil {
 		return err
 	}
-	return r.patchStatus(ctx, ip, lbv1.IPBound, holderList(pods, active, kept), "")
+	cp := decide.DecideIPConflict(decide.IPConflictInputs{IP: ip, Lease: lease})
+	if cp.Ignored != "" && ip.Status.Phase != lbv1.IPConflict {
+		logf.FromContext(ctx).Info("conflict report not believed", "ip", ip.Name, "why", cp.Ignored)
+	}
+	active := ""
+	if cp.Phase != lbv1.IPConflict {
+		active = r.activePod(lease, svc, pods)
+	}
+	if err := r.patchStatus(ctx, ip, cp, holderList(pods, active, kept), ""); err != nil {
+		return err
+	}
+	if cp.Event != "" {
+		// Sent once the status landed: the transition is recorded, a later pass sends nothing.
+		addressConflicts.Inc()
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
+	}
+	return nil
 }
 
 // reconcileDraining lets the address go once nothing of ours can hold it: no lb pod of ours
@@ -316,7 +351,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 			return ctrl.Result{}, nil
 		}
 		if d.Why != "" {
-			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(nil, "", kept), d.Why)
+			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, draining(ip), holderList(nil, "", kept), d.Why)
 		}
 	} else {
 		r.reportForeign(ip, foreign)
@@ -345,7 +380,7 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return ctrl.Result{}, r.patchStatus(ctx, ip, lbv1.IPDraining, holderList(pods, active, kept), msg)
+	return ctrl.Result{}, r.patchStatus(ctx, ip, draining(ip), holderList(pods, active, kept), msg)
 }
 
 // drainingActive is activePod while an address drains: known only while its owner Service still
@@ -359,7 +394,11 @@ func (r *IPReconciler) drainingActive(ctx context.Context, ip *lbv1.IP, pods []c
 	if string(svc.UID) != owner.UID {
 		return "", nil
 	}
-	return r.activePod(ctx, svc, pods)
+	lease, err := r.serviceLease(ctx, svc)
+	if err != nil {
+		return "", err
+	}
+	return r.activePod(lease, svc, pods), nil
 }
 
 // confirmNoHolder asks the API server for the pods, ReplicaSets and Deployments that carry the
@@ -416,9 +455,21 @@ func (r *IPReconciler) nodeReady(ctx context.Context, name string) (bool, error)
 	return false, nil
 }
 
-func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.IPPhase, holders []lbv1.IPHolder, msg string) error {
+// draining is the phase of an address being let go; what the probe recorded stays.
+func draining(ip *lbv1.IP) decide.IPConflictPlan {
+	return decide.IPConflictPlan{Phase: lbv1.IPDraining, Announced: ip.Status.Announced, Conflict: ip.Status.Conflict}
+}
+
+// patchStatus writes the phase (with the probe's record) and holders, in one patch when anything
+// changed. In phase Conflict the message is the conflict's.
+func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, cp decide.IPConflictPlan, holders []lbv1.IPHolder, msg string) error {
 	before := ip.DeepCopy()
-	ip.Status.Phase = phase
+	ip.Status.Phase = cp.Phase
+	ip.Status.Announced = cp.Announced
+	ip.Status.Conflict = cp.Conflict
+	if cp.Phase == lbv1.IPConflict {
+		msg = cp.Message
+	}
 	ip.Status.Holders = holders
 	ip.Status.Node, ip.Status.Active = "", ""
 	if len(ip.Status.Holders) > 0 && ip.Status.Holders[0].Role == lbv1.RoleActive {
@@ -431,9 +482,7 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, phase lbv1.
 		}
 	}
 	ip.Status.Message = decide.BoundedMessage(msg)
-	if before.Status.Phase == ip.Status.Phase && before.Status.Node == ip.Status.Node && before.Status.Message == ip.Status.Message &&
-		before.Status.Active == ip.Status.Active &&
-		slices.Equal(before.Status.Holders, ip.Status.Holders) {
+	if equality.Semantic.DeepEqual(before.Status, ip.Status) {
 		return nil
 	}
 	if err := r.Client.Status().Patch(ctx, ip, client.MergeFrom(before)); err != nil {

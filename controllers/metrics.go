@@ -41,10 +41,15 @@ var (
 		Name: "lbsvc_addresses_held_twice_total",
 		Help: "Times two lb pods of a Service held its address at once (their adverts did not reach each other) until the Lease fenced one: one per AddressHeldTwice Warning Event.",
 	})
+	// addressConflicts: lbsvc_address_conflicts_total, one per IP object put in phase Conflict.
+	addressConflicts = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lbsvc_address_conflicts_total",
+		Help: "Addresses found in use on the underlay by the lb pods' probe before their first announcement: one per IP object put in phase Conflict.",
+	})
 )
 
 func init() {
-	metrics.Registry.MustRegister(subnetAddresses, allocations, drains, servicesByCondition, addressesHeldTwice)
+	metrics.Registry.MustRegister(subnetAddresses, allocations, drains, servicesByCondition, addressesHeldTwice, addressConflicts)
 }
 
 // recordSubnet sets a Subnet's gauges.

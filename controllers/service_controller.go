@@ -76,6 +76,9 @@ type Options struct {
 	// LBRules is --lb-rules: the lb pods' rules back end (empty: the lb pod's default, nftables
 	// with a fallback to iptables where nf_tables is missing).
 	LBRules string
+	// LBConflictProbe is --lb-conflict-probe: the lb pods' conflict probe timing (empty: the lb
+	// pod's default, fast).
+	LBConflictProbe string
 	// MaxConcurrentReconciles is the number of Services reconciled in parallel.
 	MaxConcurrentReconciles int
 	// SkipNameValidation lets tests run several managers in one process.
@@ -178,9 +181,10 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		Watches(&corev1.ServiceAccount{}, byService, notOwn).
 		Watches(&rbacv1.RoleBinding{}, byService, notOwn).
 		Watches(&policyv1.PodDisruptionBudget{}, byService, notOwn).
-		// The Service reads only which IP objects it owns and whether they drain: the IP
-		// controller's status writes (holders) are nothing to it.
-		Watches(&lbv1.IP{}, byService, builder.WithPredicates(r.own.notOwn(), deletionStarted())).
+		// The Service reads only which IP objects it owns, whether they drain and whether they
+		// are in use on the underlay: the IP controller's other status writes (holders) are
+		// nothing to it.
+		Watches(&lbv1.IP{}, byService, builder.WithPredicates(r.own.notOwn(), predicate.Or(deletionStarted(), becameConflict()))).
 		Watches(&nadv1.NetworkAttachmentDefinition{}, handler.EnqueueRequestsFromMapFunc(servicesOf(nadProvider))).
 		// Subnet status changes (counters) must not wake every Service of the Subnet: only its spec.
 		Watches(&lbv1.Subnet{}, handler.EnqueueRequestsFromMapFunc(servicesOf(subnetProvider)),
@@ -228,6 +232,15 @@ func serviceOf(o client.Object) (types.NamespacedName, bool) {
 func deletionStarted() predicate.Funcs {
 	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
 		return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
+}
+
+// becameConflict passes updates that put an IP object in phase Conflict.
+func becameConflict() predicate.Funcs {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		o, ok1 := e.ObjectOld.(*lbv1.IP)
+		n, ok2 := e.ObjectNew.(*lbv1.IP)
+		return ok1 && ok2 && o.Status.Phase != lbv1.IPConflict && n.Status.Phase == lbv1.IPConflict
 	}}
 }
 
@@ -427,7 +440,8 @@ func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (de
 		Service: svc, EnableLBSvc: r.Options.EnableLBSvc, DefaultProvider: r.Options.DefaultAttachmentProvider,
 		Owned: r.Book.OwnedBy(svc.UID),
 		LBPod: lbobjects.Params{PodNamespace: r.Options.LBPodNamespace, Image: r.Options.LBSvcImage, Sysctls: r.Options.ForwardingSysctls,
-			Replicas: r.Options.LBReplicas, HAInterval: r.Options.LBHAInterval, Rules: r.Options.LBRules},
+			Replicas: r.Options.LBReplicas, HAInterval: r.Options.LBHAInterval, Rules: r.Options.LBRules,
+			ConflictProbe: r.Options.LBConflictProbe},
 	}
 	provider, served := decide.ServiceProvider(svc, r.Options.DefaultAttachmentProvider)
 	if !served || !r.Options.EnableLBSvc || !svc.DeletionTimestamp.IsZero() {

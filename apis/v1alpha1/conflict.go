@@ -47,6 +47,8 @@ const (
 const MaxAddressConflicts = 2
 
 // AddressConflict is one address the conflict probe found in use on the underlay.
+//
+// +kubebuilder:object:generate=false
 type AddressConflict struct {
 	// Address is the probed address.
 	Address netip.Addr

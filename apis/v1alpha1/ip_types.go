@@ -38,7 +38,7 @@ type IPSpec struct {
 }
 
 // IPPhase is where an address is in its life.
-// +kubebuilder:validation:Enum=Bound;Draining
+// +kubebuilder:validation:Enum=Bound;Draining;Conflict
 type IPPhase string
 
 // The phases of an IP object.
@@ -48,7 +48,20 @@ const (
 	// IPDraining: the Service let go of the address; it is handed out again only once no lb pod
 	// that could hold it exists (the object is deleted then).
 	IPDraining IPPhase = "Draining"
+	// IPConflict: before the address was first announced, a host on the underlay answered the
+	// lb pod's probe for it (status.conflict). The object stays, so the address is not handed out
+	// again, whatever becomes of its Service, until an admin deletes it.
+	IPConflict IPPhase = "Conflict"
 )
+
+// IPConflictStatus is what the conflict probe heard.
+type IPConflictStatus struct {
+	// MAC is the hardware address of the host that answered.
+	// +kubebuilder:validation:MaxLength=17
+	MAC string `json:"mac"`
+	// Since is when it answered, as the lb pod reported it.
+	Since metav1.Time `json:"since"`
+}
 
 // IPHolder is an lb pod that holds, or could hold, the address.
 type IPHolder struct {
@@ -66,9 +79,17 @@ type IPHolder struct {
 
 // IPStatus reports the phase and the lb pods behind the address.
 type IPStatus struct {
-	// Phase is Bound or Draining.
+	// Phase is Bound, Draining or Conflict.
 	// +optional
 	Phase IPPhase `json:"phase,omitempty"`
+	// Announced is set once the Service's lb pods have announced the address (their Lease lists
+	// it in lbsvc.io/announced), and never cleared: a conflict reported after that is not
+	// believed (the probe runs only before the first announcement).
+	// +optional
+	Announced bool `json:"announced,omitempty"`
+	// Conflict, in phase Conflict, is the underlay host that answered the probe.
+	// +optional
+	Conflict *IPConflictStatus `json:"conflict,omitempty"`
 	// Holders are the lb pods that carry the address in their template (at most 16 listed).
 	// +optional
 	// +kubebuilder:validation:MaxItems=16

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -62,6 +64,7 @@ func run() error {
 		lbReplicas        int
 		lbHAInterval      time.Duration
 		lbRules           string
+		lbConflictProbe   string
 	)
 	flag.BoolVar(&enableLBSvc, "enable-lb-svc", false, "Serve LoadBalancer Services. When false the operator creates nothing for Services and only lets the deletion of Services it served complete.")
 	flag.StringVar(&opts.LBPodNamespace, "lb-pod-namespace", "", "Run every lb pod in this namespace (empty: in the Service's namespace).")
@@ -71,6 +74,8 @@ func run() error {
 		"With standbys: how often the active lb pod advertises (10ms to 1s); a standby takes over after 3 missed adverts. Longer costs the lb pods less CPU and a slower failover (about 3.3 intervals on a node failure).")
 	flag.StringVar(&lbRules, "lb-rules", "auto",
 		"The lb pods' rules back end: auto (nftables, or iptables on a node whose kernel has no nf_tables), nftables (nf_tables over netlink, the Service ports in sets: 1000 ports applied in about 30 ms and one changed in about 7; an lb pod without nf_tables fails at start) or iptables (iptables-restore, the variant the node uses).")
+	flag.StringVar(&lbConflictProbe, "lb-conflict-probe", lbv1.ConflictProbeFast,
+		"Before the first announcement of an address, the lb pod asks the underlay whether a host already uses it (ARP probes from 0.0.0.0, IPv6 DAD): fast (a few probes, about 0.1 s), rfc (RFC 5227 timings, several seconds) or off. An address that answers is not announced: its IP object goes to phase Conflict.")
 	flag.StringVar(&opts.LBSvcImage, "lb-svc-image", "localhost/lbsvc-lbpod:dev", "Image of the lb pod.")
 	flag.StringVar(&opts.DefaultAttachmentProvider, "default-attachment-provider", "",
 		"When set (<nad name>.<nad namespace>), serve LoadBalancer Services without the ovn.kubernetes.io/attachmentprovider annotation and without a foreign loadBalancerClass through this provider.")
@@ -116,12 +121,11 @@ func run() error {
 	if lbHAInterval != 100*time.Millisecond { // the lb pod's default: no env, so that Deployments stay as they were
 		opts.LBHAInterval = lbHAInterval
 	}
-	switch lbRules {
-	case lbv1.RulesAuto: // the lb pod's default: no env, so that Deployments stay as they were
-	case lbv1.RulesNFTables, lbv1.RulesIPTables:
-		opts.LBRules = lbRules
-	default:
-		return fmt.Errorf("--lb-rules %q: want auto, nftables or iptables", lbRules)
+	if opts.LBRules, err = lbPodChoice("lb-rules", lbRules, lbv1.RulesAuto, lbv1.RulesNFTables, lbv1.RulesIPTables); err != nil {
+		return err
+	}
+	if opts.LBConflictProbe, err = lbPodChoice("lb-conflict-probe", lbConflictProbe, lbv1.ConflictProbeFast, lbv1.ConflictProbeRFC, lbv1.ConflictProbeOff); err != nil {
+		return err
 	}
 	opts.ForwardingSysctls = sysctls
 	opts.MaxConcurrentReconciles = maxConcurrentRecs
@@ -165,4 +169,18 @@ func run() error {
 		return fmt.Errorf("manager: %w", err)
 	}
 	return nil
+}
+
+// lbPodChoice checks a flag that reaches the lb pods as a variable: the lb pod's own default
+// (def) gives "" (no variable, so that Deployments written before stay as they were), another
+// allowed value itself, anything else an error naming the choices.
+func lbPodChoice(flag, value, def string, others ...string) (string, error) {
+	if value == def {
+		return "", nil
+	}
+	if slices.Contains(others, value) {
+		return value, nil
+	}
+	all := append([]string{def}, others...)
+	return "", fmt.Errorf("--%s %q: want %s or %s", flag, value, strings.Join(all[:len(all)-1], ", "), all[len(all)-1])
 }

@@ -23,3 +23,18 @@ func TestMetricsOptions(t *testing.T) {
 		t.Errorf("metricsOptions(\"0\").BindAddress = %q, want 0 (disabled)", off.BindAddress)
 	}
 }
+
+func TestLBPodChoice(t *testing.T) {
+	for _, tc := range []struct{ value, want, err string }{
+		{"fast", "", ""},
+		{"rfc", "rfc", ""},
+		{"off", "off", ""},
+		{"RFC", "", `--lb-conflict-probe "RFC": want fast, rfc or off`},
+		{"", "", `--lb-conflict-probe "": want fast, rfc or off`},
+	} {
+		got, err := lbPodChoice("lb-conflict-probe", tc.value, "fast", "rfc", "off")
+		if got != tc.want || (err == nil) != (tc.err == "") || (err != nil && err.Error() != tc.err) {
+			t.Errorf("%q: got %q, %v; want %q, %q", tc.value, got, err, tc.want, tc.err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	appsv1 "k8s.io/api/apps/v1"
@@ -32,6 +33,9 @@ type OwnedIP struct {
 	Addr     netip.Addr
 	Subnet   string
 	Draining bool
+	// Conflict, when set, is what the probe heard: the IP object is in phase Conflict, no longer
+	// the Service's to hold, and not to be drained (it stays until an admin deletes it).
+	Conflict *lbv1.IPConflictStatus
 }
 
 // ServiceInputs is what the reconciler read for one Service.
@@ -45,7 +49,7 @@ type ServiceInputs struct {
 	NADFound bool
 	// Subnets are all Subnets.
 	Subnets []lbv1.Subnet
-	// Owned are the IP objects owned by the Service's UID, Bound and Draining.
+	// Owned are the IP objects owned by the Service's UID, Bound, Draining and Conflict.
 	Owned []OwnedIP
 	// ForeignObject, when set, names an object at one of our per-Service names that is not ours.
 	ForeignObject string
@@ -279,6 +283,9 @@ func DecideService(in ServiceInputs) Plan {
 	ingress := IngressSet(svc)
 	for _, f := range families {
 		static, hasStatic := staticOf(requested, f)
+		if ref := probeRefusal(in.Owned, subnet.Name, f, static, hasStatic, v.RequestedFrom); ref != nil {
+			return refuse(ref)
+		}
 		var keep *OwnedIP
 		for i := range owned {
 			o := &owned[i]
@@ -349,7 +356,47 @@ func filter(ips []OwnedIP, drop func(OwnedIP) bool) []OwnedIP {
 
 // Bound are the IPs that are not draining.
 func Bound(ips []OwnedIP) []OwnedIP {
-	return filter(ips, func(o OwnedIP) bool { return o.Draining })
+	return filter(ips, func(o OwnedIP) bool { return o.Draining || o.Conflict != nil })
+}
+
+// probeRefusal is the refusal of a Service because of what the conflict probe heard in family f
+// of its Subnet: the address it asks for (static) answered on the underlay, or, asking for none,
+// MaxConflictsPerFamily addresses given to it did. Below that a dynamic Service just gets the
+// next free address (the one in phase Conflict stays taken).
+func probeRefusal(owned []OwnedIP, subnet string, f ipam.Family, static netip.Addr, hasStatic bool, from string) *Refusal {
+	var conflicts []OwnedIP
+	for _, o := range owned {
+		if o.Conflict != nil && o.Subnet == subnet && ipam.FamilyOf(o.Addr) == f {
+			conflicts = append(conflicts, o)
+		}
+	}
+	if hasStatic {
+		for _, o := range conflicts {
+			if o.Addr == static {
+				return InUseOnUnderlay(from, static, *o.Conflict)
+			}
+		}
+		return nil
+	}
+	if len(conflicts) < MaxConflictsPerFamily {
+		return nil
+	}
+	macs := make([]string, 0, len(conflicts))
+	for _, o := range conflicts {
+		macs = append(macs, o.Addr.String()+" ("+o.Conflict.MAC+")")
+	}
+	return &Refusal{ReasonAddressInUse, BoundedMessage(fmt.Sprintf(
+		"%d %s addresses given to this Service were in use on the underlay before their first announcement: %s; "+
+			"no further address is tried: check the underlay for a host answering for every address (kubectl get ips), then delete those IP objects",
+		len(conflicts), f, strings.Join(macs, ", ")))}
+}
+
+// InUseOnUnderlay is the refusal of an address a host on the underlay answered for (its IP
+// object is in phase Conflict).
+func InUseOnUnderlay(from string, addr netip.Addr, c lbv1.IPConflictStatus) *Refusal {
+	return &Refusal{ReasonAddressInUse, BoundedMessage(fmt.Sprintf(
+		"%s %s is in use on the underlay: %s answered the lb pod's probe at %s; it is not announced, and is not handed out again until an admin deletes the IP object (kubectl delete ip %s)",
+		from, addr, c.MAC, c.Since.UTC().Format("2006-01-02T15:04:05Z"), lbv1.IPName(addr)))}
 }
 
 func inSubnet(ips []OwnedIP, subnet string) []OwnedIP {

@@ -240,11 +240,15 @@ func FuzzDecideService(f *testing.F) {
 			if mask&(1<<i) != 0 {
 				sub = "other"
 			}
-			own = append(own, OwnedIP{Name: a.String(), Addr: a, Subnet: sub, Draining: i == 6})
+			o := OwnedIP{Name: a.String(), Addr: a, Subnet: sub, Draining: i == 6}
+			if i == 4 || i == 5 {
+				o.Conflict = &lbv1.IPConflictStatus{MAC: "02:00:00:00:00:09"}
+			}
+			own = append(own, o)
 		}
 		p := DecideService(ServiceInputs{Service: svc, EnableLBSvc: true, NADFound: true, Subnets: subnets, Owned: own})
 		for _, k := range p.Keep {
-			if k.Draining || k.Subnet != p.Subnet {
+			if k.Draining || k.Conflict != nil || k.Subnet != p.Subnet {
 				t.Fatalf("kept %+v (subnet %q)", k, p.Subnet)
 			}
 			for _, d := range p.Drain {
@@ -254,8 +258,8 @@ func FuzzDecideService(f *testing.F) {
 			}
 		}
 		for _, d := range p.Drain {
-			if d.Draining {
-				t.Fatalf("drains %s again", d.Name)
+			if d.Draining || d.Conflict != nil {
+				t.Fatalf("drains %s (draining %v, conflict %v)", d.Name, d.Draining, d.Conflict != nil)
 			}
 		}
 		if p.Action != PlanServe && (len(p.Keep) > 0 || len(p.Claims) > 0) {

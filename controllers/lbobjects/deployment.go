@@ -62,16 +62,20 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 		{Name: lbv1.EnvPodName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: lbv1.EnvNodeName, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 	}
+	// The Lease's name, given rather than derived from the pod's: a pod's generated name is cut
+	// to 58 characters, so a long Deployment name is not a prefix of it. A single lb pod uses it
+	// too: the conflict probe records there what it announced (and what answered).
+	env = append(env, corev1.EnvVar{Name: lbv1.EnvLease, Value: p.name()})
 	if p.LBReplicas() > 1 {
-		// The Lease's name, given rather than derived from the pod's: a pod's generated name is
-		// cut to 58 characters, so a long Deployment name is not a prefix of it.
-		env = append(env, corev1.EnvVar{Name: lbv1.EnvLease, Value: p.name()})
 		if p.HAInterval > 0 {
 			env = append(env, corev1.EnvVar{Name: lbv1.EnvHAInterval, Value: p.HAInterval.String()})
 		}
 	}
 	if p.Rules != "" {
 		env = append(env, corev1.EnvVar{Name: lbv1.EnvRules, Value: p.Rules})
+	}
+	if p.ConflictProbe != "" {
+		env = append(env, corev1.EnvVar{Name: lbv1.EnvConflictProbe, Value: p.ConflictProbe})
 	}
 	mounts := []corev1.VolumeMount{{Name: runVolumeName, MountPath: runMountPath}}
 	volumes := []corev1.Volume{{Name: runVolumeName, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}

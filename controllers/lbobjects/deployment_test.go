@@ -99,6 +99,7 @@ func TestBuildDeploymentSeed(t *testing.T) {
 		{Name: "LBPOD_REPLICAS", Value: "1"},
 		{Name: "LBPOD_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "LBPOD_NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
+		{Name: "LBPOD_LEASE", Value: "lb-svc-test-service"},
 	}
 	wantSC := &corev1.SecurityContext{
 		Privileged: ptr.To(false), AllowPrivilegeEscalation: ptr.To(false), ReadOnlyRootFilesystem: ptr.To(true),
@@ -454,19 +455,35 @@ func TestBuildStandbys(t *testing.T) {
 	if d1, err := BuildDeployment(one); err != nil {
 		t.Fatal(err)
 	} else {
+		lease := ""
 		for _, e := range d1.Spec.Template.Spec.Containers[0].Env {
-			if e.Name == "LBPOD_HA_INTERVAL" || e.Name == "LBPOD_LEASE" {
+			if e.Name == "LBPOD_HA_INTERVAL" {
 				t.Errorf("one lb pod: env %+v, want no election settings", e)
 			}
+			if e.Name == "LBPOD_LEASE" {
+				lease = e.Value
+			}
+		}
+		// The conflict probe records what a single lb pod announced on the Lease too.
+		if lease != "lb-svc-test-service" {
+			t.Errorf("one lb pod: LBPOD_LEASE %q, want lb-svc-test-service", lease)
 		}
 	}
 	p.HAInterval = 0
 	// --lb-rules=nftables or iptables reaches every lb pod; the default (empty: auto) sets nothing,
 	// so that Deployments written before auto became the default are not rolled for it.
 	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
-		if e.Name == "LBPOD_RULES" {
-			t.Errorf("default rules back end: env %+v, want none", e)
+		if e.Name == "LBPOD_RULES" || e.Name == "LBPOD_CONFLICT_PROBE" {
+			t.Errorf("default rules back end and probe: env %+v, want none", e)
 		}
+	}
+	// --lb-conflict-probe=rfc or off reaches every lb pod; the default (fast) sets nothing.
+	withProbe := p
+	withProbe.ConflictProbe = "off"
+	if dp, err := BuildDeployment(withProbe); err != nil {
+		t.Fatal(err)
+	} else if env := dp.Spec.Template.Spec.Containers[0].Env; env[len(env)-1] != (corev1.EnvVar{Name: "LBPOD_CONFLICT_PROBE", Value: "off"}) {
+		t.Errorf("conflict probe env %+v", env[len(env)-1])
 	}
 	for _, rules := range []string{"nftables", "iptables"} {
 		for _, nft := range []Params{p, one} {

@@ -102,6 +102,9 @@ type Params struct {
 	// Deployment written before the default changed is not rolled for it; "nftables" or
 	// "iptables" sets LBPOD_RULES.
 	Rules string
+	// ConflictProbe is the lb pod's conflict probe timing (--lb-conflict-probe): empty leaves the
+	// lb pod's default (fast) and sets no variable; "rfc" or "off" sets LBPOD_CONFLICT_PROBE.
+	ConflictProbe string
 	// NodeSelector is the Subnet's spec.nodeSelector: the lb pods run only on the nodes it
 	// matches (a required node affinity, see NodeAffinity). nil: anywhere.
 	NodeSelector *metav1.LabelSelector

@@ -227,6 +227,7 @@ func TestValues(t *testing.T) {
 		{"lb replicas", []string{"lbReplicas=2"}, []string{"--lb-replicas=2"}},
 		{"lb ha interval", []string{"lbHAInterval=200ms"}, []string{"--lb-ha-interval=200ms"}},
 		{"lb rules", []string{"lbRules=nftables"}, []string{"--lb-rules=nftables"}},
+		{"lb conflict probe", []string{"lbConflictProbe=rfc"}, []string{"--lb-conflict-probe=rfc"}},
 		{"lb pod namespace", []string{"lbPodNamespace=lbsvc-lb"}, []string{"--lb-pod-namespace=lbsvc-lb"}},
 		{"attachment provider", []string{"defaultAttachmentProvider=underlay.default"}, []string{"--default-attachment-provider=underlay.default"}},
 		{"forwarding", []string{"forwardingSysctls=all"}, []string{"--forwarding-sysctls=all"}},

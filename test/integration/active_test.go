@@ -290,13 +290,17 @@ func warningMessages(t *testing.T, ns, name, reason string) []string {
 }
 
 // heldTwiceTotal reads lbsvc_addresses_held_twice_total from the operator's registry.
-func heldTwiceTotal(g Gomega) float64 {
+func heldTwiceTotal(g Gomega) float64 { return counterValue(g, "lbsvc_addresses_held_twice_total", -1) }
+
+// counterValue reads an unlabelled counter from the operator's registry (missing when not yet
+// registered or never counted: the value given).
+func counterValue(g Gomega, name string, missing float64) float64 {
 	mfs, err := metrics.Registry.Gather()
 	g.Expect(err).NotTo(HaveOccurred())
 	for _, mf := range mfs {
-		if mf.GetName() == "lbsvc_addresses_held_twice_total" {
+		if mf.GetName() == name {
 			return mf.GetMetric()[0].GetCounter().GetValue()
 		}
 	}
-	return -1
+	return missing
 }

@@ -101,6 +101,7 @@ func TestSeedFlow(t *testing.T) {
 			{Name: "LBPOD_REPLICAS", Value: "1"},
 			{Name: "LBPOD_POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.name"}}},
 			{Name: "LBPOD_NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "spec.nodeName"}}},
+			{Name: "LBPOD_LEASE", Value: "lb-svc-test-service"},
 		}))
 		sc := ctr.SecurityContext
 		g.Expect(*sc.Privileged).To(BeFalse())

@@ -1,0 +1,115 @@
+package decide
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// Before the first announcement of an address, the lb pod that is to hold it probes the underlay
+// (ARP from 0.0.0.0, IPv6 DAD) and, when a host answers, writes what it heard into its Service's
+// Lease (lbsvc.io/address-conflict) instead of announcing. The IP controller turns that report
+// into phase Conflict on the IP object; the Service pass then moves a dynamic Service to another
+// address and refuses a static one (ReasonAddressInUse). A report is believed only for an address
+// its Service's lb pods never announced: once the Lease lists it in lbsvc.io/announced, the IP
+// object records Announced for good, and a later report is ignored.
+
+// MaxConflictsPerFamily bounds how many addresses of one family a Service may lose to the
+// conflict probe: past it the Service is refused instead of moved again. A host that answers
+// every probe (or an lb pod that reports every address) locks at most this many addresses per
+// Service in phase Conflict.
+const MaxConflictsPerFamily = 3
+
+// IPConflictInputs is what the IP controller read for one Bound or Conflict IP object.
+type IPConflictInputs struct {
+	IP *lbv1.IP
+	// Lease is the owner Service's Lease (nil: none, or not that Service's by its UID label).
+	Lease *coordinationv1.Lease
+}
+
+// IPConflictPlan is what the IP object's status says about the probe.
+type IPConflictPlan struct {
+	// Phase is IPConflict or IPBound.
+	Phase lbv1.IPPhase
+	// Announced is status.announced.
+	Announced bool
+	// Conflict is status.conflict (set in phase Conflict).
+	Conflict *lbv1.IPConflictStatus
+	// Message is status.message in phase Conflict.
+	Message string
+	// Event, when set, is the Warning to send on the IP object and its Service, once: the
+	// transition into phase Conflict.
+	Event string
+	// Ignored, when set, says why a report on the Lease was not believed (for the log).
+	Ignored string
+}
+
+// DecideIPConflict decides an IP object's phase, announced flag and conflict from its owner's
+// Lease. Phase Conflict is kept once set: only deleting the object clears it.
+func DecideIPConflict(in IPConflictInputs) IPConflictPlan {
+	ip := in.IP
+	p := IPConflictPlan{Phase: lbv1.IPBound, Announced: ip.Status.Announced}
+	if ip.Status.Phase == lbv1.IPConflict && ip.Status.Conflict != nil {
+		c := *ip.Status.Conflict
+		p.Phase, p.Conflict, p.Message = lbv1.IPConflict, &c, ConflictMessage(ip.Name, c)
+		return p
+	}
+	if in.Lease == nil {
+		return p
+	}
+	addr, err := netip.ParseAddr(ip.Spec.Address)
+	if err != nil {
+		return p
+	}
+	ann := in.Lease.Annotations
+	if LeaseAnnounced(ann, addr) {
+		p.Announced = true
+	}
+	note, ok := ann[lbv1.AddressConflictAnnotation]
+	if !ok {
+		return p
+	}
+	reports, err := lbv1.ParseAddressConflicts(note)
+	if err != nil {
+		p.Ignored = BoundedMessage(fmt.Sprintf("annotation %s on Lease %s/%s does not parse: %v", lbv1.AddressConflictAnnotation, in.Lease.Namespace, in.Lease.Name, err))
+		return p
+	}
+	i := slices.IndexFunc(reports, func(c lbv1.AddressConflict) bool { return c.Address == addr })
+	if i < 0 {
+		return p
+	}
+	if p.Announced {
+		p.Ignored = fmt.Sprintf("a conflict reported for %s after it was announced is not believed (the probe runs only before the first announcement)", addr)
+		return p
+	}
+	c := lbv1.IPConflictStatus{MAC: reports[i].MAC.String(), Since: metav1.NewTime(reports[i].At.UTC())}
+	p.Phase, p.Conflict, p.Message = lbv1.IPConflict, &c, ConflictMessage(ip.Name, c)
+	p.Event = BoundedMessage(fmt.Sprintf("%s is in use on the underlay: %s answered the lb pod's probe before the first announcement; the Service %s/%s does not announce it, and %s",
+		ip.Spec.Address, c.MAC, ip.Spec.Service.Namespace, ip.Spec.Service.Name, clearHint(ip.Name)))
+	return p
+}
+
+// LeaseAnnounced tells whether a Lease's annotations count addr as announced: listed in
+// lbsvc.io/announced, or a claim recorded by a release without the probe (no list at all).
+func LeaseAnnounced(ann map[string]string, addr netip.Addr) bool {
+	list, ok := ann[lbv1.AnnouncedAnnotation]
+	if !ok {
+		return ann[lbv1.HAClaimAnnotation] != ""
+	}
+	return slices.Contains(lbv1.ParseAnnounced(list), addr.Unmap())
+}
+
+// ConflictMessage is the IP object's status.message in phase Conflict.
+func ConflictMessage(ipName string, c lbv1.IPConflictStatus) string {
+	return BoundedMessage(fmt.Sprintf("in use on the underlay: %s answered the probe at %s; %s",
+		c.MAC, c.Since.UTC().Format("2006-01-02T15:04:05Z"), clearHint(ipName)))
+}
+
+func clearHint(ipName string) string {
+	return fmt.Sprintf("it is not handed out again until an admin deletes the IP object (kubectl delete ip %s)", ipName)
+}

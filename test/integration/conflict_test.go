@@ -1,0 +1,169 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+)
+
+// The lb pods' conflict probe reports on their Service's Lease (lbsvc.io/address-conflict); the
+// test writes that report as the lb pod would (there is no kubelet here: the probe itself is
+// tested in test/dataplane and end to end).
+func reportConflict(t *testing.T, svc *corev1.Service, note string) {
+	t.Helper()
+	lease := &coordinationv1.Lease{}
+	key := client.ObjectKey{Namespace: svc.Namespace, Name: lbobjects.LeaseName("", svc.Namespace, svc.Name)}
+	switch err := k8s.Get(context.Background(), key, lease); {
+	case apierrors.IsNotFound(err):
+		lease = lbobjects.BuildLease(key.Name, svc)
+		lease.Annotations = map[string]string{lbv1.AddressConflictAnnotation: note}
+		create(t, lease)
+	case err != nil:
+		t.Fatal(err)
+	default:
+		update(t, lease, func(l *coordinationv1.Lease) {
+			if l.Annotations == nil {
+				l.Annotations = map[string]string{}
+			}
+			l.Annotations[lbv1.AddressConflictAnnotation] = note
+		})
+	}
+}
+
+func conflictsTotal(g Gomega) float64 { return counterValue(g, "lbsvc_address_conflicts_total", 0) }
+
+func lbAddresses(g Gomega, ns, svc string) string {
+	d := &appsv1.Deployment{}
+	g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "lb-svc-" + svc}, d)).To(Succeed())
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name == lbv1.EnvAddresses {
+			return e.Value
+		}
+	}
+	return ""
+}
+
+// A dynamic Service whose first address answered the probe: the IP object goes to phase Conflict
+// with the MAC (one Warning on it and on the Service, the counter one higher), the Service gets
+// the next free address and its lb pods are rebuilt for it; the address in Conflict is handed to
+// nobody, stays when the Service goes, and is free again once an admin deletes its IP object.
+func TestConflictMovesDynamicService(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	first, second := f.ip("6"), f.ip("7")
+	create(t, lbService(f.ns, "web", f.provider, ""))
+	svc := waitAddress(t, f.ns, "web", first)
+	before := conflictsTotal(g)
+	at := time.Now().UTC().Truncate(time.Second)
+	reportConflict(t, svc, fmt.Sprintf("%s 02:42:ac:12:00:05 %s", first, at.Format(time.RFC3339)))
+
+	waitAddress(t, f.ns, "web", second)
+	g.Eventually(func(g Gomega) { g.Expect(lbAddresses(g, f.ns, "web")).To(Equal(second + "/24")) }, timeout, interval).Should(Succeed())
+	ip := getIP(g, first)
+	g.Expect(ip.Status.Phase).To(Equal(lbv1.IPConflict))
+	g.Expect(ip.Status.Conflict).NotTo(BeNil())
+	g.Expect(ip.Status.Conflict.MAC).To(Equal("02:42:ac:12:00:05"))
+	g.Expect(ip.Status.Conflict.Since.Time.Equal(at)).To(BeTrue(), "since %v, want %v", ip.Status.Conflict.Since, at)
+	g.Expect(ip.Status.Message).To(Equal(fmt.Sprintf("in use on the underlay: 02:42:ac:12:00:05 answered the probe at %s; it is not handed out again until an admin deletes the IP object (kubectl delete ip %s)",
+		at.Format(time.RFC3339), first)))
+	want := fmt.Sprintf("%s is in use on the underlay: 02:42:ac:12:00:05 answered the lb pod's probe before the first announcement; the Service %s/web does not announce it, and it is not handed out again until an admin deletes the IP object (kubectl delete ip %s)", first, f.ns, first)
+	g.Eventually(func() []string { return warningMessages(t, f.ns, "web", decide.ReasonAddressInUse) }, timeout, interval).Should(Equal([]string{want}))
+	g.Eventually(func() []string { return ipWarnings(t, ip.UID, decide.ReasonAddressInUse) }, timeout, interval).Should(Equal([]string{want}))
+	g.Expect(conflictsTotal(g)).To(Equal(before + 1))
+	g.Expect(getIP(g, second).Status.Phase).NotTo(Equal(lbv1.IPConflict))
+
+	// Another Service asking for the address in Conflict is refused, naming what answered.
+	create(t, lbService(f.ns, "other", f.provider, first))
+	refused := waitRefused(t, f.ns, "other", decide.ReasonAddressInUse)
+	c := findCondition(refused.Status.Conditions, decide.ConditionAddressAllocated)
+	g.Expect(c.Message).To(HavePrefix(fmt.Sprintf("spec.loadBalancerIP %s is in use on the underlay: 02:42:ac:12:00:05 answered", first)))
+	// A third, dynamic, gets neither.
+	create(t, lbService(f.ns, "third", f.provider, ""))
+	waitAddress(t, f.ns, "third", f.ip("8"))
+
+	// The Service goes: its address drains, the one in Conflict stays.
+	g.Expect(k8s.Delete(context.Background(), getService(g, f.ns, "web"))).To(Succeed())
+	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: second}})
+	g.Consistently(func(g Gomega) { g.Expect(getIP(g, first).Status.Phase).To(Equal(lbv1.IPConflict)) }, 2*time.Second, interval).Should(Succeed())
+
+	// An admin clears it: the refused Service gets it.
+	g.Expect(k8s.Delete(context.Background(), getIP(g, first))).To(Succeed())
+	waitAddress(t, f.ns, "other", first)
+	g.Expect(getIP(g, first).Status.Phase).NotTo(Equal(lbv1.IPConflict))
+}
+
+// A static Service whose address answered: refused AddressInUse with the MAC, its lb Deployment
+// removed, the IP object kept in phase Conflict.
+func TestConflictRefusesStaticService(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	addr := f.ip("40")
+	create(t, lbService(f.ns, "web", f.provider, addr))
+	svc := waitAddress(t, f.ns, "web", addr)
+	at := time.Now().UTC().Truncate(time.Second)
+	reportConflict(t, svc, fmt.Sprintf("%s 02:42:ac:12:00:07 %s", addr, at.Format(time.RFC3339)))
+
+	refused := waitRefused(t, f.ns, "web", decide.ReasonAddressInUse)
+	c := findCondition(refused.Status.Conditions, decide.ConditionAddressAllocated)
+	g.Expect(c.Message).To(Equal(fmt.Sprintf("spec.loadBalancerIP %s is in use on the underlay: 02:42:ac:12:00:07 answered the lb pod's probe at %s; it is not announced, and is not handed out again until an admin deletes the IP object (kubectl delete ip %s)",
+		addr, at.Format(time.RFC3339), addr)))
+	g.Eventually(func() bool {
+		err := k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "lb-svc-web"}, &appsv1.Deployment{})
+		return apierrors.IsNotFound(err)
+	}, timeout, interval).Should(BeTrue())
+	g.Consistently(func(g Gomega) {
+		ip := getIP(g, addr)
+		g.Expect(ip.DeletionTimestamp).To(BeNil())
+		g.Expect(ip.Status.Phase).To(Equal(lbv1.IPConflict))
+	}, 2*time.Second, interval).Should(Succeed())
+}
+
+// A report for an address the Lease already lists as announced is not believed (the probe runs
+// only before the first announcement: a later report is a bug or a lie), nor is a malformed one;
+// the IP object records announced for good.
+func TestConflictAfterAnnouncementIgnored(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	addr := f.ip("50")
+	create(t, lbService(f.ns, "web", f.provider, addr))
+	svc := waitAddress(t, f.ns, "web", addr)
+	lease := lbobjects.BuildLease(lbobjects.LeaseName("", f.ns, "web"), svc)
+	lease.Annotations = map[string]string{lbv1.AnnouncedAnnotation: addr}
+	create(t, lease)
+	g.Eventually(func(g Gomega) { g.Expect(getIP(g, addr).Status.Announced).To(BeTrue()) }, timeout, interval).Should(Succeed())
+	before := conflictsTotal(g)
+
+	for _, note := range []string{
+		addr + " 02:42:ac:12:00:05 " + time.Now().UTC().Format(time.RFC3339),
+		strings.Repeat("garbage ", 100),
+	} {
+		reportConflict(t, svc, note)
+		g.Consistently(func(g Gomega) {
+			ip := getIP(g, addr)
+			g.Expect(ip.Status.Phase).To(Equal(lbv1.IPBound))
+			g.Expect(ip.Status.Announced).To(BeTrue())
+			g.Expect(getService(g, f.ns, "web").Annotations[lbv1.AllocatedIPsAnnotation]).To(Equal(addr))
+		}, 2*time.Second, interval).Should(Succeed())
+	}
+	// The Lease dropping its list later does not unset it.
+	update(t, lease, func(l *coordinationv1.Lease) { delete(l.Annotations, lbv1.AnnouncedAnnotation) })
+	g.Consistently(func(g Gomega) { g.Expect(getIP(g, addr).Status.Announced).To(BeTrue()) }, time.Second, interval).Should(Succeed())
+	g.Expect(warningMessages(t, f.ns, "web", decide.ReasonAddressInUse)).To(BeEmpty())
+	g.Expect(conflictsTotal(g)).To(Equal(before))
+}
