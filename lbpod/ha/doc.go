@@ -40,8 +40,15 @@
 //     successor's advert, or after one interval if nobody takes over. Make before break.
 //   - Frozen (SIGSTOP, a paused VM, a starved CPU): the machine knows when it asked to be woken
 //     (an active every interval, a standby at its deadline), so an input later than that by more
-//     than the dead interval means it was stopped. An active then releases at once, before it sends anything; the others had time to
-//     take over with a newer term, and it must not fight them. A frozen standby listens again.
+//     than the dead interval means it was stopped. The others had time to take over with a newer
+//     term, and an active must not fight them: it sends nothing until the runner has fed it every
+//     advert that waited in its socket meanwhile (Verifying, then Verified). A successor's
+//     takeover advert is among them, and makes it let go as any older active does; if there is
+//     none (its peers died with their node, or are as starved), it keeps the addresses and
+//     advertises at once: letting go would leave nobody holding them (a whole node's actives
+//     failing over to one starved node stepped down 28 times for this in one run). An advert
+//     still on the wire when it resumes meets the usual rule within one delivery, and the
+//     Lease fences a successor it cannot hear. A frozen standby listens again.
 //   - Starved, not frozen (hundreds of pods on two cores): the fixed figures assume a replica runs
 //     within a fraction of the interval. Each replica measures its lateness (how long after the
 //     wake time it asked for an input came; as a standby also the gaps between the active's

@@ -246,6 +246,10 @@ const (
 	// output says so (Output.Superseded), and it waits SupersededBackoff more before its next
 	// claim, since it cannot hear the holder it would take the addresses from.
 	Superseded
+	// Verified: every advert that was waiting when the machine said Verifying (in the runner's
+	// channel and in the socket) has been fed to it. An active that was frozen and heard no
+	// newer claim among them keeps the addresses and advertises at once.
+	Verified
 )
 
 func (k EventKind) String() string {
@@ -270,6 +274,8 @@ func (k EventKind) String() string {
 		return "renew-failed"
 	case Superseded:
 		return "superseded"
+	case Verified:
+		return "verified"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -381,7 +387,18 @@ type Machine struct {
 	// hearing the winner (SupersededBackoff, doubling); 0 once it hears an advert (an
 	// authenticated one when Config.Authenticated).
 	backoff time.Duration
+	// verifying: an active found it was frozen (frozenFor) and waits, holding but silent, for
+	// the adverts queued meanwhile (Verifying, Verified); frozenGap is how long it was frozen.
+	verifying bool
+	frozenGap time.Duration
 }
+
+// Verifying says that the machine, an active that was frozen, waits for every advert already
+// waiting to be fed to it (in the order they came), then Verified. Meanwhile it holds the
+// addresses and sends nothing: a replica that took over during the freeze has advertised its
+// newer term by now, and hearing it makes this one let go as any active would; if none did (the
+// other replicas are gone, or as starved), keeping the addresses costs no failover.
+func (m *Machine) Verifying() bool { return m.verifying }
 
 // NewMachine returns a machine for cfg; feed it Start first.
 func NewMachine(cfg Config) *Machine {
@@ -610,6 +627,13 @@ func (m *Machine) Handle(ev Event) Output {
 		}
 	case Superseded:
 		m.superseded(now, ev.Claim, &out)
+	case Verified:
+		if m.verifying && m.role == Active {
+			m.verifying = false
+			out.Reason = fmt.Sprintf("frozen for %s, longer than the dead interval, and no newer claim was waiting: keeping the addresses", m.frozenGap)
+			out.Send = m.advert(now, false)
+			m.nextAdvert = now + m.cfg.Interval
+		}
 	case RenewFailed:
 		switch m.role {
 		case Active:
@@ -622,6 +646,9 @@ func (m *Machine) Handle(ev Event) Output {
 		case Resigning:
 			m.stop(&out, "the addresses' kernel lifetime could not be renewed while resigning")
 		}
+	}
+	if m.role != Active {
+		m.verifying = false
 	}
 	out.Role = m.role
 	out.Done = m.role == Stopped
@@ -645,13 +672,16 @@ func (m *Machine) frozenFor(now time.Duration) (gap time.Duration, frozen bool) 
 }
 
 // frozen: we did not run for longer than the others would wait (frozenFor). Others have had time
-// to take over with a newer term: an active steps down without waiting to hear them (it must not
-// fight), and a standby listens again before it may claim.
+// to take over with a newer term: an active sends nothing until it has read what they sent
+// meanwhile (Verifying: it must not fight a newer holder, nor give up addresses nobody took), and
+// a standby listens again before it may claim.
 func (m *Machine) frozen(now, gap time.Duration, out *Output) {
 	gap = gap.Round(time.Millisecond)
 	switch m.role {
 	case Active:
-		m.stepDown(now, out, fmt.Sprintf("frozen for %s, longer than the dead interval: stepping down", gap))
+		if !m.verifying {
+			m.verifying, m.frozenGap = true, gap
+		}
 	case Resigning:
 		m.stop(out, fmt.Sprintf("frozen for %s while resigning", gap))
 	case Standby:
@@ -670,7 +700,7 @@ func (m *Machine) tick(now time.Duration, out *Output) {
 			m.takeOver(now, out, why)
 		}
 	case Active:
-		if now >= m.nextAdvert {
+		if now >= m.nextAdvert && !m.verifying {
 			out.Send = m.advert(now, false)
 			m.nextAdvert = now + m.cfg.Interval
 		}
@@ -734,9 +764,12 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 			m.stepDown(now, out, fmt.Sprintf("%s is active with term %d (ours %d): stepping down", a.Sender, a.Term, m.term))
 			return
 		}
-		// We win: say so at once rather than at the next interval, so the other steps down now.
-		out.Send = m.advert(now, false)
-		m.nextAdvert = now + m.cfg.Interval
+		// We win: say so at once rather than at the next interval, so the other steps down now
+		// (after a freeze, once the queue is read: Verified).
+		if !m.verifying {
+			out.Send = m.advert(now, false)
+			m.nextAdvert = now + m.cfg.Interval
+		}
 	case Resigning:
 		if !a.Resigning {
 			m.stop(out, fmt.Sprintf("handed over to %s (term %d)", a.Sender, a.Term))
@@ -832,6 +865,9 @@ func (m *Machine) wake(now time.Duration) time.Duration {
 		}
 	case Active:
 		w = min(w, m.nextAdvert)
+		if m.verifying {
+			w = now // until Verified
+		}
 	case Resigning:
 		w = min(w, m.nextAdvert, m.resignUntil)
 	case Stopped:

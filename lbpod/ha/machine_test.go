@@ -131,11 +131,19 @@ func TestMachine(t *testing.T) {
 			step{ev: recv(320, from(idB, 1)), send: "term 1", role: Active, wake: 420},
 			step{ev: recv(330, from(ID{2, 0, 0, 0, 0, 6}, 1)), hold: Release, role: Standby, wake: 645, reason: "stepping down"},
 		)},
-		"frozen active: steps down at the first tick after the gap, sends nothing": {steps: append(activeAt315[:5:5],
-			step{ev: at(Tick, 1000), hold: Release, role: Standby, wake: 1315, reason: "frozen for 685ms, longer than the dead interval: stepping down"},
+		"frozen active, nothing newer waiting: silent until the queue is read, then keeps the addresses and advertises": {steps: append(activeAt315[:5:5],
+			step{ev: at(Tick, 1000), role: Active, wake: 1000},
+			step{ev: at(Verified, 1000), send: "term 1", role: Active, wake: 1100, reason: "frozen for 685ms, longer than the dead interval, and no newer claim was waiting: keeping the addresses"},
+			step{ev: at(Tick, 1100), send: "term 1", role: Active, wake: 1200},
 		)},
-		"frozen active: steps down even when the first thing it hears is an older term": {steps: append(activeAt315[:5:5],
-			step{ev: recv(700, from(idB, 0)), hold: Release, role: Standby, wake: 1015, reason: "frozen for 385ms"},
+		"frozen active, a newer claim waiting: lets go on reading it, sends nothing": {steps: append(activeAt315[:5:5],
+			step{ev: at(Tick, 1000), role: Active, wake: 1000},
+			step{ev: recv(1000, from(idB, 2)), hold: Release, role: Standby, wake: 1315, reason: "is active with term 2 (ours 1): stepping down"},
+			step{ev: at(Verified, 1000), role: Standby, wake: 1315},
+		)},
+		"frozen active, an older term heard first: does not answer it before the queue is read": {steps: append(activeAt315[:5:5],
+			step{ev: recv(700, from(idB, 0)), role: Active, wake: 700},
+			step{ev: at(Verified, 700), send: "term 1", role: Active, wake: 800, reason: "frozen for 385ms"},
 		)},
 		"frozen standby: listens a whole dead interval again before claiming": {steps: []step{
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
@@ -352,14 +360,28 @@ func TestSlack(t *testing.T) {
 		mustOut(t, m, at(Tick, 30100), Active, Keep, 100)
 	})
 
-	t.Run("frozen past what it advertised: the active steps down", func(t *testing.T) {
+	t.Run("frozen past what it advertised: the active is silent until it has read the queue", func(t *testing.T) {
 		m := active(t)
 		mustOut(t, m, at(Tick, 415), Active, Keep, 100)
 		mustOut(t, m, at(Tick, 615), Active, Keep, 167)
 		mustOut(t, m, at(Tick, 715), Active, Keep, 165)
-		out := mustOut(t, m, at(Tick, 1211), Standby, Release, 0) // 496 ms > 3 × 165 ms
+		mustOut(t, m, at(Tick, 1211), Active, Keep, 0) // 496 ms > 3 × 165 ms: frozen
+		if !m.Verifying() {
+			t.Fatal("not verifying after a freeze")
+		}
+		out := mustOut(t, m, at(Verified, 1211), Active, Keep, 364) // stretched by the lateness seen
 		if !strings.Contains(out.Reason, "frozen for 496ms") {
 			t.Fatalf("reason %q, want it to say frozen for 496ms", out.Reason)
+		}
+	})
+	t.Run("just within what it advertised: no freeze", func(t *testing.T) {
+		m := active(t)
+		mustOut(t, m, at(Tick, 415), Active, Keep, 100)
+		mustOut(t, m, at(Tick, 615), Active, Keep, 167)
+		mustOut(t, m, at(Tick, 715), Active, Keep, 165)
+		mustOut(t, m, at(Tick, 1210), Active, Keep, 364)
+		if m.Verifying() {
+			t.Fatal("verifying without a freeze")
 		}
 	})
 

@@ -338,6 +338,10 @@ func (s *sim) step() {
 		if r.alive {
 			s.recorder(i)
 		}
+		if r.alive && r.m.Verifying() {
+			// As the runner does: every frame due has been fed above, then Verified.
+			s.handle(i, Event{Kind: Verified, Now: s.now})
+		}
 		if r.alive && s.now >= r.wake {
 			s.handle(i, Event{Kind: Tick, Now: s.now})
 		}

@@ -203,13 +203,21 @@ func (r *runner) run(ctx context.Context) error {
 			}
 			return errors.New("ha: resignation did not finish within two intervals; addresses released")
 		}
+		if !out.Done && r.m.Verifying() {
+			// An active that was frozen reads what the others sent meanwhile before it says
+			// anything (Machine.Verifying).
+			out = r.drain(out)
+			if !out.Done {
+				out = r.handle(Event{Kind: Verified, Now: r.now()})
+			}
+		}
 		timer.Reset(time.Until(r.origin.Add(out.Wake)))
 	}
 	return nil
 }
 
 // drain feeds the adverts already waiting, in the channel and in the socket, before a standby
-// decides to take over. After a stall (a starved CPU) the timer and the socket are ready at once,
+// decides to take over, and before an active that was frozen speaks again. After a stall (a starved CPU) the timer and the socket are ready at once,
 // and select picks either: without this, a standby would take over from an active whose adverts
 // it has received but not read.
 func (r *runner) drain(out Output) Output {

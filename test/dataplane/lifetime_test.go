@@ -159,14 +159,8 @@ func TestHALBPodRenewalFailure(t *testing.T) {
 	t.Logf("figure: ha_renewal_failure_to_standby_holding_ms=%d", took.Milliseconds())
 }
 
-// TestHAStallFence stops the active lbpod (SIGSTOP) for two seconds and measures, from the
-// stop, when the standby holds the address and when the stopped replica's kernel drops it by
-// itself (the lease lapses: renewed every quarter lease, a 1 s lifetime, and the kernel's own
-// lifetime timer). Until then both kernels hold it (the stopped one still answers ARP and
-// forwards; the successor's announcements move the clients). After SIGCONT the stopped replica
-// steps down before it sends anything, and its loop does not put the address back (it holds the
-// addresses only while the election confirmed the role within the dead interval).
-func TestHAStallFence(t *testing.T) {
+// startStallPair starts two replicas with a 1 s lease: a active, then b standby.
+func startStallPair(t *testing.T) (*haTopology, *haReplica, *haReplica) {
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
 	tp := newHATopology(t)
@@ -180,6 +174,18 @@ func TestHAStallFence(t *testing.T) {
 	waitFor(t, 10*time.Second, "a active", func() bool { return a.role() == "active" && tp.holds("a") })
 	b := start("b")
 	waitFor(t, 10*time.Second, "b standby", func() bool { return b.role() == "standby" })
+	return tp, a, b
+}
+
+// TestHAStallFence stops the active lbpod (SIGSTOP) for two seconds and measures, from the
+// stop, when the standby holds the address and when the stopped replica's kernel drops it by
+// itself (the lease lapses: renewed every quarter lease, a 1 s lifetime, and the kernel's own
+// lifetime timer). Until then both kernels hold it (the stopped one still answers ARP and
+// forwards; the successor's announcements move the clients). After SIGCONT the stopped replica
+// steps down before it sends anything, and its loop does not put the address back (it holds the
+// addresses only while the election confirmed the role within the dead interval).
+func TestHAStallFence(t *testing.T) {
+	tp, a, _ := startStallPair(t)
 	time.Sleep(time.Second) // a few renewals in steady state: the stop lands anywhere between two
 
 	stopped := time.Now()
@@ -210,4 +216,43 @@ func TestHAStallFence(t *testing.T) {
 	}
 	t.Logf("figure: ha_stall_standby_holds_ms=%d ha_stall_fence_lapses_ms=%d ha_stall_overlap_ms=%d (from SIGSTOP; lease %s, interval %s)",
 		claimed.Milliseconds(), lapsed.Milliseconds(), (lapsed - claimed).Milliseconds(), haLease, haInterval)
+}
+
+// TestHAStallAlone is TestHAStallFence with nobody to take over: the standby was killed first
+// (its node died; or, on one starved node, it is as late). The active is stopped for 1.5 s, past
+// the dead interval and the address's 1 s lease, so its kernel drops the address; after SIGCONT
+// it reads what waited in its socket (nothing newer), keeps the active role, advertises at once
+// and puts the address back, where it used to step down and leave the address unheld for a dead
+// interval and more. The figure is SIGCONT until net1 holds the address again.
+func TestHAStallAlone(t *testing.T) {
+	tp, a, b := startStallPair(t)
+	_ = b.cmd.Process.Kill()
+	select {
+	case <-b.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("b did not exit within 5 s of kill -9")
+	}
+
+	_ = a.cmd.Process.Signal(syscall.SIGSTOP)
+	waitFor(t, 5*time.Second, "a's kernel dropped the address (lease lapsed)", func() bool { return !tp.holds("a") })
+	stopped := 1500 * time.Millisecond
+	time.Sleep(stopped - haLease) // the lapse came at about the lease: stopped ~1.5 s in all
+	logged := len(a.logs.String())
+	_ = a.cmd.Process.Signal(syscall.SIGCONT)
+	resumed := time.Now()
+	var back time.Duration
+	waitFor(t, 5*time.Second, "a holds the address again", func() bool {
+		if tp.holds("a") {
+			back = time.Since(resumed)
+			return true
+		}
+		return false
+	})
+	waitFor(t, 5*time.Second, "a logs that it kept the addresses", func() bool {
+		return strings.Contains(a.logs.String()[logged:], "no newer claim was waiting: keeping the addresses")
+	})
+	if after := a.logs.String()[logged:]; a.role() != "active" || strings.Contains(after, "stepping down") || strings.Contains(after, "-address "+haLB) {
+		t.Errorf("after SIGCONT: role %s, want active throughout; log:\n%s", a.role(), after)
+	}
+	t.Logf("figure: ha_stall_alone_back_ms=%d (SIGCONT -> the address on net1 again; stopped past the dead interval and the %s lease, no standby left)", back.Milliseconds(), haLease)
 }

@@ -66,7 +66,7 @@ func TestStaticAddressInUseOnUnderlay(t *testing.T) {
 		g.Expect(c).NotTo(BeNil())
 		g.Expect([]string{string(c.Status), c.Reason}).To(Equal([]string{"False", decide.ReasonAddressInUse}))
 		cond = s
-	}).WithTimeout(2*time.Minute).WithPolling(100*time.Millisecond).Should(Succeed())
+	}).WithTimeout(2 * time.Minute).WithPolling(100 * time.Millisecond).Should(Succeed())
 	t.Logf("figure: conflict_refused_after_ms=%d (Service created -> refused AddressInUse, probe answered by the client)", time.Since(created).Milliseconds())
 	c := meta.FindStatusCondition(cond.Status.Conditions, decide.ConditionAddressAllocated)
 	g.Expect(c.Message).To(HavePrefix(fmt.Sprintf("spec.loadBalancerIP %s is in use on the underlay: %s answered the lb pod's probe at ", taken, mac)))
