@@ -198,7 +198,7 @@ pct() { awk -v p="$1" '{ v[NR] = $1 } END { if (NR == 0) { print "-"; exit } i =
 echo "figure: mass_failover_services=$N actives_on_failed_node=$on_victim active_on_node1_after=$moved"
 echo "figure: mass_failover_outage_ms p50=$(gaps victim | pct 50) p95=$(gaps victim | pct 95) max=$(gaps victim | pct 100) (longest time without a TCP answer, probes every 100 ms, over the $on_victim Services whose active was on $victim)"
 echo "figure: mass_failover_baseline_ms max=$(gaps other | pct 100) (the same over the $((N - on_victim)) Services whose active stayed on node 1)"
-echo "lb pods on node 1 in the last minute: $(grep -c 'msg=role role=active' "$CLUSTER_DIR/survivors.log" || true) turned active, $(grep -c 'announcement withheld' "$CLUSTER_DIR/survivors.log" || true) announcements withheld, $(grep -c 'sent the withheld' "$CLUSTER_DIR/survivors.log" || true) sent later, $(grep -c 'frozen for' "$CLUSTER_DIR/survivors.log" || true) stepped down frozen"
+echo "lb pods on node 1 in the last minute: $(grep -c 'msg=role role=active' "$CLUSTER_DIR/survivors.log" || true) turned active, $(grep -c 'announcement withheld' "$CLUSTER_DIR/survivors.log" || true) announcements withheld, $(grep -c 'sent the withheld' "$CLUSTER_DIR/survivors.log" || true) sent later, $(grep -c 'stepping down' "$CLUSTER_DIR/survivors.log" || true) stepped down, $(grep -c 'keeping the addresses' "$CLUSTER_DIR/survivors.log" || true) kept the address after a stall (frozen, nobody newer)"
 # When the survivors took over, from their log lines' own times (this machine's clock), against the
 # moment node 2 was frozen.
 frozen_at=$(head -1 "$CLUSTER_DIR/fail.out" | cut -d' ' -f1)
