@@ -76,7 +76,9 @@ type Loop struct {
 	activeChanged chan struct{}
 
 	active atomic.Bool
-	held   bool // last value given to OnHeld
+	// blocked is Block's reason, nil until then.
+	blocked atomic.Pointer[string]
+	held    bool // last value given to OnHeld
 	// noSCTP is set once the kernel refused our SCTP rules while taking the others; it stays
 	// set for the pod's life (the message says to restart it once the modules are loaded).
 	noSCTP atomic.Bool
@@ -129,10 +131,29 @@ func (l *Loop) SetActive(active bool) {
 // Active reports whether the loop is to hold the LB address.
 func (l *Loop) Active() bool { return l.active.Load() }
 
-// holding says whether the loop holds the LB addresses now: active and confirmed
+// Block keeps the loop from ever holding the LB addresses, and /readyz says reason: the conflict
+// probe found them in use on the underlay. Nothing unblocks it (the operator replaces the pod).
+func (l *Loop) Block(reason string) {
+	l.blocked.Store(&reason)
+	l.setReady(false, reason)
+	select {
+	case l.activeChanged <- struct{}{}:
+	default:
+	}
+}
+
+// Blocked is the reason given to Block, "" when not blocked.
+func (l *Loop) Blocked() string {
+	if r := l.blocked.Load(); r != nil {
+		return *r
+	}
+	return ""
+}
+
+// holding says whether the loop holds the LB addresses now: active, not blocked, and confirmed
 // (LoopConfig.Confirmed).
 func (l *Loop) holding() bool {
-	return l.Active() && (l.cfg.Confirmed == nil || l.cfg.Confirmed())
+	return l.Active() && l.blocked.Load() == nil && (l.cfg.Confirmed == nil || l.cfg.Confirmed())
 }
 
 // Held reports whether the LB addresses are held now (what OnHeld last reported).
@@ -144,6 +165,9 @@ func (l *Loop) Held() bool {
 
 // Ready reports what /readyz says: whether the state is applied and verified, and why not.
 func (l *Loop) Ready() (bool, string) {
+	if r := l.Blocked(); r != "" {
+		return false, r
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ready, l.reason
@@ -151,6 +175,9 @@ func (l *Loop) Ready() (bool, string) {
 
 // setReady records readiness and reports whether it changed.
 func (l *Loop) setReady(ready bool, reason string) bool {
+	if r := l.blocked.Load(); r != nil {
+		ready, reason = false, *r
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	changed := l.ready != ready || l.reason != reason

@@ -89,11 +89,8 @@ func (o haOptions) validate() error {
 // runElected runs the loop under the election: the loop as a standby, the election deciding when
 // it holds the addresses. On ctx's end the election resigns first (the loop still running, so
 // that releasing the addresses takes effect), then the loop stops.
-func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbpod.Loop, holder *loopHolder, log *slog.Logger) error {
-	recorder, err := newRecorder(o, log)
-	if err != nil {
-		return err
-	}
+func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbpod.Loop, holder *loopHolder, recorder *leaseRecorder, log *slog.Logger) error {
+	holder.ctx = ctx
 	if recorder != nil {
 		go recorder.run(ctx)
 	}
@@ -123,16 +120,20 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 
 // newRecorder returns the Lease recorder, or nil when there is no API to write to (--service-file)
 // or no pod or Lease name (outside a cluster).
-func newRecorder(o options, log *slog.Logger) (*leaseRecorder, error) {
+func newRecorder(o options, network lbpod.Network, log *slog.Logger) (*leaseRecorder, error) {
 	if o.serviceFile != "" || o.podName == "" || o.leaseName == "" {
-		log.Info("takeovers are not recorded in a Lease", "why", "no API (--service-file), no --pod-name or no --lease-name")
+		log.Info("nothing is recorded in a Lease", "why", "no API (--service-file), no --pod-name or no --lease-name")
 		return nil, nil
 	}
 	client, err := newClient(o)
 	if err != nil {
 		return nil, err
 	}
-	return newLeaseRecorder(client, o.namespace, o.service, o.leaseName, o.podName, log), nil
+	r := newLeaseRecorder(client, o.namespace, o.service, o.leaseName, o.podName, log)
+	for _, a := range network.Addresses {
+		r.addrs = append(r.addrs, a.Addr())
+	}
+	return r, nil
 }
 
 // loopHolder is the election's Holder: it switches the loop between active and standby and waits
@@ -166,6 +167,13 @@ type loopHolder struct {
 	// nl is Renew's netlink socket, opened at the first renewal (Renew runs on the election's
 	// goroutine only).
 	nl *netlink.Handle
+	// prober, when set, probes the underlay at the first takeover (prober.check); probing says it
+	// runs now, during which the addresses stay off net1 (the loop is not made active and Renew
+	// puts nothing on). ctx bounds it.
+	prober  *prober
+	probing bool
+	probed  bool
+	ctx     context.Context
 }
 
 func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHolder {
@@ -256,9 +264,26 @@ func (h *loopHolder) onHeld(held bool) {
 	}
 }
 
-// SetActive implements ha.Holder.
+// SetActive implements ha.Holder. The first takeover of a replica with a prober starts the
+// conflict probe and returns at once, so that the takeover's advert goes out now (another standby
+// must not claim, nor probe, meanwhile); the loop holds the addresses once the probe found nobody.
 func (h *loopHolder) SetActive(active bool) {
 	h.confirm(active)
+	h.mu.Lock()
+	startProbe := active && h.prober != nil && !h.probed && !h.probing
+	h.probing = h.probing || startProbe
+	wait := h.probing
+	h.mu.Unlock()
+	if startProbe {
+		h.prober.hold() // before the election hands the claim to the recorder
+		go h.runProbe()
+	}
+	if wait {
+		if !active {
+			h.loop.SetActive(false)
+		}
+		return // runProbe makes the loop active if the election still says so
+	}
 	h.loop.SetActive(active)
 	timeout := time.NewTimer(h.waitHeld)
 	defer timeout.Stop()
@@ -276,6 +301,35 @@ func (h *loopHolder) SetActive(active bool) {
 			return
 		}
 	}
+}
+
+// runProbe runs the prober once; with nobody answering it makes the loop active if the election
+// still wants this replica active, else it blocks the loop for good (the election keeps this
+// replica active, so that no standby takes the addresses either: the operator moves the Service).
+func (h *loopHolder) runProbe() {
+	ctx := h.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	reason := h.prober.check(ctx)
+	if reason != "" {
+		h.loop.Block(reason)
+	}
+	h.mu.Lock()
+	h.probing, h.probed = false, true
+	active := h.active
+	h.mu.Unlock()
+	if reason == "" && active {
+		h.loop.SetActive(true)
+	}
+}
+
+// holdsNothing says that the addresses must stay off net1: the probe runs, or found them in use.
+func (h *loopHolder) holdsNothing() bool {
+	h.mu.Lock()
+	probing := h.probing
+	h.mu.Unlock()
+	return probing || (h.loop != nil && h.loop.Blocked() != "")
 }
 
 // Ready implements ha.Readier: a standby claims only once its loop has applied and verified the
@@ -327,6 +381,9 @@ func (h *loopHolder) Renew(holdFor time.Duration) error {
 // renew is Renew without the withheld announcement.
 func (h *loopHolder) renew(holdFor time.Duration) error {
 	h.confirm(true)
+	if h.holdsNothing() {
+		return nil // nothing on net1 to renew, and nothing may be put there
+	}
 	h.mu.Lock()
 	if holdFor > 0 {
 		h.dead = holdFor

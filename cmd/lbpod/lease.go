@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
 // leaseRecorder is the election's Record (ha.Record): the Service's Lease. At each takeover the new
@@ -57,6 +61,19 @@ type leaseRecorder struct {
 	note *heldTwice
 	// told is the last recorded claim handed to the election.
 	told ha.Claim
+
+	// addrs are this lb pod's addresses (for a Lease of a release without the probe).
+	addrs []netip.Addr
+	// probing holds writes back while the conflict probe runs, so that its outcome goes with the
+	// takeover's claim in one write; announce and conflicts are that outcome, until written.
+	probing   bool
+	announce  []netip.Addr
+	conflicts []v1alpha1.AddressConflict
+	// watched is the Lease as the watch last saw it (found: it exists), once synced; running says
+	// that run (and its watch) was started.
+	running, found bool
+	watched        map[string]string
+	hasSynced      func() bool
 }
 
 // heldTwice is one step-down on the Lease's claim: our claim then, the claim that superseded it,
@@ -129,6 +146,9 @@ func (r *leaseRecorder) tell(c ha.Claim) {
 // conflict or a Lease created meanwhile is retried at once: another write landed, and the
 // comparison is made again against it.
 func (r *leaseRecorder) run(ctx context.Context) {
+	r.mu.Lock()
+	r.running = true
+	r.mu.Unlock()
 	go r.watch(ctx)
 	for {
 		select {
@@ -175,6 +195,7 @@ func (r *leaseRecorder) watch(ctx context.Context) {
 			r.tell(recorded)
 		}
 		r.mu.Lock()
+		r.watched, r.found = maps.Clone(l.Annotations), true
 		behind := r.want != (ha.Claim{}) && r.want.Compare(recorded) > 0
 		r.mu.Unlock()
 		if behind {
@@ -187,8 +208,16 @@ func (r *leaseRecorder) watch(ctx context.Context) {
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    seen,
 			UpdateFunc: func(_, obj any) { seen(obj) },
+			DeleteFunc: func(any) {
+				r.mu.Lock()
+				r.watched, r.found = nil, false
+				r.mu.Unlock()
+			},
 		},
 	})
+	r.mu.Lock()
+	r.hasSynced = ctrl.HasSynced
+	r.mu.Unlock()
 	ctrl.RunWithContext(ctx)
 }
 
@@ -214,9 +243,10 @@ func (r *leaseRecorder) recorded(l *coordinationv1.Lease) ha.Claim {
 func (r *leaseRecorder) sync(ctx context.Context) error {
 	r.mu.Lock()
 	want, note := r.want, r.note
+	probing, announce, conflicts := r.probing, r.announce, r.conflicts
 	r.mu.Unlock()
-	if want == (ha.Claim{}) && note == nil {
-		return nil
+	if probing || (want == (ha.Claim{}) && note == nil && announce == nil && conflicts == nil) {
+		return nil // while the probe runs, its outcome is awaited: one write for both
 	}
 	leases := r.client.CoordinationV1().Leases(r.namespace)
 	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
@@ -235,11 +265,26 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 	}
 	prev := ptr.Deref(l.Spec.HolderIdentity, "")
 	claimed := want != (ha.Claim{}) && want.Compare(recorded) > 0
-	if !claimed && note == nil {
+	if !claimed && note == nil && announce == nil && conflicts == nil {
 		return nil // the Lease names a claim as new as ours or newer: never written over
 	}
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
+	}
+	if _, listed := l.Annotations[v1alpha1.AnnouncedAnnotation]; !listed && (claimed || announce != nil || conflicts != nil) {
+		// The operator reads a claim without the list as a release before the probe, whose
+		// addresses were all held: say so explicitly, or say that nothing was announced yet.
+		if recorded != (ha.Claim{}) {
+			l.Annotations[v1alpha1.AnnouncedAnnotation] = v1alpha1.FormatAnnounced(r.addrs)
+		} else {
+			l.Annotations[v1alpha1.AnnouncedAnnotation] = ""
+		}
+	}
+	if announce != nil {
+		l.Annotations[v1alpha1.AnnouncedAnnotation] = probe.Announced(l.Annotations, announce)
+	}
+	if conflicts != nil {
+		l.Annotations[v1alpha1.AddressConflictAnnotation] = v1alpha1.FormatAddressConflicts(conflicts)
 	}
 	transitions := ptr.Deref(l.Spec.LeaseTransitions, 0)
 	if claimed {
@@ -270,6 +315,12 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 	if r.note == note {
 		r.note = nil
 	}
+	if announce != nil && slices.Equal(r.announce, announce) {
+		r.announce = nil
+	}
+	if conflicts != nil && len(r.conflicts) == len(conflicts) {
+		r.conflicts = nil
+	}
 	r.mu.Unlock()
 	if claimed {
 		r.log.Info("recorded the takeover", "holder", r.identity, "claim", want.String(), "previous", prev, "previousClaim", recorded.String(),
@@ -290,4 +341,69 @@ func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, er
 	}
 	// Named as given (LBPOD_LEASE): the name also depends on --lb-pod-namespace.
 	return lbobjects.BuildLease(r.name, svc), nil
+}
+
+// annotations implements leaseState: the Lease as the watch has it once synced (no round trip at
+// a takeover), else as the API server says.
+func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, bool, error) {
+	r.mu.Lock()
+	running, synced := r.running, r.hasSynced
+	r.mu.Unlock()
+	if running {
+		// The watch's first list comes within a moment of start; a takeover that comes first
+		// (at creation) waits for it, a bounded time.
+		deadline := time.Now().Add(2 * time.Second)
+		for (synced == nil || !synced()) && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+			r.mu.Lock()
+			synced = r.hasSynced
+			r.mu.Unlock()
+		}
+		if synced != nil && synced() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			return maps.Clone(r.watched), r.found, nil
+		}
+	}
+	l, err := r.client.CoordinationV1().Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return l.Annotations, true, nil
+}
+
+// startProbe implements leaseState: writes wait for the probe's outcome.
+func (r *leaseRecorder) startProbe() {
+	r.mu.Lock()
+	r.probing = true
+	r.mu.Unlock()
+}
+
+// probed implements leaseState. With the recorder running (standbys) the outcome goes with the
+// claim's write; a single lb pod writes it here, retrying a few times.
+func (r *leaseRecorder) probed(ctx context.Context, free []netip.Addr, conflicts []v1alpha1.AddressConflict) error {
+	r.mu.Lock()
+	r.probing = false
+	if free != nil {
+		r.announce = slices.Clone(free)
+	}
+	if conflicts != nil {
+		r.conflicts = slices.Clone(conflicts)
+	}
+	running := r.running
+	r.mu.Unlock()
+	if running {
+		r.wake()
+		return nil
+	}
+	var err error
+	for try := 0; try < 5; try++ {
+		if err = r.sync(ctx); err == nil || !(apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) {
+			return err
+		}
+	}
+	return err
 }

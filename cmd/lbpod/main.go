@@ -26,6 +26,7 @@ import (
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
 // options are lbpod's flags; each input defaults to its environment variable.
@@ -42,6 +43,10 @@ type options struct {
 	procSys                                     string
 	ha                                          haOptions
 	podName, leaseName                          string
+	// conflictProbe is --conflict-probe; conflictProbeSet says it was given (flag or env), which
+	// --service-file needs to probe at all.
+	conflictProbe    string
+	conflictProbeSet bool
 }
 
 func parseFlags(name string, args []string) (options, error) {
@@ -75,7 +80,13 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.StringVar(&o.ha.keyFile, "ha-key-file", "", "election: the Service's key (at least 16 bytes); every advert is authenticated with it. Empty: unauthenticated adverts (wire version 1, as before), with a warning")
 	fs.DurationVar(&o.ha.replayWindow, "ha-replay-window", ha.DefaultReplayWindow, "election: an authenticated advert is refused when its sender's clock is further than this from ours (bounds replays; the nodes' clocks must agree within it)")
 	fs.DurationVar(&o.ha.legacyWindow, "ha-legacy-window", ha.DefaultLegacyWindow, "election, with a key: how long after start unauthenticated adverts of replicas without a key are still obeyed (an upgrade), until an authenticated one is heard or this replica was active (0: never)")
+	fs.StringVar(&o.conflictProbe, "conflict-probe", os.Getenv(v1alpha1.EnvConflictProbe), `before the first announcement of an address its Service never announced (the Lease's `+v1alpha1.AnnouncedAnnotation+`): ask the underlay whether a host uses it (ARP from 0.0.0.0, IPv6 DAD): "fast" (about 0.1 s), "rfc" (RFC 5227 timings, up to 6 s) or "off" (env `+v1alpha1.EnvConflictProbe+`; empty: fast; with --service-file only when given)`)
 	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	o.conflictProbeSet = os.Getenv(v1alpha1.EnvConflictProbe) != ""
+	fs.Visit(func(f *flag.Flag) { o.conflictProbeSet = o.conflictProbeSet || f.Name == "conflict-probe" })
+	if _, _, err := probe.TimingFor(o.conflictProbe); err != nil {
 		return o, err
 	}
 	var err error

@@ -69,13 +69,37 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		_ = srv.Shutdown(sctx)
 	}()
 
+	recorder, err := newRecorder(o, network, log)
+	if err != nil {
+		return err
+	}
+	var lease leaseState
+	if recorder != nil {
+		lease = recorder // a nil *leaseRecorder in the interface would not be nil
+	}
+	prober, err := newProber(o, network, lease, loop.Registerer(), log)
+	if err != nil {
+		return err
+	}
+
 	go src.Run(ctx, loop)
 	if holder == nil {
+		if prober != nil {
+			// The rules go in meanwhile; the addresses only once the underlay has no other owner.
+			loop.SetActive(false)
+			go func() {
+				if reason := prober.check(ctx); reason != "" {
+					loop.Block(reason)
+					return
+				}
+				loop.SetActive(true)
+			}()
+		}
 		return loop.Run(ctx)
 	}
-	holder.loop = loop
+	holder.loop, holder.prober = loop, prober
 	loop.SetActive(false) // a standby until elected
-	return runElected(ctx, o, network, loop, holder, log)
+	return runElected(ctx, o, network, loop, holder, recorder, log)
 }
 
 // uplinkAddrs lists the addresses of the uplink (eth0), for the health server's fallback

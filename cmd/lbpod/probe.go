@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/lbpod"
+	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
+)
+
+// leaseState is what the prober reads and writes on the Service's Lease (leaseRecorder).
+type leaseState interface {
+	// annotations are the Lease's annotations, and whether it exists.
+	annotations(ctx context.Context) (map[string]string, bool, error)
+	// startProbe holds the Lease's writes back until probed.
+	startProbe()
+	// probed records the probe's outcome: the addresses found free (announced from now on), or
+	// what answered. With standbys the announced ones go with the takeover's claim, in one write.
+	probed(ctx context.Context, free []netip.Addr, conflicts []v1alpha1.AddressConflict) error
+}
+
+// prober runs the conflict probe once, before this lb pod first holds addresses its Service never
+// announced (probe.Needed), and records the outcome on the Lease.
+type prober struct {
+	timing        probe.Timing
+	iface         string
+	addrs         []netip.Addr
+	lease         leaseState // nil: no API (--service-file): every address is probed
+	log           *slog.Logger
+	conflictGauge *prometheus.GaugeVec
+
+	once   sync.Once
+	reason string // why the addresses may not be held; "" when they may
+}
+
+// newProber returns nil when nothing is to be probed: --conflict-probe off, or --service-file
+// without --conflict-probe (the data path tests' lb pods keep their behaviour).
+func newProber(o options, network lbpod.Network, lease leaseState, reg prometheus.Registerer, log *slog.Logger) (*prober, error) {
+	timing, on, err := probe.TimingFor(o.conflictProbe)
+	if err != nil || !on || (o.serviceFile != "" && !o.conflictProbeSet) {
+		return nil, err
+	}
+	p := &prober{timing: timing, iface: o.iface, lease: lease, log: log,
+		conflictGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "lbpod_address_conflict",
+			Help: "1 for an LB address that a host on the underlay answered for before its first announcement (the lb pod holds none of its addresses then), by address and the MAC that answered.",
+		}, []string{"address", "mac"})}
+	for _, a := range network.Addresses {
+		p.addrs = append(p.addrs, a.Addr())
+	}
+	if err := reg.Register(p.conflictGauge); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// check probes once per process (later calls return the first answer): "" when the addresses may
+// be held, else why not. A probe that cannot run at all (no raw socket) lets them be held, with a
+// warning: the probe guards against a mistake on the underlay, it is not the fence.
+func (p *prober) check(ctx context.Context) string {
+	if p == nil {
+		return ""
+	}
+	p.once.Do(func() { p.reason = p.run(ctx) })
+	return p.reason
+}
+
+func (p *prober) run(ctx context.Context) string {
+	p.hold()
+	needed := p.addrs
+	if p.lease != nil {
+		ann, found, err := p.lease.annotations(ctx)
+		if err != nil {
+			p.log.Warn("conflict probe: the Lease cannot be read; probing every address", "err", err)
+			ann, found = nil, false
+		}
+		needed = probe.Needed(p.addrs, ann, found)
+	}
+	if len(needed) == 0 {
+		p.log.Info("conflict probe: not needed", "why", "the Service's Lease lists its addresses as announced")
+		p.record(ctx, nil, nil)
+		return ""
+	}
+	start := time.Now()
+	conflicts, err := probe.Run(ctx, p.iface, needed, p.timing)
+	took := time.Since(start)
+	if err != nil {
+		p.log.Warn("conflict probe failed; announcing without it", "addresses", needed, "err", err)
+		p.record(ctx, needed, nil)
+		return ""
+	}
+	if len(conflicts) == 0 {
+		p.log.Info("conflict probe: nobody answered", "addresses", needed, "took", took.Round(time.Millisecond))
+		p.record(ctx, needed, nil)
+		return ""
+	}
+	var parts []string
+	for _, c := range conflicts {
+		p.conflictGauge.WithLabelValues(c.Address.String(), c.MAC.String()).Set(1)
+		parts = append(parts, fmt.Sprintf("%s answered by %s", c.Address, c.MAC))
+	}
+	reason := "in use on the underlay: " + strings.Join(parts, ", ") + "; not announced"
+	p.log.Error("conflict probe: "+reason, "took", took.Round(time.Millisecond))
+	p.record(ctx, nil, conflicts)
+	return reason
+}
+
+// hold holds the Lease's writes back until record: called before the takeover's claim is handed
+// to the recorder, so that claim and outcome go in one write. Idempotent.
+func (p *prober) hold() {
+	if p != nil && p.lease != nil {
+		p.lease.startProbe()
+	}
+}
+
+// record gives the outcome to the Lease (and releases its writes).
+func (p *prober) record(ctx context.Context, free []netip.Addr, conflicts []v1alpha1.AddressConflict) {
+	if p.lease == nil {
+		return
+	}
+	if err := p.lease.probed(ctx, free, conflicts); err != nil {
+		p.log.Warn("conflict probe: recording the outcome on the Lease failed", "err", err)
+	}
+}
