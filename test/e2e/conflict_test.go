@@ -41,13 +41,10 @@ func TestStaticAddressInUseOnUnderlay(t *testing.T) {
 	g.Expect(err).NotTo(HaveOccurred())
 	mac = strings.TrimSpace(mac)
 
-	svc := newLBService("e2e-inuse-"+suffix(), taken, 80)
-	created := time.Now()
-	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
-	deleteServiceOnCleanup(t, svc)
 	t.Cleanup(func() {
-		// An admin clears the address once the host is gone (the Service is deleted first: the
-		// cleanups run last in, first out).
+		// An admin clears the address once the host is gone; registered before the Service's
+		// deletion, so run after it (last in, first out): a Service still asking for it would
+		// claim it again.
 		ip := &lbv1.IP{}
 		ip.Name = taken
 		if err := k8s.Delete(context.Background(), ip); err != nil && !apierrors.IsNotFound(err) {
@@ -58,6 +55,10 @@ func TestStaticAddressInUseOnUnderlay(t *testing.T) {
 		}).WithTimeout(time.Minute).WithPolling(200*time.Millisecond).Should(BeTrue(), "ip %s still exists", taken)
 	})
 
+	svc := newLBService("e2e-inuse-"+suffix(), taken, 80)
+	created := time.Now()
+	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
+	deleteServiceOnCleanup(t, svc)
 	var cond *corev1.Service
 	g.Eventually(func(g Gomega) {
 		s := &corev1.Service{}
@@ -92,7 +93,7 @@ func TestStaticAddressInUseOnUnderlay(t *testing.T) {
 	// A connection attempt makes the asker resolve the address; the client's kernel refuses it.
 	out, err := run("nsenter", "--net=/run/netns/"+asker, "curl", "-sS", "-m", "2", "http://"+taken+":80/")
 	g.Expect(err).To(HaveOccurred(), "curl %s from a second underlay host: %s", taken, out)
-	g.Expect(out).To(ContainSubstring("Connection refused"), "the client refuses port 80: %s", out)
+	g.Expect(out).To(ContainSubstring("curl: (7)"), "the client refuses port 80 (curl cannot connect): %s", out)
 	neigh, err := run("ip", "-n", asker, "neigh", "show", taken)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(neigh).To(ContainSubstring("lladdr "+mac), "who answers for %s: %s", taken, neigh)
