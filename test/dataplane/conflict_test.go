@@ -105,3 +105,38 @@ func TestConflictProbeCost(t *testing.T) {
 	t.Logf("figure: conflict_probe_first_answer_ms fast=%d off=%d added=%d (lbpod start -> first HTTP answer from the client, medians of 3; runs fast %v off %v)",
 		median(fast).Milliseconds(), median(off).Milliseconds(), (median(fast) - median(off)).Milliseconds(), fast, off)
 }
+
+// TestConflictProbeStandbys: two replicas, and the client on the underlay already holds the LB
+// address. The first to take over advertises, probes, hears the client and holds nothing; it
+// stays the election's active, so the other stays standby (it neither claims nor probes), and
+// neither net1 ever carries the address.
+func TestConflictProbeStandbys(t *testing.T) {
+	g := NewWithT(t)
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	tp := newHATopology(t)
+	tp.addClusterSide()
+	mustRun(t, "ip", "-n", tp.client, "addr", "add", haLB+"/16", "dev", "c0")
+	clientMAC := strings.TrimSpace(mustRun(t, "ip", "netns", "exec", tp.client, "cat", "/sys/class/net/c0/address"))
+	start := func(r string) *haReplica {
+		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4,
+			"--replicas", "2", "--ha-interval", haInterval.String(), "--conflict-probe", "fast")
+	}
+	a, b := start("a"), start("b")
+	want := fmt.Sprintf("conflict probe: in use on the underlay: %s answered by %s; not announced", haLB, clientMAC)
+	var prober, other *haReplica
+	g.Eventually(func() bool {
+		for _, pair := range [][2]*haReplica{{a, b}, {b, a}} {
+			if strings.Contains(pair[0].logs.String(), want) {
+				prober, other = pair[0], pair[1]
+				return true
+			}
+		}
+		return false
+	}).WithTimeout(5*time.Second).WithPolling(20*time.Millisecond).Should(BeTrue(), "a:\n%s\nb:\n%s", a.logs.String(), b.logs.String())
+	g.Consistently(func() []string {
+		return []string{prober.role(), other.role(), fmt.Sprint(tp.holds("a")), fmt.Sprint(tp.holds("b"))}
+	}).WithTimeout(1500*time.Millisecond).WithPolling(50*time.Millisecond).Should(Equal([]string{"active", "standby", "false", "false"}))
+	g.Expect(other.logs.String()).NotTo(ContainSubstring("conflict probe"), "the standby never probed")
+}
