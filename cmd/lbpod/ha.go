@@ -315,13 +315,23 @@ func (h *loopHolder) runProbe() {
 	if reason != "" {
 		h.loop.Block(reason)
 	}
+	// A probe whose outcome was dropped (this replica stepped down meanwhile) runs again at the
+	// next takeover.
+	finished := h.prober.finished()
 	h.mu.Lock()
-	h.probing, h.probed = false, true
+	h.probing, h.probed = false, finished
 	active := h.active
 	h.mu.Unlock()
 	if reason == "" && active {
 		h.loop.SetActive(true)
 	}
+}
+
+// isActive says whether the election last made this replica active.
+func (h *loopHolder) isActive() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.active
 }
 
 // holdsNothing says that the addresses must stay off net1: the probe runs, or found them in use.

@@ -37,7 +37,14 @@ type prober struct {
 	log           *slog.Logger
 	conflictGauge *prometheus.GaugeVec
 
-	once   sync.Once
+	// wanted, when set, says whether this replica still holds the election's active role: the
+	// outcome of a probe by a replica that stepped down meanwhile (two replicas that took over at
+	// the same moment; the other's announcement can then reach this one's probe) is dropped, and
+	// a later takeover probes again.
+	wanted func() bool
+
+	mu     sync.Mutex
+	done   bool
 	reason string // why the addresses may not be held; "" when they may
 }
 
@@ -69,11 +76,16 @@ func (p *prober) check(ctx context.Context) string {
 	if p == nil {
 		return ""
 	}
-	p.once.Do(func() { p.reason = p.run(ctx) })
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.done {
+		p.reason, p.done = p.run(ctx)
+	}
 	return p.reason
 }
 
-func (p *prober) run(ctx context.Context) string {
+// run probes and records; done is false when the outcome was dropped (wanted said no).
+func (p *prober) run(ctx context.Context) (reason string, done bool) {
 	p.hold()
 	needed := p.addrs
 	if p.lease != nil {
@@ -87,7 +99,7 @@ func (p *prober) run(ctx context.Context) string {
 	if len(needed) == 0 {
 		p.log.Info("conflict probe: not needed", "why", "the Service's Lease lists its addresses as announced")
 		p.record(ctx, nil, nil)
-		return ""
+		return "", true
 	}
 	start := time.Now()
 	conflicts, err := probe.Run(ctx, p.iface, needed, p.timing)
@@ -95,22 +107,27 @@ func (p *prober) run(ctx context.Context) string {
 	if err != nil {
 		p.log.Warn("conflict probe failed; announcing without it", "addresses", needed, "err", err)
 		p.record(ctx, needed, nil)
-		return ""
+		return "", true
+	}
+	if p.wanted != nil && !p.wanted() {
+		p.log.Info("conflict probe: outcome dropped, this replica is no longer active", "addresses", needed, "answered", len(conflicts))
+		p.record(ctx, nil, nil)
+		return "", false
 	}
 	if len(conflicts) == 0 {
 		p.log.Info("conflict probe: nobody answered", "addresses", needed, "took", took.Round(time.Millisecond))
 		p.record(ctx, needed, nil)
-		return ""
+		return "", true
 	}
 	var parts []string
 	for _, c := range conflicts {
 		p.conflictGauge.WithLabelValues(c.Address.String(), c.MAC.String()).Set(1)
 		parts = append(parts, fmt.Sprintf("%s answered by %s", c.Address, c.MAC))
 	}
-	reason := "in use on the underlay: " + strings.Join(parts, ", ") + "; not announced"
+	reason = "in use on the underlay: " + strings.Join(parts, ", ") + "; not announced"
 	p.log.Error("conflict probe: "+reason, "took", took.Round(time.Millisecond))
 	p.record(ctx, nil, conflicts)
-	return reason
+	return reason, true
 }
 
 // hold holds the Lease's writes back until record: called before the takeover's claim is handed
@@ -129,4 +146,11 @@ func (p *prober) record(ctx context.Context, free []netip.Addr, conflicts []v1al
 	if err := p.lease.probed(ctx, free, conflicts); err != nil {
 		p.log.Warn("conflict probe: recording the outcome on the Lease failed", "err", err)
 	}
+}
+
+// finished says whether a probe's outcome stands (check will not probe again).
+func (p *prober) finished() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
 }

@@ -98,6 +98,9 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		return loop.Run(ctx)
 	}
 	holder.loop, holder.prober = loop, prober
+	if prober != nil {
+		prober.wanted = holder.isActive
+	}
 	loop.SetActive(false) // a standby until elected
 	return runElected(ctx, o, network, loop, holder, recorder, log)
 }

@@ -134,9 +134,12 @@ func DADProbe(own net.HardwareAddr, target netip.Addr) ([]byte, error) {
 
 // Answer reads one Ethernet frame seen on the interface and says whether it shows another host
 // using one of targets, and which, from which hardware address: an ARP packet whose sender is a
-// target (a reply, a request or a gratuitous ARP from its owner), an ARP probe for a target from
-// another host (it is claiming it too, RFC 5227 2.1.1), or an IPv6 Neighbor Advertisement for a
-// target. Frames from own (our own probes, looped back) and anything unparseable are no answer.
+// target (a reply, a request or a gratuitous ARP from its owner), or an IPv6 Neighbor
+// Advertisement for a target. Frames from own (our own probes, looped back) and anything
+// unparseable are no answer. Nor is another host's probe for a target (RFC 5227 2.1.1 counts it):
+// here that host is, nearly always, another replica of the same Service that took the address over
+// at the same moment (the election settles which one keeps it), and an unrelated host probing the
+// same address in the same 0.1 s would find our announcement in its own check.
 func Answer(frame []byte, targets []netip.Addr, own net.HardwareAddr) (netip.Addr, net.HardwareAddr, bool) {
 	var f ethernet.Frame
 	if err := f.UnmarshalBinary(frame); err != nil {
@@ -153,9 +156,6 @@ func Answer(frame []byte, targets []netip.Addr, own net.HardwareAddr) (netip.Add
 		}
 		if slices.Contains(targets, p.SenderIP) {
 			return p.SenderIP, f.Source, true
-		}
-		if p.Operation == arp.OperationRequest && p.SenderIP == netip.IPv4Unspecified() && slices.Contains(targets, p.TargetIP) {
-			return p.TargetIP, f.Source, true
 		}
 	case ethernet.EtherTypeIPv6:
 		b := f.Payload

@@ -72,6 +72,15 @@ func arpFrame(t *testing.T, op arp.Operation, srcHW net.HardwareAddr, srcIP, dst
 	return b
 }
 
+func mustDAD(t *testing.T, from net.HardwareAddr, target netip.Addr) []byte {
+	t.Helper()
+	b, err := DADProbe(from, target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func naFrame(t *testing.T, from net.HardwareAddr, target netip.Addr) []byte {
 	t.Helper()
 	body, err := ndp.MarshalMessageChecksum(&ndp.NeighborAdvertisement{Override: true, TargetAddress: target,
@@ -104,7 +113,8 @@ func TestAnswer(t *testing.T) {
 	}{
 		"the owner's ARP reply":                       {frame: arpFrame(t, arp.OperationReply, other, v4, netip.IPv4Unspecified()), addr: v4, mac: other},
 		"the owner's gratuitous ARP":                  {frame: arpFrame(t, arp.OperationRequest, other, v4, v4), addr: v4, mac: other},
-		"another host probing for the same address":   {frame: arpFrame(t, arp.OperationRequest, other, netip.IPv4Unspecified(), v4), addr: v4, mac: other},
+		"another replica probing at the same moment":  {frame: arpFrame(t, arp.OperationRequest, other, netip.IPv4Unspecified(), v4)},
+		"another replica's DAD probe":                 {frame: mustDAD(t, other, v6)},
 		"the owner's Neighbor Advertisement":          {frame: naFrame(t, other, v6), addr: v6, mac: other},
 		"our own probe, looped back":                  {frame: myProbe},
 		"our own DAD probe, looped back":              {frame: myDAD},

@@ -137,6 +137,6 @@ func TestConflictProbeStandbys(t *testing.T) {
 	}).WithTimeout(5*time.Second).WithPolling(20*time.Millisecond).Should(BeTrue(), "a:\n%s\nb:\n%s", a.logs.String(), b.logs.String())
 	g.Consistently(func() []string {
 		return []string{prober.role(), other.role(), fmt.Sprint(tp.holds("a")), fmt.Sprint(tp.holds("b"))}
-	}).WithTimeout(1500*time.Millisecond).WithPolling(50*time.Millisecond).Should(Equal([]string{"active", "standby", "false", "false"}))
+	}).WithTimeout(1500 * time.Millisecond).WithPolling(50 * time.Millisecond).Should(Equal([]string{"active", "standby", "false", "false"}))
 	g.Expect(other.logs.String()).NotTo(ContainSubstring("conflict probe"), "the standby never probed")
 }
