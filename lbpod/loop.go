@@ -50,6 +50,9 @@ type LoopConfig struct {
 	// the loop could put the lapsed addresses back before the election noticed the freeze, and
 	// with an election that hangs it would keep putting them back. Nil: always confirmed.
 	Confirmed func() bool
+	// Gate, when set, holds back TCP ports added to a running Service until the ClusterIP serves
+	// them (PortGate).
+	Gate *PortGate
 }
 
 // Loop keeps the lb pod's network namespace in the desired state: it applies the state when the
@@ -78,7 +81,9 @@ type Loop struct {
 	active atomic.Bool
 	// blocked is Block's reason, nil until then.
 	blocked atomic.Pointer[string]
-	held    bool // last value given to OnHeld
+	// runCtx is Run's context, for the port gate's checks.
+	runCtx atomic.Pointer[context.Context]
+	held   bool // last value given to OnHeld
 	// noSCTP is set once the kernel refused our SCTP rules while taking the others; it stays
 	// set for the pod's life (the message says to restart it once the modules are loaded).
 	noSCTP atomic.Bool
@@ -126,6 +131,22 @@ func (l *Loop) SetActive(active bool) {
 		default:
 		}
 	}
+}
+
+// poke makes the running loop apply again (a held-back port was admitted).
+func (l *Loop) poke() {
+	select {
+	case l.changed <- struct{}{}:
+	default:
+	}
+}
+
+// gateCtx is Run's context (Background before Run: lbpod init, tests).
+func (l *Loop) gateCtx() context.Context {
+	if c := l.runCtx.Load(); c != nil {
+		return *c
+	}
+	return context.Background()
 }
 
 // Active reports whether the loop is to hold the LB address.
@@ -245,6 +266,9 @@ func (l *Loop) reconcile(svc *corev1.Service, fresh, holding bool) Result {
 		res.Err = err
 		return res
 	}
+	if l.cfg.Gate != nil {
+		service = l.cfg.Gate.filter(l.gateCtx(), service, l.poke)
+	}
 	a := l.cfg.Applier
 	obs, err := a.Observe(l.cfg.Names)
 	if err != nil {
@@ -333,6 +357,7 @@ func (l *Loop) AnnounceStats() *AnnounceStats { return &l.stats }
 // until ctx ends. It leaves the state in place when it returns (the pod's namespace goes with
 // the pod).
 func (l *Loop) Run(ctx context.Context) error {
+	l.runCtx.Store(&ctx)
 	cfg := l.cfg
 	log := cfg.Log
 	ifaces := []string{cfg.Names.Interface, cfg.Names.Uplink}

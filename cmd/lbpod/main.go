@@ -47,6 +47,8 @@ type options struct {
 	// --service-file needs to probe at all.
 	conflictProbe    string
 	conflictProbeSet bool
+	// portGate is --port-gate (lbpod.PortGate); off with --service-file unless given.
+	portGate bool
 }
 
 func parseFlags(name string, args []string) (options, error) {
@@ -81,8 +83,14 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.DurationVar(&o.ha.replayWindow, "ha-replay-window", ha.DefaultReplayWindow, "election: an authenticated advert is refused when its sender's clock is further than this from ours (bounds replays; the nodes' clocks must agree within it)")
 	fs.DurationVar(&o.ha.legacyWindow, "ha-legacy-window", ha.DefaultLegacyWindow, "election, with a key: how long after start unauthenticated adverts of replicas without a key are still obeyed (an upgrade), until an authenticated one is heard or this replica was active (0: never)")
 	fs.StringVar(&o.conflictProbe, "conflict-probe", os.Getenv(v1alpha1.EnvConflictProbe), `before the first announcement of an address its Service never announced (the Lease's `+v1alpha1.AnnouncedAnnotation+`): ask the underlay whether a host uses it (ARP from 0.0.0.0, IPv6 DAD): "fast" (about 0.1 s), "rfc" (RFC 5227 timings, up to 6 s) or "off" (env `+v1alpha1.EnvConflictProbe+`; empty: fast; with --service-file only when given)`)
+	fs.BoolVar(&o.portGate, "port-gate", true, "hold a TCP port added to the running Service back (refused) until its ClusterIP answers, at most "+lbpod.GateBound.String()+": kube-proxy may not serve it yet, and a SYN DNATed there is lost (the client retries after about 1 s); with --service-file only when given")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	portGateSet := false
+	fs.Visit(func(f *flag.Flag) { portGateSet = portGateSet || f.Name == "port-gate" })
+	if o.serviceFile != "" && !portGateSet {
+		o.portGate = false
 	}
 	o.conflictProbeSet = os.Getenv(v1alpha1.EnvConflictProbe) != ""
 	fs.Visit(func(f *flag.Flag) { o.conflictProbeSet = o.conflictProbeSet || f.Name == "conflict-probe" })

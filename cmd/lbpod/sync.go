@@ -14,10 +14,14 @@ import (
 
 // loopConfig is the loop's configuration from the flags.
 func loopConfig(o options, network lbpod.Network, applier *lbpod.Applier, log *slog.Logger) lbpod.LoopConfig {
-	return lbpod.LoopConfig{
+	cfg := lbpod.LoopConfig{
 		Network: network, Names: o.names(), Applier: applier, ProcSys: o.procSys,
 		ResyncPeriod: o.resyncPeriod, AnnounceInterval: o.announceInterval, Log: log,
 	}
+	if o.portGate {
+		cfg.Gate = lbpod.NewPortGate(log)
+	}
+	return cfg
 }
 
 // run is the main container: the loop of package lbpod, fed by the Service source, with its

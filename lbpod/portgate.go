@@ -1,0 +1,143 @@
+package lbpod
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// A TCP port added to a running Service is DNATed to ClusterIP:port, which kube-proxy on the node
+// serves only once it has caught up with the same change. Before that, a client's SYN is DNATed
+// and lost on the node, and the client waits for its retransmission (about 1 s); refused by the
+// lb pod instead (a reset: the port is not served yet), it tries again at once. So a TCP port
+// added after the lb pod's first apply is held back, still refused, until a connection from the
+// lb pod to ClusterIP:port is answered (accepted, or refused by kube-proxy's rule for a Service
+// without endpoints), or GateBound has passed (then it is served as before: never held back for
+// good). The check opens one short connection to a backend per port added, closed at once with
+// a reset. Ports of the first apply (a new Service: the sandbox's start already gave kube-proxy
+// its time, and a Service of 1000 ports must not open 1000 connections), UDP and SCTP ports (no
+// answer to wait for) are served at once.
+
+// GateBound is how long an added TCP port may be held back; GateTry bounds each connection try.
+const (
+	GateBound = 2 * time.Second
+	GateTry   = 50 * time.Millisecond
+)
+
+// GatePorts is the gate's decision: of ports, those to serve now and the TCP ports to check
+// first. Before the first apply (started false) every port is served.
+func GatePorts(ports []Port, admitted map[Port]bool, started bool) (serve, check []Port) {
+	for _, p := range ports {
+		switch {
+		case !started, p.Protocol != TCP, admitted[p]:
+			serve = append(serve, p)
+		default:
+			check = append(check, p)
+		}
+	}
+	return serve, check
+}
+
+// PortGate holds back TCP ports added to a running Service until kube-proxy serves them (see
+// above). Its zero value is not usable: NewPortGate.
+type PortGate struct {
+	log *slog.Logger
+	// dial is the connection try (net.Dialer with GateTry); tests replace it.
+	dial func(ctx context.Context, addr string) error
+	wake func()
+
+	mu       sync.Mutex
+	started  bool
+	admitted map[Port]bool
+	checking map[Port]bool
+}
+
+// NewPortGate returns a gate that tries connections from this network namespace.
+func NewPortGate(log *slog.Logger) *PortGate {
+	return &PortGate{log: log, dial: dialOnce, admitted: map[Port]bool{}, checking: map[Port]bool{}}
+}
+
+// filter returns svc with only the ports to serve now, and starts a check for each TCP port that
+// waits; wake is called when a check ends (the loop applies again).
+func (g *PortGate) filter(ctx context.Context, svc Service, wake func()) Service {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.wake = wake
+	serve, check := GatePorts(svc.Ports, g.admitted, g.started)
+	if !g.started {
+		g.started = true
+	}
+	for p := range g.admitted {
+		if !slices.Contains(svc.Ports, p) {
+			delete(g.admitted, p) // removed: added again later, it is checked again
+		}
+	}
+	for _, p := range serve {
+		g.admitted[p] = true
+	}
+	if len(svc.ClusterIPs) == 0 {
+		// Nothing to check against (and nothing is DNATed): serve.
+		for _, p := range check {
+			g.admitted[p] = true
+		}
+		svc.Ports = append(serve, check...)
+		return svc
+	}
+	for _, p := range check {
+		if !g.checking[p] {
+			g.checking[p] = true
+			g.log.Info("port held back (refused) until the ClusterIP serves it", "port", p.Port, "protocol", p.Protocol, "clusterIP", svc.ClusterIPs[0])
+			go g.check(ctx, svc.ClusterIPs[0], p)
+		}
+	}
+	svc.Ports = serve
+	return svc
+}
+
+// check tries ClusterIP:port until it is answered or GateBound passed, then admits the port.
+func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
+	start := time.Now()
+	addr := net.JoinHostPort(clusterIP.String(), strconv.Itoa(int(p.Port)))
+	answered := false
+	for time.Since(start) < GateBound && ctx.Err() == nil {
+		var ne net.Error
+		if err := g.dial(ctx, addr); err == nil || !(errors.As(err, &ne) && ne.Timeout()) {
+			answered = true
+			break
+		}
+	}
+	took := time.Since(start).Round(time.Millisecond)
+	if answered {
+		g.log.Info("port served by the ClusterIP: serving it", "port", p.Port, "protocol", p.Protocol, "waited", took)
+	} else {
+		g.log.Warn("port not answered by the ClusterIP within the bound: serving it anyway", "port", p.Port, "protocol", p.Protocol, "waited", took)
+	}
+	g.mu.Lock()
+	g.admitted[p] = true
+	delete(g.checking, p)
+	wake := g.wake
+	g.mu.Unlock()
+	if wake != nil {
+		wake()
+	}
+}
+
+// dialOnce tries one connection; an accepted one is closed at once with a reset (SO_LINGER 0).
+// A timeout is a net.Error whose Timeout is true.
+func dialOnce(ctx context.Context, addr string) error {
+	d := net.Dialer{Timeout: GateTry}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetLinger(0)
+	}
+	return c.Close()
+}

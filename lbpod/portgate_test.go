@@ -1,0 +1,90 @@
+package lbpod
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"reflect"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestGatePorts(t *testing.T) {
+	tcp80, tcp81, udp53 := Port{TCP, 80}, Port{TCP, 81}, Port{UDP, 53}
+	ports := []Port{tcp80, tcp81, udp53}
+	for name, tc := range map[string]struct {
+		admitted     map[Port]bool
+		started      bool
+		serve, check []Port
+	}{
+		"the first apply serves everything":           {serve: ports},
+		"a TCP port added later waits; UDP never":     {admitted: map[Port]bool{tcp80: true}, started: true, serve: []Port{tcp80, udp53}, check: []Port{tcp81}},
+		"admitted ports are served":                   {admitted: map[Port]bool{tcp80: true, tcp81: true}, started: true, serve: ports},
+		"nothing admitted yet: only UDP goes at once": {started: true, serve: []Port{udp53}, check: []Port{tcp80, tcp81}},
+	} {
+		serve, check := GatePorts(ports, tc.admitted, tc.started)
+		if !reflect.DeepEqual(serve, tc.serve) || !reflect.DeepEqual(check, tc.check) {
+			t.Errorf("%s: serve %v check %v, want %v %v", name, serve, check, tc.serve, tc.check)
+		}
+	}
+}
+
+type timeoutErr struct{}
+
+func (timeoutErr) Error() string   { return "i/o timeout" }
+func (timeoutErr) Timeout() bool   { return true }
+func (timeoutErr) Temporary() bool { return true }
+
+var _ net.Error = timeoutErr{}
+
+// The gate's effect: a port added later is held back while the ClusterIP does not answer, served
+// once it answers (or refuses: kube-proxy's rule for a Service without endpoints), the loop woken
+// once; a port removed and added again is checked again.
+func TestPortGate(t *testing.T) {
+	g := NewPortGate(slog.New(slog.DiscardHandler))
+	var refused atomic.Bool // the next dials are refused (kube-proxy serves the port), else time out
+	var dials atomic.Int32
+	g.dial = func(context.Context, string) error {
+		dials.Add(1)
+		time.Sleep(time.Millisecond)
+		if refused.Load() {
+			return errors.New("connect: connection refused")
+		}
+		return timeoutErr{}
+	}
+	woken := make(chan struct{}, 4)
+	wake := func() { woken <- struct{}{} }
+	svc := Service{ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []Port{{TCP, 80}}}
+	ctx := context.Background()
+	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
+		t.Fatalf("first apply: %v", got)
+	}
+	svc.Ports = []Port{{TCP, 80}, {TCP, 81}}
+	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
+		t.Fatalf("81 added, not answered: %v", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) || dials.Load() < 2 {
+		t.Fatalf("still not answered: %v after %d dials", got, dials.Load())
+	}
+	refused.Store(true)
+	select {
+	case <-woken:
+	case <-time.After(time.Second):
+		t.Fatal("not woken after the ClusterIP answered")
+	}
+	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}, {TCP, 81}}) {
+		t.Fatalf("answered: %v", got)
+	}
+	// Removed, then added again: checked again.
+	svc.Ports = []Port{{TCP, 80}}
+	g.filter(ctx, svc, wake)
+	refused.Store(false)
+	svc.Ports = []Port{{TCP, 80}, {TCP, 81}}
+	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
+		t.Fatalf("added again: %v", got)
+	}
+}
