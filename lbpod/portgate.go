@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -18,7 +19,8 @@ import (
 // lb pod instead (a reset: the port is not served yet), it tries again at once. So a TCP port
 // added after the lb pod's first apply is held back, still refused, until a connection from the
 // lb pod to ClusterIP:port is answered (accepted, or refused by kube-proxy's rule for a Service
-// without endpoints), or GateBound has passed (then it is served as before: never held back for
+// without endpoints; not a timeout, nor a "network unreachable" from a node that has no rule for
+// the port yet), or GateBound has passed (then it is served as before: never held back for
 // good). The check opens one short connection to a backend per port added, closed at once with
 // a reset. Ports of the first apply (a new Service: the sandbox's start already gave kube-proxy
 // its time, and a Service of 1000 ports must not open 1000 connections), UDP and SCTP ports (no
@@ -106,10 +108,20 @@ func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
 	addr := net.JoinHostPort(clusterIP.String(), strconv.Itoa(int(p.Port)))
 	answered := false
 	for time.Since(start) < GateBound && ctx.Err() == nil {
-		var ne net.Error
-		if err := g.dial(ctx, addr); err == nil || !(errors.As(err, &ne) && ne.Timeout()) {
+		try := time.Now()
+		err := g.dial(ctx, addr)
+		if err == nil || errors.Is(err, syscall.ECONNREFUSED) {
 			answered = true
 			break
+		}
+		// A timeout, or the node's "unreachable" for a ClusterIP port it has no rule for yet
+		// (which then often sends no answer to the client's SYN: ICMP errors are rate-limited
+		// per destination): try again, at most every GateTry.
+		if wait := GateTry - time.Since(try); wait > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
 		}
 	}
 	took := time.Since(start).Round(time.Millisecond)
@@ -129,7 +141,7 @@ func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
 }
 
 // dialOnce tries one connection; an accepted one is closed at once with a reset (SO_LINGER 0).
-// A timeout is a net.Error whose Timeout is true.
+// Refused is syscall.ECONNREFUSED.
 func dialOnce(ctx context.Context, addr string) error {
 	d := net.Dialer{Timeout: GateTry}
 	c, err := d.DialContext(ctx, "tcp", addr)

@@ -2,12 +2,12 @@ package lbpod
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
 	"reflect"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -51,7 +51,10 @@ func TestPortGate(t *testing.T) {
 		dials.Add(1)
 		time.Sleep(time.Millisecond)
 		if refused.Load() {
-			return errors.New("connect: connection refused")
+			return &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}
+		}
+		if dials.Load()%2 == 0 {
+			return &net.OpError{Op: "dial", Err: syscall.ENETUNREACH} // the node has no rule yet
 		}
 		return timeoutErr{}
 	}
@@ -66,7 +69,7 @@ func TestPortGate(t *testing.T) {
 	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
 		t.Fatalf("81 added, not answered: %v", got)
 	}
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(3 * GateTry) // timeouts and unreachables: tried again, every GateTry
 	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) || dials.Load() < 2 {
 		t.Fatalf("still not answered: %v after %d dials", got, dials.Load())
 	}
