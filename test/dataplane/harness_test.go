@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -46,6 +47,7 @@ func TestMain(m *testing.M) {
 			os.Exit(1)
 		}
 	}
+	sweepOrphans()
 	dir, err := os.MkdirTemp("", "lbpod-dataplane-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -103,12 +105,60 @@ type topology struct {
 	lbpod *lbpodProcess
 }
 
+// ownersDir records, per namespace suffix, the test process that made those namespaces: t.Cleanup
+// removes them, but not when the process is killed (a timeout, a CI machine stopped), and
+// sweepOrphans removes those at the next run.
+const ownersDir = "/run/lbsvc-dataplane-tests"
+
+// randomSuffix is the suffix of one test's namespace names (every name ends with "-" and it, or
+// carries it), recorded as this process's in ownersDir until the test ends.
 func randomSuffix(t testing.TB) string {
 	b := make([]byte, 3)
 	if _, err := rand.Read(b); err != nil {
 		t.Fatal(err)
 	}
-	return hex.EncodeToString(b)
+	s := hex.EncodeToString(b)
+	owner := filepath.Join(ownersDir, s)
+	if err := os.MkdirAll(ownersDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(owner, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Registered first, so it runs last: after the namespaces' own cleanups.
+	t.Cleanup(func() { os.Remove(owner) })
+	return s
+}
+
+// sweepOrphans deletes the namespaces of test processes that no longer run (killed before their
+// cleanups), and their records. Namespaces of a run still going (another test binary) stay.
+func sweepOrphans() {
+	owners, err := os.ReadDir(ownersDir)
+	if err != nil {
+		return // none recorded yet
+	}
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, o := range owners {
+		pid, err := os.ReadFile(filepath.Join(ownersDir, o.Name()))
+		if err == nil {
+			if _, err := os.Stat("/proc/" + strings.TrimSpace(string(pid))); err == nil {
+				continue // its process still runs
+			}
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.Contains(f[0], "-"+o.Name()) {
+				if msg, err := exec.Command("ip", "netns", "del", f[0]).CombinedOutput(); err != nil {
+					fmt.Fprintf(os.Stderr, "sweep: ip netns del %s: %v %s\n", f[0], err, msg)
+				} else {
+					fmt.Fprintf(os.Stderr, "sweep: removed %s, left by test process %s\n", f[0], strings.TrimSpace(string(pid)))
+				}
+			}
+		}
+		os.Remove(filepath.Join(ownersDir, o.Name()))
+	}
 }
 
 // newTopology builds the namespaces and links; t.Cleanup removes them (deleting a namespace
