@@ -111,8 +111,14 @@ func (l *Loop) SetService(svc *corev1.Service, err error) {
 	l.mu.Lock()
 	l.svc, l.svcErr = svc, err
 	l.mu.Unlock()
+	notify(l.changed)
+}
+
+// notify signals ch without blocking: one pending signal is enough, the loop reads the newest
+// state when it wakes.
+func notify(ch chan struct{}) {
 	select {
-	case l.changed <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -126,20 +132,12 @@ func (l *Loop) SetActive(active bool) {
 		} else {
 			l.metrics.active.Set(0)
 		}
-		select {
-		case l.activeChanged <- struct{}{}:
-		default:
-		}
+		notify(l.activeChanged)
 	}
 }
 
 // poke makes the running loop apply again (a held-back port was admitted).
-func (l *Loop) poke() {
-	select {
-	case l.changed <- struct{}{}:
-	default:
-	}
-}
+func (l *Loop) poke() { notify(l.changed) }
 
 // gateCtx is Run's context (Background before Run: lbpod init, tests).
 func (l *Loop) gateCtx() context.Context {
@@ -157,10 +155,7 @@ func (l *Loop) Active() bool { return l.active.Load() }
 func (l *Loop) Block(reason string) {
 	l.blocked.Store(&reason)
 	l.setReady(false, reason)
-	select {
-	case l.activeChanged <- struct{}{}:
-	default:
-	}
+	notify(l.activeChanged)
 }
 
 // Blocked is the reason given to Block, "" when not blocked.
@@ -186,9 +181,6 @@ func (l *Loop) Held() bool {
 
 // Ready reports what /readyz says: whether the state is applied and verified, and why not.
 func (l *Loop) Ready() (bool, string) {
-	if r := l.Blocked(); r != "" {
-		return false, r
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ready, l.reason

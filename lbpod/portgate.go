@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"slices"
 	"strconv"
 	"sync"
 	"syscall"
@@ -72,11 +71,13 @@ func (g *PortGate) filter(ctx context.Context, svc Service, wake func()) Service
 	defer g.mu.Unlock()
 	g.wake = wake
 	serve, check := GatePorts(svc.Ports, g.admitted, g.started)
-	if !g.started {
-		g.started = true
+	g.started = true
+	current := make(map[Port]bool, len(svc.Ports))
+	for _, p := range svc.Ports {
+		current[p] = true
 	}
 	for p := range g.admitted {
-		if !slices.Contains(svc.Ports, p) {
+		if !current[p] {
 			delete(g.admitted, p) // removed: added again later, it is checked again
 		}
 	}

@@ -69,8 +69,14 @@ func TestPortGate(t *testing.T) {
 	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
 		t.Fatalf("81 added, not answered: %v", got)
 	}
-	time.Sleep(3 * GateTry) // timeouts and unreachables: tried again, every GateTry
-	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) || dials.Load() < 2 {
+	// Timeouts and unreachables: tried again (every GateTry), and the port stays held.
+	for deadline := time.Now().Add(time.Second); dials.Load() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d dials in a second, want the check to try again", dials.Load())
+		}
+		time.Sleep(5 * time.Millisecond) // bounded polling
+	}
+	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
 		t.Fatalf("still not answered: %v after %d dials", got, dials.Load())
 	}
 	refused.Store(true)

@@ -172,7 +172,6 @@ type loopHolder struct {
 	// puts nothing on). ctx bounds it.
 	prober  *prober
 	probing bool
-	probed  bool
 	ctx     context.Context
 }
 
@@ -270,7 +269,7 @@ func (h *loopHolder) onHeld(held bool) {
 func (h *loopHolder) SetActive(active bool) {
 	h.confirm(active)
 	h.mu.Lock()
-	startProbe := active && h.prober != nil && !h.probed && !h.probing
+	startProbe := active && h.prober != nil && !h.probing && !h.prober.finished()
 	h.probing = h.probing || startProbe
 	wait := h.probing
 	h.mu.Unlock()
@@ -315,11 +314,10 @@ func (h *loopHolder) runProbe() {
 	if reason != "" {
 		h.loop.Block(reason)
 	}
-	// A probe whose outcome was dropped (this replica stepped down meanwhile) runs again at the
-	// next takeover.
-	finished := h.prober.finished()
+	// A probe whose outcome was dropped (this replica stepped down meanwhile) is not finished:
+	// it runs again at the next takeover.
 	h.mu.Lock()
-	h.probing, h.probed = false, finished
+	h.probing = false
 	active := h.active
 	h.mu.Unlock()
 	if reason == "" && active {

@@ -69,11 +69,9 @@ type leaseRecorder struct {
 	probing   bool
 	announce  []netip.Addr
 	conflicts []v1alpha1.AddressConflict
-	// watched is the Lease as the watch last saw it (found: it exists), once synced; running says
-	// that run (and its watch) was started.
-	running, found bool
-	watched        map[string]string
-	hasSynced      func() bool
+	// store and hasSynced are the watch's (set by run): the Lease as last seen, once listed.
+	store     cache.Store
+	hasSynced func() bool
 }
 
 // heldTwice is one step-down on the Lease's claim: our claim then, the claim that superseded it,
@@ -146,10 +144,7 @@ func (r *leaseRecorder) tell(c ha.Claim) {
 // conflict or a Lease created meanwhile is retried at once: another write landed, and the
 // comparison is made again against it.
 func (r *leaseRecorder) run(ctx context.Context) {
-	r.mu.Lock()
-	r.running = true
-	r.mu.Unlock()
-	go r.watch(ctx)
+	go r.watch().RunWithContext(ctx)
 	for {
 		select {
 		case <-ctx.Done():
@@ -179,8 +174,8 @@ func (r *leaseRecorder) run(ctx context.Context) {
 // watch follows the Lease, by name (a field selector: no other Lease of the namespace is sent to
 // this pod, though its ClusterRole would allow watching them): every claim recorded goes to
 // the election, and a record older than our claim while we hold (a Lease recreated empty) asks
-// for a write.
-func (r *leaseRecorder) watch(ctx context.Context) {
+// for a write. Its store is what annotations reads.
+func (r *leaseRecorder) watch() cache.Controller {
 	leases := r.client.CoordinationV1().Leases(r.namespace)
 	lw := oneByName(r.name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return leases.List(ctx, o)
@@ -195,30 +190,24 @@ func (r *leaseRecorder) watch(ctx context.Context) {
 			r.tell(recorded)
 		}
 		r.mu.Lock()
-		r.watched, r.found = maps.Clone(l.Annotations), true
 		behind := r.want != (ha.Claim{}) && r.want.Compare(recorded) > 0
 		r.mu.Unlock()
 		if behind {
 			r.wake()
 		}
 	}
-	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
+	store, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    &coordinationv1.Lease{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    seen,
 			UpdateFunc: func(_, obj any) { seen(obj) },
-			DeleteFunc: func(any) {
-				r.mu.Lock()
-				r.watched, r.found = nil, false
-				r.mu.Unlock()
-			},
 		},
 	})
 	r.mu.Lock()
-	r.hasSynced = ctrl.HasSynced
+	r.store, r.hasSynced = store, ctrl.HasSynced
 	r.mu.Unlock()
-	ctrl.RunWithContext(ctx)
+	return ctrl
 }
 
 // recorded is the claim the Lease names; the zero Claim when it names none or one that no replica
@@ -347,22 +336,19 @@ func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, er
 // a takeover), else as the API server says.
 func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, bool, error) {
 	r.mu.Lock()
-	running, synced := r.running, r.hasSynced
+	store, synced := r.store, r.hasSynced
 	r.mu.Unlock()
-	if running {
+	if synced != nil {
 		// The watch's first list comes within a moment of start; a takeover that comes first
 		// (at creation) waits for it, a bounded time.
-		deadline := time.Now().Add(2 * time.Second)
-		for (synced == nil || !synced()) && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-			r.mu.Lock()
-			synced = r.hasSynced
-			r.mu.Unlock()
-		}
-		if synced != nil && synced() {
-			r.mu.Lock()
-			defer r.mu.Unlock()
-			return maps.Clone(r.watched), r.found, nil
+		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if cache.WaitForCacheSync(wait.Done(), synced) {
+			obj, found, err := store.GetByKey(r.namespace + "/" + r.name)
+			if err != nil || !found {
+				return nil, false, err
+			}
+			return maps.Clone(obj.(*coordinationv1.Lease).Annotations), true, nil
 		}
 	}
 	l, err := r.client.CoordinationV1().Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})
@@ -393,7 +379,7 @@ func (r *leaseRecorder) probed(ctx context.Context, free []netip.Addr, conflicts
 	if conflicts != nil {
 		r.conflicts = slices.Clone(conflicts)
 	}
-	running := r.running
+	running := r.hasSynced != nil
 	r.mu.Unlock()
 	if running {
 		r.wake()

@@ -87,13 +87,12 @@ func parseFlags(name string, args []string) (options, error) {
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
-	portGateSet := false
-	fs.Visit(func(f *flag.Flag) { portGateSet = portGateSet || f.Name == "port-gate" })
-	if o.serviceFile != "" && !portGateSet {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if o.serviceFile != "" && !given["port-gate"] {
 		o.portGate = false
 	}
-	o.conflictProbeSet = os.Getenv(v1alpha1.EnvConflictProbe) != ""
-	fs.Visit(func(f *flag.Flag) { o.conflictProbeSet = o.conflictProbeSet || f.Name == "conflict-probe" })
+	o.conflictProbeSet = given["conflict-probe"] || os.Getenv(v1alpha1.EnvConflictProbe) != ""
 	if _, _, err := probe.TimingFor(o.conflictProbe); err != nil {
 		return o, err
 	}

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,8 +44,10 @@ type prober struct {
 	// a later takeover probes again.
 	wanted func() bool
 
+	// mu serializes check; done says the outcome stands (read without mu: the holder asks while
+	// holding its own lock, which wanted takes under mu).
 	mu     sync.Mutex
-	done   bool
+	done   atomic.Bool
 	reason string // why the addresses may not be held; "" when they may
 }
 
@@ -78,8 +81,10 @@ func (p *prober) check(ctx context.Context) string {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.done {
-		p.reason, p.done = p.run(ctx)
+	if !p.done.Load() {
+		reason, done := p.run(ctx)
+		p.reason = reason
+		p.done.Store(done)
 	}
 	return p.reason
 }
@@ -149,8 +154,4 @@ func (p *prober) record(ctx context.Context, free []netip.Addr, conflicts []v1al
 }
 
 // finished says whether a probe's outcome stands (check will not probe again).
-func (p *prober) finished() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.done
-}
+func (p *prober) finished() bool { return p.done.Load() }

@@ -28,8 +28,7 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing) ([]v1
 	if err != nil {
 		return nil, fmt.Errorf("conflict probe: %w", err)
 	}
-	byProto := map[uint16]net.PacketConn{}
-	var conns []net.PacketConn
+	conns := map[uint16]net.PacketConn{} // one raw socket per EtherType
 	defer func() {
 		for _, c := range conns {
 			_ = c.Close()
@@ -55,14 +54,13 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing) ([]v1
 		if err != nil {
 			return nil, fmt.Errorf("conflict probe for %s: %w", a, err)
 		}
-		c, ok := byProto[proto]
+		c, ok := conns[proto]
 		if !ok {
 			pc, err := packet.Listen(ifi, packet.Raw, int(proto), nil)
 			if err != nil {
 				return nil, fmt.Errorf("conflict probe: raw socket on %s: %w", ifname, err)
 			}
-			c, byProto[proto] = pc, pc
-			conns = append(conns, pc)
+			c, conns[proto] = pc, pc
 		}
 		sends = append(sends, send{c, frame, to})
 	}

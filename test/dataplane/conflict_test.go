@@ -5,6 +5,7 @@ package dataplane
 import (
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,14 +93,8 @@ func TestConflictProbeCost(t *testing.T) {
 		fast = append(fast, first("fast"))
 	}
 	median := func(d []time.Duration) time.Duration {
-		s := append([]time.Duration(nil), d...)
-		for i := range s {
-			for j := i + 1; j < len(s); j++ {
-				if s[j] < s[i] {
-					s[i], s[j] = s[j], s[i]
-				}
-			}
-		}
+		s := slices.Clone(d)
+		slices.Sort(s)
 		return s[len(s)/2]
 	}
 	t.Logf("figure: conflict_probe_first_answer_ms fast=%d off=%d added=%d (lbpod start -> first HTTP answer from the client, medians of 3; runs fast %v off %v)",
