@@ -2,13 +2,11 @@ package lbpod
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -17,10 +15,11 @@ import (
 // and lost on the node, and the client waits for its retransmission (about 1 s); refused by the
 // lb pod instead (a reset: the port is not served yet), it tries again at once. So a TCP port
 // added after the lb pod's first apply is held back, still refused, until a connection from the
-// lb pod to ClusterIP:port is answered (accepted, or refused by kube-proxy's rule for a Service
-// without endpoints; not a timeout, nor a "network unreachable" from a node that has no rule for
-// the port yet), or GateBound has passed (then it is served as before: never held back for
-// good). The check opens one short connection to a backend per port added, closed at once with
+// lb pod to ClusterIP:port is accepted, or GateBound has passed (then it is served as before:
+// never held back for good). A refusal does not count: kube-proxy's nftables mode rejects a
+// ClusterIP port it does not serve yet, and so does a node for a Service without endpoints
+// (that one waits the bound, and is then served: it refuses either way); nor do a timeout or a
+// "network unreachable" from a node that has no rule for the port yet. The check opens one short connection to a backend per port added, closed at once with
 // a reset. Ports of the first apply (a new Service: the sandbox's start already gave kube-proxy
 // its time, and a Service of 1000 ports must not open 1000 connections), UDP and SCTP ports (no
 // answer to wait for) are served at once.
@@ -103,21 +102,21 @@ func (g *PortGate) filter(ctx context.Context, svc Service, wake func()) Service
 	return svc
 }
 
-// check tries ClusterIP:port until it is answered or GateBound passed, then admits the port.
+// check tries ClusterIP:port until a connection is accepted or GateBound passed, then admits the
+// port.
 func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
 	start := time.Now()
 	addr := net.JoinHostPort(clusterIP.String(), strconv.Itoa(int(p.Port)))
 	answered := false
 	for time.Since(start) < GateBound && ctx.Err() == nil {
 		try := time.Now()
-		err := g.dial(ctx, addr)
-		if err == nil || errors.Is(err, syscall.ECONNREFUSED) {
+		if g.dial(ctx, addr) == nil {
 			answered = true
 			break
 		}
-		// A timeout, or the node's "unreachable" for a ClusterIP port it has no rule for yet
-		// (which then often sends no answer to the client's SYN: ICMP errors are rate-limited
-		// per destination): try again, at most every GateTry.
+		// Refused, a timeout, or the node's "unreachable" for a ClusterIP port it has no rule
+		// for yet (which then often sends no answer to the client's SYN: ICMP errors are
+		// rate-limited per destination): try again, at most every GateTry.
 		if wait := GateTry - time.Since(try); wait > 0 {
 			select {
 			case <-ctx.Done():
@@ -142,7 +141,6 @@ func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
 }
 
 // dialOnce tries one connection; an accepted one is closed at once with a reset (SO_LINGER 0).
-// Refused is syscall.ECONNREFUSED.
 func dialOnce(ctx context.Context, addr string) error {
 	d := net.Dialer{Timeout: GateTry}
 	c, err := d.DialContext(ctx, "tcp", addr)

@@ -40,21 +40,24 @@ func (timeoutErr) Temporary() bool { return true }
 
 var _ net.Error = timeoutErr{}
 
-// The gate's effect: a port added later is held back while the ClusterIP does not answer, served
-// once it answers (or refuses: kube-proxy's rule for a Service without endpoints), the loop woken
-// once; a port removed and added again is checked again.
+// The gate's effect: a port added later is held back while the ClusterIP does not accept a
+// connection (refused, timed out, unreachable), served once it does, the loop woken once; a port
+// removed and added again is checked again.
 func TestPortGate(t *testing.T) {
 	g := NewPortGate(slog.New(slog.DiscardHandler))
-	var refused atomic.Bool // the next dials are refused (kube-proxy serves the port), else time out
+	var served atomic.Bool // the next dials are accepted (kube-proxy serves the port)
 	var dials atomic.Int32
 	g.dial = func(context.Context, string) error {
-		dials.Add(1)
+		n := dials.Add(1)
 		time.Sleep(time.Millisecond)
-		if refused.Load() {
-			return &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}
-		}
-		if dials.Load()%2 == 0 {
+		switch {
+		case served.Load():
+			return nil
+		case n%3 == 0:
 			return &net.OpError{Op: "dial", Err: syscall.ENETUNREACH} // the node has no rule yet
+		case n%3 == 1:
+			// kube-proxy's nftables mode rejects a ClusterIP port it does not serve yet.
+			return &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}
 		}
 		return timeoutErr{}
 	}
@@ -69,8 +72,8 @@ func TestPortGate(t *testing.T) {
 	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
 		t.Fatalf("81 added, not answered: %v", got)
 	}
-	// Timeouts and unreachables: tried again (every GateTry), and the port stays held.
-	for deadline := time.Now().Add(time.Second); dials.Load() < 3; {
+	// Refusals, timeouts and unreachables: tried again (every GateTry), and the port stays held.
+	for deadline := time.Now().Add(time.Second); dials.Load() < 4; {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d dials in a second, want the check to try again", dials.Load())
 		}
@@ -79,7 +82,7 @@ func TestPortGate(t *testing.T) {
 	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
 		t.Fatalf("still not answered: %v after %d dials", got, dials.Load())
 	}
-	refused.Store(true)
+	served.Store(true)
 	select {
 	case <-woken:
 	case <-time.After(time.Second):
@@ -91,7 +94,7 @@ func TestPortGate(t *testing.T) {
 	// Removed, then added again: checked again.
 	svc.Ports = []Port{{TCP, 80}}
 	g.filter(ctx, svc, wake)
-	refused.Store(false)
+	served.Store(false)
 	svc.Ports = []Port{{TCP, 80}, {TCP, 81}}
 	if got := g.filter(ctx, svc, wake).Ports; !reflect.DeepEqual(got, []Port{{TCP, 80}}) {
 		t.Fatalf("added again: %v", got)

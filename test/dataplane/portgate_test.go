@@ -13,16 +13,19 @@ import (
 )
 
 // TestPortAddedWaitsForClusterIP: a TCP port added to a running Service while the "ClusterIP"
-// does not serve it yet (kube-proxy behind: a rule on the node drops the SYNs to it) is held back:
-// the client's connections are refused at once, never blackholed; once the ClusterIP answers, the
-// port is served within a moment. Held back longer than lbpod.GateBound, it is served anyway (and
-// then blackholed, as before the gate).
+// does not serve it yet is held back: the client's connections are refused at once, never
+// blackholed; once the ClusterIP accepts a connection, the port is served within a moment. Not
+// serving it yet is, on the node, a reset (kube-proxy's nftables mode rejects a ClusterIP port it
+// has no rule for: a refusal is no proof) and then dropped SYNs (its iptables mode). Held back
+// longer than lbpod.GateBound, it is served anyway (and then blackholed, as before the gate).
 func TestPortAddedWaitsForClusterIP(t *testing.T) {
 	g, tp, svc := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--port-gate")
-	drop := []string{"-p", "tcp", "-d", clusterIPv4, "--dport", "8443", "-j", "DROP"}
-	iptables := func(op string) {
-		mustRun(t, "ip", append([]string{"netns", "exec", tp.node, "iptables", op, "INPUT"}, drop...)...)
+	rule := func(op string, verdict ...string) {
+		args := append([]string{"netns", "exec", tp.node, "iptables", op, "INPUT", "-p", "tcp", "-d", clusterIPv4, "--dport", "8443", "-j"}, verdict...)
+		mustRun(t, "ip", args...)
 	}
+	reject := []string{"REJECT", "--reject-with", "tcp-reset"}
+	iptables := func(op string) { rule(op, "DROP") }
 	withExtra := append(append([]servicePort(nil), basePorts...), servicePort{Protocol: "TCP", Port: extraHTTPPort})
 	dial := func(timeout time.Duration) error {
 		c, err := dialIn(t, tp.client, "tcp", lbAddr(lbIPv4, extraHTTPPort), timeout)
@@ -35,11 +38,17 @@ func TestPortAddedWaitsForClusterIP(t *testing.T) {
 		return func() bool { return strings.Count(tp.lbpod.logs.String(), s) > 0 }
 	}
 
-	iptables("-I")
+	rule("-I", reject...)
 	writeService(t, svc, []string{clusterIPv4}, withExtra, nil)
 	g.Eventually(logged("port held back (refused) until the ClusterIP serves it")).WithTimeout(3 * time.Second).WithPolling(20 * time.Millisecond).Should(BeTrue())
 	g.Consistently(func() bool { return isRefused(dial(300 * time.Millisecond)) }).
-		WithTimeout(800*time.Millisecond).WithPolling(100*time.Millisecond).Should(BeTrue(), "refused while held back")
+		WithTimeout(400*time.Millisecond).WithPolling(100*time.Millisecond).Should(BeTrue(), "refused while held back")
+	// The node's resets did not let the port through: the refusals were the lb pod's own.
+	g.Expect(logged("port served by the ClusterIP: serving it")()).To(BeFalse(), "a refusal by the node let the port through")
+	iptables("-I")
+	rule("-D", reject...)
+	g.Consistently(func() bool { return isRefused(dial(300 * time.Millisecond)) }).
+		WithTimeout(400*time.Millisecond).WithPolling(100*time.Millisecond).Should(BeTrue(), "refused while held back")
 	iptables("-D")
 	removed := time.Now()
 	g.Eventually(func() (string, error) { return httpGet(t, tp.client, lbAddr(lbIPv4, extraHTTPPort)) }).
