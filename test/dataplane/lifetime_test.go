@@ -255,3 +255,45 @@ func TestHAStallAlone(t *testing.T) {
 	}
 	t.Logf("figure: ha_stall_alone_back_ms=%d (SIGCONT -> the address on net1 again; stopped past the dead interval and the %s lease, no standby left)", back.Milliseconds(), haLease)
 }
+
+// TestHARenewalAfterNet1Recreated: the active renews its addresses' lifetime on the net1 it
+// looked up once. net1 is deleted and made again (a new interface index) in the active's pod: it
+// steps down and the standby takes over; when that one resigns, the first replica takes the
+// addresses on the new net1, and its renewals keep them there on the lease (its first renewal,
+// on the old index, fails and is made again on the new one: no renewal failure is counted, and it
+// does not step down).
+func TestHARenewalAfterNet1Recreated(t *testing.T) {
+	tp, a, b := startStallPair(t)
+	index := func() string {
+		out := mustRun(t, "ip", "-n", tp.pod["a"], "-o", "link", "show", "net1")
+		m := regexp.MustCompile(`(?m)^(\d+): net1`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no net1 in %q", out)
+		}
+		return m[1]
+	}
+	before := index()
+	mustRun(t, "ip", "-n", tp.pod["a"], "link", "del", "net1")
+	mustRun(t, "ip", "-n", tp.node["a"], "link", "add", "link", "up0", "name", "net1", "type", "macvlan", "mode", "bridge")
+	mustRun(t, "ip", "-n", tp.node["a"], "link", "set", "net1", "netns", tp.pod["a"])
+	mustRun(t, "ip", "-n", tp.pod["a"], "link", "set", "net1", "up")
+	if after := index(); after == before {
+		t.Fatalf("net1 kept its index %s", before)
+	}
+	waitFor(t, 5*time.Second, "b takes over", func() bool { return b.role() == "active" && tp.holds("b") })
+	waitFor(t, 10*time.Second, "a is a ready standby on the new net1", func() bool {
+		return a.role() == "standby" && strings.Contains(tp.metrics("a"), "\nlbpod_ready 1\n")
+	})
+	_ = b.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, 5*time.Second, "a holds the address again", func() bool { return a.role() == "active" && tp.holds("a") })
+	// Several renewals (one per quarter lease): the address stays, on the lease, and a stays active.
+	leaseSecs := uint32(haLease / time.Second)
+	for deadline := time.Now().Add(2 * haLease); time.Now().Before(deadline); time.Sleep(haLease / 8) { // bounded sampling
+		if ok, got := onLifetime(lifetimes(t, tp.pod["a"]), leaseSecs, haLB); !ok || a.role() != "active" {
+			t.Fatalf("a's lifetimes %s, role %s: want the address on the %s lease, active", got, a.role(), haLease)
+		}
+	}
+	if m := tp.metrics("a"); !strings.Contains(m, "\nlbpod_ha_lifetime_renewal_failures_total 0\n") {
+		t.Errorf("renewal failures counted on a:\n%s", m)
+	}
+}
