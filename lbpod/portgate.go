@@ -24,10 +24,14 @@ import (
 // its time, and a Service of 1000 ports must not open 1000 connections), UDP and SCTP ports (no
 // answer to wait for) are served at once.
 
-// GateBound is how long an added TCP port may be held back; GateTry bounds each connection try.
+// GateBound is how long an added TCP port may be held back; GateTry bounds each connection try;
+// GateDials is how many tries run at once: ports added by the hundred (one edit of a large
+// Service) are checked a few at a time rather than as hundreds of simultaneous connections to
+// the backends, each port still within GateBound of when it was held.
 const (
 	GateBound = 2 * time.Second
 	GateTry   = 50 * time.Millisecond
+	GateDials = 8
 )
 
 // GatePorts is the gate's decision: of ports, those to serve now and the TCP ports to check
@@ -51,6 +55,8 @@ type PortGate struct {
 	// dial is the connection try (net.Dialer with GateTry); tests replace it.
 	dial func(ctx context.Context, addr string) error
 	wake func()
+	// dials holds a token per try running (GateDials).
+	dials chan struct{}
 
 	mu       sync.Mutex
 	started  bool
@@ -60,7 +66,7 @@ type PortGate struct {
 
 // NewPortGate returns a gate that tries connections from this network namespace.
 func NewPortGate(log *slog.Logger) *PortGate {
-	return &PortGate{log: log, dial: dialOnce, admitted: map[Port]bool{}, checking: map[Port]bool{}}
+	return &PortGate{log: log, dial: dialOnce, dials: make(chan struct{}, GateDials), admitted: map[Port]bool{}, checking: map[Port]bool{}}
 }
 
 // filter returns svc with only the ports to serve now, and starts a check for each TCP port that
@@ -110,7 +116,7 @@ func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
 	answered := false
 	for time.Since(start) < GateBound && ctx.Err() == nil {
 		try := time.Now()
-		if g.dial(ctx, addr) == nil {
+		if g.try(ctx, addr, start.Add(GateBound)) {
 			answered = true
 			break
 		}
@@ -138,6 +144,22 @@ func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
 	if wake != nil {
 		wake()
 	}
+}
+
+// try makes one connection try when a token is free before deadline (GateDials), and says
+// whether it was accepted.
+func (g *PortGate) try(ctx context.Context, addr string, deadline time.Time) bool {
+	wait := time.NewTimer(time.Until(deadline))
+	defer wait.Stop()
+	select {
+	case g.dials <- struct{}{}:
+	case <-wait.C:
+		return false
+	case <-ctx.Done():
+		return false
+	}
+	defer func() { <-g.dials }()
+	return g.dial(ctx, addr) == nil
 }
 
 // dialOnce tries one connection; an accepted one is closed at once with a reset (SO_LINGER 0).

@@ -100,3 +100,42 @@ func TestPortGate(t *testing.T) {
 		t.Fatalf("added again: %v", got)
 	}
 }
+
+// Ports added by the hundred are checked at most GateDials at a time, and all let through once
+// served.
+func TestPortGateManyPorts(t *testing.T) {
+	g := NewPortGate(slog.New(slog.DiscardHandler))
+	var running, most atomic.Int32
+	g.dial = func(context.Context, string) error {
+		n := running.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(2 * time.Millisecond) // a connection's round trip
+		running.Add(-1)
+		return nil
+	}
+	woken := make(chan struct{}, 1000)
+	wake := func() { woken <- struct{}{} }
+	svc := Service{ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.0.10")}, Ports: []Port{{TCP, 1}}}
+	ctx := context.Background()
+	g.filter(ctx, svc, wake)
+	for p := int32(2); p <= 201; p++ {
+		svc.Ports = append(svc.Ports, Port{TCP, p})
+	}
+	if got := g.filter(ctx, svc, wake).Ports; len(got) != 1 {
+		t.Fatalf("200 ports added: %d served at once, want 1", len(got))
+	}
+	for i := range 200 {
+		select {
+		case <-woken:
+		case <-time.After(GateBound):
+			t.Fatalf("woken %d times, want 200", i)
+		}
+	}
+	if got := g.filter(ctx, svc, wake).Ports; len(got) != 201 {
+		t.Fatalf("%d ports served, want 201", len(got))
+	}
+	if m := most.Load(); m > GateDials || m < 2 {
+		t.Errorf("at most %d tries at once, want 2..%d", m, GateDials)
+	}
+}
