@@ -19,10 +19,11 @@ import (
 // never held back for good). A refusal does not count: kube-proxy's nftables mode rejects a
 // ClusterIP port it does not serve yet, and so does a node for a Service without endpoints
 // (that one waits the bound, and is then served: it refuses either way); nor do a timeout or a
-// "network unreachable" from a node that has no rule for the port yet. The check opens one short connection to a backend per port added, closed at once with
-// a reset. Ports of the first apply (a new Service: the sandbox's start already gave kube-proxy
-// its time, and a Service of 1000 ports must not open 1000 connections), UDP and SCTP ports (no
-// answer to wait for) are served at once.
+// "network unreachable" from a node that has no rule for the port yet. The check opens one short
+// connection to a backend per port added, closed at once with a reset. Ports of the first apply
+// (a new Service: the sandbox's start already gave kube-proxy its time, and a Service of 1000
+// ports must not open 1000 connections), UDP and SCTP ports (no answer to wait for) are served
+// at once.
 
 // GateBound is how long an added TCP port may be held back; GateTry bounds each connection try;
 // GateDials is how many tries run at once: ports added by the hundred (one edit of a large
