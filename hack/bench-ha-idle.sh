@@ -22,16 +22,9 @@
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 . "$HERE/cluster/lib.sh"
-[ -f "$CLUSTER_DIR/nodes" ] || { echo "no cluster is up: run make demo first" >&2; exit 1; }
 N=${1:-50}
 WINDOW=${WINDOW:-60}
-NS=bench-ha-$$
-export KUBECONFIG=$KUBECONFIG_PATH
-K="$BIN/kubectl"
-
-cleanup() { "$K" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-"$K" create namespace "$NS" >/dev/null
+bench_namespace bench-ha
 # The backend of every Service, pinned to node 1.
 "$K" apply -f - >/dev/null <<EOF
 apiVersion: apps/v1

@@ -117,3 +117,16 @@ node_ready() {
 # mount points exist (up.sh creates them when absent, down.sh removes what it created).
 FIXED_HOST_PATHS="/var/lib/kubelet/device-plugins /run/containerd/s /var/lib/cni /var/log/containers"
 FIXED_HOST_DIRS="/var/lib/kubelet /run/containerd /var/lib/cni /var/log/containers"
+
+# bench_namespace PREFIX, for the bench scripts that run on the cluster make demo left up: stops
+# when no cluster is up, exports KUBECONFIG, sets K (kubectl) and NS (PREFIX-<pid>), creates NS,
+# and deletes it without waiting when the script exits (cleanup, which a later trap may call too).
+bench_namespace() {
+  [ -f "$CLUSTER_DIR/nodes" ] || { echo "no cluster is up: run make demo first" >&2; exit 1; }
+  export KUBECONFIG=$KUBECONFIG_PATH
+  K="$BIN/kubectl"
+  NS=$1-$$
+  cleanup() { "$K" delete namespace "$NS" --wait=false >/dev/null 2>&1 || true; }
+  trap cleanup EXIT
+  "$K" create namespace "$NS" >/dev/null
+}
