@@ -13,7 +13,8 @@ N=${1:-80}
 WINDOW=${WINDOW:-60}
 bench_namespace bench-probe
 
-# ticks sums utime+stime (clock ticks of 10 ms) of the given processes.
+# ticks sums utime+stime (clock ticks, HZ a second) of the given processes.
+HZ=$(getconf CLK_TCK)
 ticks() {
   local t=0 p
   for p in "$@"; do
@@ -53,7 +54,7 @@ measure() {
   k0=$(ticks $kubelets); l0=$(ticks $lbpods)
   sleep "$WINDOW"
   # shellcheck disable=SC2086
-  echo "figure: probe_cost pods=$N readiness=$name kubelet_cpu_ms_per_min=$(( ($(ticks $kubelets) - k0) * 10 * 60 / WINDOW )) lbpod_cpu_ms_per_min=$(( ($(ticks $lbpods) - l0) * 10 * 60 / WINDOW )) (kubelets: $(echo $kubelets | wc -w), lbpods: $(echo $lbpods | wc -w))"
+  echo "figure: probe_cost pods=$N readiness=$name kubelet_cpu_ms_per_min=$(( ($(ticks $kubelets) - k0) * 60000 / (HZ * WINDOW) )) lbpod_cpu_ms_per_min=$(( ($(ticks $lbpods) - l0) * 60000 / (HZ * WINDOW) )) (kubelets: $(echo $kubelets | wc -w), lbpods: $(echo $lbpods | wc -w))"
 }
 
 deploy "{httpGet: {path: /, port: 80}, periodSeconds: 1, timeoutSeconds: 2, failureThreshold: 3}"

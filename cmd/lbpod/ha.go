@@ -439,8 +439,9 @@ func (h *loopHolder) renew(holdFor time.Duration) error {
 		h.nl = nl
 	}
 	secs := int(lifetime / time.Second)
+	cached := h.link != nil
 	err := h.replaceAddrs(secs)
-	if err != nil && h.link != nil {
+	if err != nil && cached {
 		h.link = nil // net1 may have been recreated since it was looked up: once more, afresh
 		err = h.replaceAddrs(secs)
 	}
