@@ -91,6 +91,16 @@ const (
 // are the same move); when both are set they must ask for the same addresses.
 const LoadBalancerIPsAnnotation = "lbsvc.io/loadBalancerIPs"
 
+// AllowSharedIPAnnotation on a Service names its sharing key: Services with the same key (and
+// Subnet) share one address when no protocol and port is served by two of them (MetalLB's
+// metallb.io/allow-shared-ip). One lb Deployment per address serves every member.
+const AllowSharedIPAnnotation = "lbsvc.io/allow-shared-ip"
+
+// SharedIPNamespacesAnnotation on a sharing Service lists the other namespaces (comma-separated,
+// or "*" for all) whose Services may share its address; both sides must name each other, and the
+// operator must run with --lb-pod-namespace (Cilium's lbipam.cilium.io/sharing-cross-namespace).
+const SharedIPNamespacesAnnotation = "lbsvc.io/shared-ip-namespaces"
+
 // ReplicasAnnotation on a Service sets how many lb pods serve it (1 to MaxReplicas); it
 // overrides --lb-replicas. 1 keeps a single lb pod with no standby.
 const ReplicasAnnotation = "lbsvc.io/replicas"

@@ -114,6 +114,15 @@ const (
 	ReasonSubnetInUse = "SubnetInUse"
 )
 
+// Sharing an address (issue 23): reasons of ParseSharing and SharingClash (sharing.go).
+const (
+	// ReasonInvalidSharing: lbsvc.io/allow-shared-ip or lbsvc.io/shared-ip-namespaces is malformed.
+	ReasonInvalidSharing = "InvalidSharing"
+	// ReasonSharingConflict: the Service may not join the address it asks for (a port served by
+	// another member, another key, a namespace not named on both sides).
+	ReasonSharingConflict = "SharingConflict"
+)
+
 // Input validation (issue 12): reasons of ValidateServiceInputs (validate.go).
 const (
 	// ReasonInvalidSourceRanges: spec.loadBalancerSourceRanges, or the annotation

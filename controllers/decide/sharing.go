@@ -1,0 +1,204 @@
+package decide
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// Sharing one address between Services (issue 23), the pure rules: who may join whom. Services
+// that name the same key in lbsvc.io/allow-shared-ip share an address when no (protocol, port)
+// is served by two of them: each port then has exactly one Service to forward to. Across
+// namespaces only when each side names the other's namespace (or "*") in
+// lbsvc.io/shared-ip-namespaces, as Cilium's sharing-cross-namespace does, and only when the lb
+// pods run outside every tenant (--lb-pod-namespace): the lb pod of a shared address forwards
+// to every member, so it must belong to none of their namespaces.
+//
+// A refusal names the port that clashes and, in the joining Service's own namespace, the Service
+// holding it; a Service of another namespace is never named (its existence is not the joiner's
+// business).
+
+// SharedIPNamespacesAnnotation and AllowSharedIPAnnotation are read here; their names live with
+// the other annotations.
+const (
+	allowSharedIP      = lbv1.AllowSharedIPAnnotation
+	sharedIPNamespaces = lbv1.SharedIPNamespacesAnnotation
+)
+
+// MaxSharingMembers bounds the Services on one address: each member is one more Service the lb
+// pod watches and one more entry in the IP object.
+const MaxSharingMembers = 32
+
+// MaxSharingNamespaces bounds the namespaces one Service may name.
+const MaxSharingNamespaces = 32
+
+// AnyNamespace in lbsvc.io/shared-ip-namespaces accepts every namespace.
+const AnyNamespace = "*"
+
+// Sharing is what a Service asks of sharing, as its annotations say it.
+type Sharing struct {
+	// Key is the sharing key: only Services with equal keys share.
+	Key string
+	// Namespaces are the other namespaces whose Services may share with it (AnyNamespace: all);
+	// empty: its own namespace only.
+	Namespaces []string
+}
+
+// SharingPort is one (protocol, port) a member serves, "TCP/53" in text.
+type SharingPort struct {
+	Protocol corev1.Protocol
+	Port     int32
+}
+
+// String renders the port as "TCP/53".
+func (p SharingPort) String() string { return string(p.Protocol) + "/" + strconv.Itoa(int(p.Port)) }
+
+// SharingMember is one Service on a shared address, with what the rules compare.
+type SharingMember struct {
+	Namespace, Name, UID string
+	Sharing
+	// Ports are sorted by protocol, then port (SharingPortsOf).
+	Ports []SharingPort
+}
+
+// ParseSharing reads a Service's sharing annotations: nil when it does not share. A key must be a
+// valid label value (at most 63 characters, alphanumerics, '-', '_', '.'), since it is compared and
+// shown everywhere; namespaces must be valid namespace names or "*". Refused with
+// ReasonInvalidSharing.
+func ParseSharing(svc *corev1.Service) (*Sharing, *Refusal) {
+	key, ok := svc.Annotations[allowSharedIP]
+	nsList, hasNS := svc.Annotations[sharedIPNamespaces]
+	if !ok {
+		if hasNS {
+			return nil, refusal(ReasonInvalidSharing, "annotation %s is set without %s: name the sharing key too", sharedIPNamespaces, allowSharedIP)
+		}
+		return nil, nil
+	}
+	key = strings.TrimSpace(key)
+	if key == "" || len(validation.IsValidLabelValue(key)) > 0 {
+		return nil, refusal(ReasonInvalidSharing, "annotation %s=%s: want a key of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", allowSharedIP, quote(key))
+	}
+	s := &Sharing{Key: key}
+	for _, ns := range strings.Split(nsList, ",") {
+		ns = strings.TrimSpace(ns)
+		switch {
+		case ns == "" || ns == svc.Namespace:
+			continue
+		case ns != AnyNamespace && len(validation.IsDNS1123Label(ns)) > 0:
+			return nil, refusal(ReasonInvalidSharing, "annotation %s: %s is not a namespace name or %q", sharedIPNamespaces, quote(ns), AnyNamespace)
+		}
+		if !slices.Contains(s.Namespaces, ns) {
+			s.Namespaces = append(s.Namespaces, ns)
+		}
+	}
+	if len(s.Namespaces) > MaxSharingNamespaces {
+		return nil, refusal(ReasonInvalidSharing, "annotation %s names %d namespaces: at most %d (or %q for all)", sharedIPNamespaces, len(s.Namespaces), MaxSharingNamespaces, AnyNamespace)
+	}
+	slices.Sort(s.Namespaces)
+	return s, nil
+}
+
+// SharingPortsOf are the (protocol, port) pairs of a Service, sorted, empty protocol read as TCP.
+func SharingPortsOf(ports []corev1.ServicePort) []SharingPort {
+	out := make([]SharingPort, 0, len(ports))
+	for _, p := range ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		out = append(out, SharingPort{Protocol: proto, Port: p.Port})
+	}
+	slices.SortFunc(out, compareSharingPorts)
+	return slices.Compact(out)
+}
+
+func compareSharingPorts(a, b SharingPort) int {
+	return cmp.Or(cmp.Compare(a.Protocol, b.Protocol), cmp.Compare(a.Port, b.Port))
+}
+
+// MemberOf is the SharingMember of a Service that shares (s from ParseSharing).
+func MemberOf(svc *corev1.Service, s Sharing) SharingMember {
+	return SharingMember{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID), Sharing: s, Ports: SharingPortsOf(svc.Spec.Ports)}
+}
+
+// accepts tells whether s lets Services of namespace ns share with it.
+func (s Sharing) accepts(ns string) bool {
+	return slices.Contains(s.Namespaces, AnyNamespace) || slices.Contains(s.Namespaces, ns)
+}
+
+// SharingClash is why m may not join the members of an address shared under key (nil: it may).
+// m itself among members (same UID) is ignored: a member whose ports changed is checked against
+// the others. crossNamespace is whether lb pods run outside every tenant (--lb-pod-namespace).
+// It is pure and total: any input gives an answer.
+func SharingClash(key string, members []SharingMember, m SharingMember, crossNamespace bool) *Refusal {
+	if m.Key != key {
+		return refusal(ReasonSharingConflict, "the address is shared under another key than %s", quote(m.Key))
+	}
+	others := 0
+	for _, o := range members {
+		if o.UID == m.UID {
+			continue
+		}
+		others++
+		if o.Namespace != m.Namespace {
+			if !crossNamespace {
+				return refusal(ReasonSharingConflict, "the address is shared with a Service of another namespace, which needs --lb-pod-namespace (lb pods outside every tenant)")
+			}
+			if !m.accepts(o.Namespace) {
+				return refusal(ReasonSharingConflict, "the address is shared with a Service of namespace %s, which annotation %s does not name", o.Namespace, sharedIPNamespaces)
+			}
+			if !o.accepts(m.Namespace) {
+				return refusal(ReasonSharingConflict, "a Service of namespace %s shares the address and does not accept namespace %s", o.Namespace, m.Namespace)
+			}
+		}
+		if clash := commonPorts(o.Ports, m.Ports); len(clash) > 0 {
+			who := "a Service of another namespace"
+			if o.Namespace == m.Namespace {
+				who = "Service " + o.Name
+			}
+			return refusal(ReasonSharingConflict, "port %s is served on the address by %s (a shared address serves each protocol and port for one Service)", joinPorts(clash, 8), who)
+		}
+	}
+	if others >= MaxSharingMembers {
+		return refusal(ReasonSharingConflict, "the address is already shared by %d Services, the most one address serves", others)
+	}
+	return nil
+}
+
+// commonPorts are the ports in both sorted lists.
+func commonPorts(a, b []SharingPort) []SharingPort {
+	var out []SharingPort
+	for i, j := 0, 0; i < len(a) && j < len(b); {
+		switch c := compareSharingPorts(a[i], b[j]); {
+		case c < 0:
+			i++
+		case c > 0:
+			j++
+		default:
+			out = append(out, a[i])
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// joinPorts renders at most max ports, then how many more.
+func joinPorts(ports []SharingPort, max int) string {
+	var s []string
+	for i, p := range ports {
+		if i == max {
+			s = append(s, fmt.Sprintf("and %d more", len(ports)-max))
+			break
+		}
+		s = append(s, p.String())
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,226 @@
+package decide
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+func sharingService(ns, name string, ann map[string]string, ports ...corev1.ServicePort) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name), Annotations: ann},
+		Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, Ports: ports},
+	}
+}
+
+func port(proto corev1.Protocol, n int32) corev1.ServicePort {
+	return corev1.ServicePort{Protocol: proto, Port: n}
+}
+
+func TestParseSharing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		ann    map[string]string
+		want   *Sharing
+		reason string
+		msg    string
+	}{
+		{name: "not sharing", ann: nil},
+		{name: "key", ann: map[string]string{lbv1.AllowSharedIPAnnotation: " dns "}, want: &Sharing{Key: "dns"}},
+		{name: "empty key", ann: map[string]string{lbv1.AllowSharedIPAnnotation: ""}, reason: ReasonInvalidSharing, msg: `annotation lbsvc.io/allow-shared-ip="": want a key`},
+		{name: "key with a slash", ann: map[string]string{lbv1.AllowSharedIPAnnotation: "a/b"}, reason: ReasonInvalidSharing, msg: `"a/b"`},
+		{name: "key too long", ann: map[string]string{lbv1.AllowSharedIPAnnotation: strings.Repeat("k", 64)}, reason: ReasonInvalidSharing},
+		{name: "namespaces, own dropped, sorted, deduplicated",
+			ann:  map[string]string{lbv1.AllowSharedIPAnnotation: "dns", lbv1.SharedIPNamespacesAnnotation: "team-b, team-a,team-b,,team-x"},
+			want: &Sharing{Key: "dns", Namespaces: []string{"team-a", "team-b"}}},
+		{name: "any namespace", ann: map[string]string{lbv1.AllowSharedIPAnnotation: "dns", lbv1.SharedIPNamespacesAnnotation: "*"},
+			want: &Sharing{Key: "dns", Namespaces: []string{"*"}}},
+		{name: "bad namespace", ann: map[string]string{lbv1.AllowSharedIPAnnotation: "dns", lbv1.SharedIPNamespacesAnnotation: "Team_B"},
+			reason: ReasonInvalidSharing, msg: `"Team_B" is not a namespace name`},
+		{name: "namespaces without a key", ann: map[string]string{lbv1.SharedIPNamespacesAnnotation: "team-b"},
+			reason: ReasonInvalidSharing, msg: "is set without lbsvc.io/allow-shared-ip"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ref := ParseSharing(sharingService("team-x", "web", tc.ann))
+			if tc.reason != "" {
+				if ref == nil || ref.Reason != tc.reason || !strings.Contains(ref.Message, tc.msg) {
+					t.Fatalf("ParseSharing = %v, %v; want refusal %s containing %q", got, ref, tc.reason, tc.msg)
+				}
+				return
+			}
+			if ref != nil {
+				t.Fatalf("refused: %v", ref)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("ParseSharing = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	many := strings.Repeat("ns,", 0)
+	for i := 0; i <= MaxSharingNamespaces; i++ {
+		many += fmt.Sprintf("ns-%d,", i)
+	}
+	_, ref := ParseSharing(sharingService("a", "web", map[string]string{lbv1.AllowSharedIPAnnotation: "k", lbv1.SharedIPNamespacesAnnotation: many}))
+	if ref == nil || !strings.Contains(ref.Message, "names 33 namespaces: at most 32") {
+		t.Fatalf("33 namespaces: %v", ref)
+	}
+}
+
+func TestSharingPortsOf(t *testing.T) {
+	got := SharingPortsOf([]corev1.ServicePort{port(corev1.ProtocolUDP, 53), port("", 53), port(corev1.ProtocolTCP, 22), port(corev1.ProtocolTCP, 53)})
+	if fmt.Sprint(got) != "[TCP/22 TCP/53 UDP/53]" {
+		t.Fatalf("SharingPortsOf = %v", got)
+	}
+}
+
+func member(ns, name string, s Sharing, ports ...corev1.ServicePort) SharingMember {
+	return MemberOf(sharingService(ns, name, nil, ports...), s)
+}
+
+func TestSharingClash(t *testing.T) {
+	dns := Sharing{Key: "dns"}
+	tcp53, udp53, tcp80 := port(corev1.ProtocolTCP, 53), port(corev1.ProtocolUDP, 53), port(corev1.ProtocolTCP, 80)
+	a := member("team-a", "dns-tcp", dns, tcp53)
+	for _, tc := range []struct {
+		name    string
+		members []SharingMember
+		m       SharingMember
+		cross   bool
+		msg     string // empty: may join
+	}{
+		{name: "TCP and UDP on one port number", members: []SharingMember{a}, m: member("team-a", "dns-udp", dns, udp53)},
+		{name: "the same port and protocol", members: []SharingMember{a}, m: member("team-a", "dns-2", dns, tcp53, tcp80),
+			msg: "port TCP/53 is served on the address by Service dns-tcp"},
+		{name: "itself with changed ports", members: []SharingMember{a, member("team-a", "web", dns, tcp80)},
+			m: member("team-a", "dns-tcp", dns, tcp53, udp53)},
+		{name: "itself with a port of another", members: []SharingMember{a, member("team-a", "web", dns, tcp80)},
+			m: member("team-a", "dns-tcp", dns, tcp80), msg: "port TCP/80 is served on the address by Service web"},
+		{name: "another key", members: []SharingMember{a}, m: member("team-a", "x", Sharing{Key: "web"}, tcp80),
+			msg: `shared under another key than "web"`},
+		{name: "another namespace without --lb-pod-namespace",
+			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"*"}}, tcp53)},
+			m:       member("team-b", "dns-udp", Sharing{Key: "dns", Namespaces: []string{"*"}}, udp53),
+			msg:     "needs --lb-pod-namespace"},
+		{name: "namespaces named both ways", cross: true,
+			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"team-b"}}, tcp53)},
+			m:       member("team-b", "dns-udp", Sharing{Key: "dns", Namespaces: []string{"team-a"}}, udp53)},
+		{name: "the joiner does not name the member's namespace", cross: true,
+			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"*"}}, tcp53)},
+			m:       member("team-b", "dns-udp", dns, udp53),
+			msg:     "a Service of namespace team-a, which annotation lbsvc.io/shared-ip-namespaces does not name"},
+		{name: "the member does not accept the joiner's namespace", cross: true,
+			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"team-c"}}, tcp53)},
+			m:       member("team-b", "dns-udp", Sharing{Key: "dns", Namespaces: []string{"team-a"}}, udp53),
+			msg:     "a Service of namespace team-a shares the address and does not accept namespace team-b"},
+		{name: "a clash across namespaces does not name the other Service", cross: true,
+			members: []SharingMember{member("team-a", "secret-name", Sharing{Key: "dns", Namespaces: []string{"*"}}, tcp53)},
+			m:       member("team-b", "dns", Sharing{Key: "dns", Namespaces: []string{"*"}}, tcp53),
+			msg:     "port TCP/53 is served on the address by a Service of another namespace"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := SharingClash("dns", tc.members, tc.m, tc.cross)
+			if tc.msg == "" {
+				if ref != nil {
+					t.Fatalf("refused: %v", ref)
+				}
+				return
+			}
+			if ref == nil || ref.Reason != ReasonSharingConflict || !strings.Contains(ref.Message, tc.msg) {
+				t.Fatalf("SharingClash = %v, want %s containing %q", ref, ReasonSharingConflict, tc.msg)
+			}
+			if strings.Contains(ref.Message, "secret-name") {
+				t.Fatalf("names a Service of another namespace: %s", ref.Message)
+			}
+		})
+	}
+}
+
+func TestSharingClashBounds(t *testing.T) {
+	dns := Sharing{Key: "dns"}
+	var members []SharingMember
+	for i := 0; i < MaxSharingMembers; i++ {
+		members = append(members, member("a", fmt.Sprintf("s%d", i), dns, port(corev1.ProtocolTCP, int32(1000+i))))
+	}
+	ref := SharingClash("dns", members, member("a", "late", dns, port(corev1.ProtocolTCP, 80)), false)
+	if ref == nil || !strings.Contains(ref.Message, "already shared by 32 Services") {
+		t.Fatalf("33rd member: %v", ref)
+	}
+	// A member already in (same UID) is not counted against itself.
+	if ref := SharingClash("dns", members, members[3], false); ref != nil {
+		t.Fatalf("a member of a full address refused: %v", ref)
+	}
+	// Many clashing ports: the message lists eight and counts the rest.
+	var ports []corev1.ServicePort
+	for i := int32(1); i <= 100; i++ {
+		ports = append(ports, port(corev1.ProtocolUDP, i))
+	}
+	ref = SharingClash("dns", []SharingMember{member("a", "x", dns, ports...)}, member("a", "y", dns, ports...), false)
+	if ref == nil || !strings.Contains(ref.Message, "UDP/8, and 92 more") {
+		t.Fatalf("100 clashing ports: %v", ref)
+	}
+}
+
+// FuzzSharingClash holds the rules against any members: the answer is nil exactly when the
+// joiner's key matches, no other member serves one of its ports, namespaces accept each other
+// (with cross-namespace allowed), and there is room; a refusal is bounded and never names a
+// Service of another namespace.
+func FuzzSharingClash(f *testing.F) {
+	f.Add([]byte{1, 2, 3}, uint8(0), true, true)
+	f.Add([]byte{53, 53, 0, 80}, uint8(3), false, false)
+	f.Fuzz(func(t *testing.T, data []byte, nsBits uint8, cross, sameKey bool) {
+		nss := []string{"a", "b", "c"}
+		var members []SharingMember
+		for i := 0; i+1 < len(data) && len(members) < MaxSharingMembers+2; i += 2 {
+			ns := nss[int(data[i])%3]
+			s := Sharing{Key: "k"}
+			if nsBits&(1<<(i%8)) != 0 {
+				s.Namespaces = []string{nss[int(data[i+1])%3]}
+			}
+			if data[i]%7 == 0 {
+				s.Namespaces = []string{AnyNamespace}
+			}
+			proto := []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP}[int(data[i+1])%3]
+			members = append(members, member(ns, fmt.Sprintf("m%d", i), s, port(proto, int32(data[i+1]%5)+1)))
+		}
+		if len(members) == 0 {
+			return
+		}
+		m := members[len(members)-1]
+		members = members[:len(members)-1]
+		if !sameKey {
+			m.Key = "other"
+		}
+		ref := SharingClash("k", members, m, cross)
+		want := sameKey
+		for _, o := range members {
+			if o.Namespace != m.Namespace && (!cross || !m.accepts(o.Namespace) || !o.accepts(m.Namespace)) {
+				want = false
+			}
+			if len(commonPorts(o.Ports, m.Ports)) > 0 {
+				want = false
+			}
+		}
+		if len(members) >= MaxSharingMembers {
+			want = false
+		}
+		if (ref == nil) != want {
+			t.Fatalf("SharingClash = %v, want allowed=%v (members %v, joiner %v, cross %v)", ref, want, members, m, cross)
+		}
+		if ref != nil {
+			if len(ref.Message) > MaxMessageBytes {
+				t.Fatalf("message of %d bytes", len(ref.Message))
+			}
+			for _, o := range members {
+				if o.Namespace != m.Namespace && strings.Contains(ref.Message, "Service "+o.Name+" (") {
+					t.Fatalf("names %s/%s of another namespace: %s", o.Namespace, o.Name, ref.Message)
+				}
+			}
+		}
+	})
+}
