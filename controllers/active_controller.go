@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/netip"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -61,24 +62,34 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, nil
 	}
 	name := lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)
+	podNS := lbobjects.PodNamespace(r.LBPodNamespace, svc.Namespace)
+	ours := func(l *coordinationv1.Lease) bool { return l.Labels[lbv1.ServiceUIDLabel] == string(svc.UID) }
+	mine := []client.ListOption{client.InNamespace(podNS), client.MatchingFields{indexServiceUID: string(svc.UID)}}
+	replicas := decide.ServiceReplicas(svc, r.LBReplicas)
+	if ip := sharedAddressOf(svc); ip != "" {
+		// A member of a shared address: its lb pods and Lease are the address's (the first one's).
+		name = lbobjects.SharedObjectName(ip)
+		ours = func(l *coordinationv1.Lease) bool { return l.Labels[lbv1.SharedIPLabel] == ip }
+		mine = []client.ListOption{client.InNamespace(podNS), client.MatchingLabels{lbv1.SharedIPLabel: ip}}
+		replicas = max(r.LBReplicas, 1)
+	}
 	var lease *coordinationv1.Lease
 	l := &coordinationv1.Lease{}
 	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, l); {
 	case err == nil:
-		if l.Labels[lbv1.ServiceUIDLabel] == string(svc.UID) {
+		if ours(l) {
 			lease = l
 		}
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, err
 	}
-	podNS := lbobjects.PodNamespace(r.LBPodNamespace, svc.Namespace)
 	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, client.InNamespace(podNS), client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
+	if err := r.Client.List(ctx, &pods, mine...); err != nil {
 		return ctrl.Result{}, err
 	}
 	addrs := svc.Annotations[lbv1.AllocatedIPsAnnotation]
 	plan := decide.DecideActive(decide.ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items,
-		Replicas: decide.ServiceReplicas(svc, r.LBReplicas), Addresses: addrs})
+		Replicas: replicas, Addresses: addrs})
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now
@@ -204,4 +215,18 @@ func activeInputsChanged(old, cur *corev1.Service) bool {
 		}
 	}
 	return false
+}
+
+// sharedAddressOf is the IP object name of the first shared address a Service we serve is a
+// member of ("" for none): it shares (lbsvc.io/allow-shared-ip), and its status, which only we
+// write, shows the address.
+func sharedAddressOf(svc *corev1.Service) string {
+	if svc.Annotations[lbv1.AllowSharedIPAnnotation] == "" || len(svc.Status.LoadBalancer.Ingress) == 0 {
+		return ""
+	}
+	a, err := netip.ParseAddr(svc.Status.LoadBalancer.Ingress[0].IP)
+	if err != nil {
+		return ""
+	}
+	return lbv1.IPName(a)
 }

@@ -71,6 +71,22 @@ type ipRecord struct {
 	draining bool
 	// conflict is the probe's finding of an IP object in phase Conflict.
 	conflict *lbv1.IPConflictStatus
+	// sharingKey and members, of a shared address (spec.sharingKey, spec.members).
+	sharingKey string
+	members    []lbv1.IPMember
+}
+
+// holderUIDs are the Services the record is owned by: the members of a shared address, else
+// its owner.
+func (r ipRecord) holderUIDs() []string {
+	if r.sharingKey == "" {
+		return []string{r.owner.UID}
+	}
+	out := make([]string, len(r.members))
+	for i, m := range r.members {
+		out[i] = m.UID
+	}
+	return out
 }
 
 // maxClaimTries bounds one claim's attempts when other claimants keep winning the addresses it
@@ -201,9 +217,10 @@ func sameAddrSet(addrs []netip.Addr, set map[netip.Addr]bool) bool {
 	return true
 }
 
-// newIP is the IP object that claims addr for owner.
-func newIP(addr netip.Addr, subnet string, owner lbv1.IPOwner) *lbv1.IP {
-	return &lbv1.IP{
+// newIP is the IP object that claims addr for owner; with share, a shared address whose first
+// member is owner.
+func newIP(addr netip.Addr, subnet string, owner lbv1.IPOwner, share ...decide.SharingMember) *lbv1.IP {
+	ip := &lbv1.IP{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:       lbv1.IPName(addr),
 			Finalizers: []string{lbv1.DrainFinalizer},
@@ -211,7 +228,16 @@ func newIP(addr netip.Addr, subnet string, owner lbv1.IPOwner) *lbv1.IP {
 		},
 		Spec: lbv1.IPSpec{Address: addr.String(), Subnet: subnet, Service: owner},
 	}
+	for _, m := range share {
+		ip.Spec.SharingKey = m.Key
+		ip.Spec.Members, _ = decide.WithMember(ip.Spec.Members, decide.MemberRecord(m))
+	}
+	return ip
 }
+
+// shareKey is the allocator's key of the addresses shared under a sharing key: a static request
+// of a Service of that key sees them as free and goes on to join (SharingClash decides).
+func shareKey(key string) string { return "share/" + key }
 
 // ownerKey is the allocator's key of an owner: the UID makes a Service deleted and created again
 // a different owner.
@@ -252,11 +278,14 @@ func (b *AddressBook) observeLocked(ip *lbv1.IP) {
 		return
 	}
 	if old, ok := b.ips[ip.Name]; ok {
-		b.unindexLocked(ip.Name, old.owner.UID)
+		b.unindexLocked(ip.Name, old)
 	}
 	rec := ipRecord{uid: ip.UID, addr: addr, subnet: ip.Spec.Subnet, owner: ip.Spec.Service,
-		draining: !ip.DeletionTimestamp.IsZero()}
+		draining: !ip.DeletionTimestamp.IsZero(), sharingKey: ip.Spec.SharingKey, members: ip.Spec.Members}
 	key := ownerKey(ip.Spec.Service)
+	if rec.sharingKey != "" {
+		key = shareKey(rec.sharingKey)
+	}
 	if ip.Status.Phase == lbv1.IPConflict && ip.Status.Conflict != nil {
 		// In use on the underlay: held under a key of its own, so that not even its own Service
 		// picks it again (an address a key holds counts as free for that key).
@@ -264,12 +293,14 @@ func (b *AddressBook) observeLocked(ip *lbv1.IP) {
 		rec.conflict, key = &c, conflictKey(ip.Name)
 	}
 	b.ips[ip.Name] = rec
-	names := b.byOwner[ip.Spec.Service.UID]
-	if names == nil {
-		names = map[string]bool{}
-		b.byOwner[ip.Spec.Service.UID] = names
+	for _, uid := range rec.holderUIDs() {
+		names := b.byOwner[uid]
+		if names == nil {
+			names = map[string]bool{}
+			b.byOwner[uid] = names
+		}
+		names[ip.Name] = true
 	}
-	names[ip.Name] = true
 	b.alloc.HoldAddr(ip.Spec.Subnet, addr, key)
 }
 
@@ -285,7 +316,7 @@ func (b *AddressBook) forget(name string, uid types.UID) {
 	rec, ok := b.ips[name]
 	if ok && (uid == "" || rec.uid == "" || rec.uid == uid) {
 		delete(b.ips, name)
-		b.unindexLocked(name, rec.owner.UID)
+		b.unindexLocked(name, rec)
 		b.alloc.FreeAddr(rec.addr)
 		b.releases++
 	}
@@ -295,11 +326,13 @@ func (b *AddressBook) forget(name string, uid types.UID) {
 	}
 }
 
-func (b *AddressBook) unindexLocked(name, ownerUID string) {
-	if names := b.byOwner[ownerUID]; names != nil {
-		delete(names, name)
-		if len(names) == 0 {
-			delete(b.byOwner, ownerUID)
+func (b *AddressBook) unindexLocked(name string, rec ipRecord) {
+	for _, uid := range rec.holderUIDs() {
+		if names := b.byOwner[uid]; names != nil {
+			delete(names, name)
+			if len(names) == 0 {
+				delete(b.byOwner, uid)
+			}
 		}
 	}
 }
@@ -321,7 +354,11 @@ func (b *AddressBook) OwnedBy(uid types.UID) []decide.OwnedIP {
 	var out []decide.OwnedIP
 	for name := range b.byOwner[string(uid)] {
 		r := b.ips[name]
-		out = append(out, decide.OwnedIP{Name: name, UID: r.uid, Addr: r.addr, Subnet: r.subnet, Draining: r.draining, Conflict: r.conflict})
+		o := decide.OwnedIP{Name: name, UID: r.uid, Addr: r.addr, Subnet: r.subnet, Draining: r.draining, Conflict: r.conflict}
+		if r.sharingKey != "" {
+			o.SharingKey, o.Members, o.Member, o.Owner = r.sharingKey, r.members, string(uid), r.owner
+		}
+		out = append(out, o)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Addr.Less(out[j].Addr) })
 	return out
@@ -347,6 +384,18 @@ func (b *AddressBook) EnsureSubnet(cfg ipam.SubnetConfig) {
 // exhausted, ...) is returned as such; an API failure as an error.
 func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, owner lbv1.IPOwner) (netip.Addr, *decide.Refusal, error) {
 	key := ownerKey(owner)
+	if c.Share != nil {
+		if !c.Static.IsValid() {
+			// The lowest address of the key it may join, before a new one.
+			if addr, ok, err := b.joinAny(ctx, subnet, c); err != nil || ok {
+				return addr, nil, err
+			}
+		} else {
+			// The requested address held by the key counts as free: its create meets the IP
+			// object, and the join decides (SharingClash).
+			key = shareKey(c.Share.Key)
+		}
+	}
 	svc := types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}
 	for try := 0; try < maxClaimTries; try++ {
 		seen := b.releaseCount()
@@ -360,6 +409,9 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, 
 			return netip.Addr{}, ref, nil
 		}
 		ip := newIP(addr, subnet, owner)
+		if c.Share != nil {
+			ip = newIP(addr, subnet, owner, *c.Share)
+		}
 		// Hold it in the mirror while the claim is in flight, so that parallel reconciles pick
 		// other addresses instead of racing for this one.
 		tentative := b.holdTentative(subnet, addr, key)
@@ -382,7 +434,21 @@ func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, 
 			return netip.Addr{}, nil, fmt.Errorf("claim %s: get IP %s: %w", addr, ip.Name, err)
 		}
 		b.Observe(cur)
-		if cur.Spec.Service.UID == owner.UID && cur.DeletionTimestamp.IsZero() && cur.Status.Phase != lbv1.IPConflict {
+		if c.Share != nil && cur.Spec.SharingKey != "" {
+			joined, ref, err := b.Join(ctx, cur.Name, c)
+			switch {
+			case err != nil:
+				return netip.Addr{}, nil, err
+			case joined:
+				return addr, nil, nil
+			case ref != nil && c.Static.IsValid():
+				b.waitAfter(svc, seen)
+				return netip.Addr{}, ref, nil
+			}
+			continue // gone meanwhile, or (a dynamic claim) not for us: the mirror knows it now
+		}
+		if cur.Spec.Service.UID == owner.UID && cur.Spec.SharingKey == "" && c.Share == nil &&
+			cur.DeletionTimestamp.IsZero() && cur.Status.Phase != lbv1.IPConflict {
 			return addr, nil, nil
 		}
 		if c.Static.IsValid() {
@@ -423,6 +489,9 @@ func (b *AddressBook) inUse(from string, addr netip.Addr) *decide.Refusal {
 // Drain deletes an IP object (its finalizer keeps it, Draining, until no lb pod can hold the
 // address). The UID precondition makes sure a stale mirror never deletes another owner's claim.
 func (b *AddressBook) Drain(ctx context.Context, o decide.OwnedIP) error {
+	if o.SharingKey != "" {
+		return b.leave(ctx, o)
+	}
 	b.mu.Lock()
 	rec, ok := b.ips[o.Name]
 	b.mu.Unlock()
@@ -434,13 +503,18 @@ func (b *AddressBook) Drain(ctx context.Context, o decide.OwnedIP) error {
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 		return fmt.Errorf("drain %s: %w", o.Addr, err)
 	}
-	b.mu.Lock()
-	if r, ok := b.ips[o.Name]; ok && r.uid == rec.uid {
-		r.draining = true
-		b.ips[o.Name] = r
-	}
-	b.mu.Unlock()
+	b.markDraining(o.Name, rec.uid)
 	return nil
+}
+
+// markDraining records in the mirror that the IP object name of uid was deleted.
+func (b *AddressBook) markDraining(name string, uid types.UID) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if r, ok := b.ips[name]; ok && r.uid == uid {
+		r.draining = true
+		b.ips[name] = r
+	}
 }
 
 // releaseCount is the number of releases so far (see releases).

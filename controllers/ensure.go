@@ -37,9 +37,41 @@ func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Servi
 		}
 		return nil, "", err
 	}
-	cur := &appsv1.Deployment{}
-	// Once per pass, whatever it answers: the objects of a stage call it in parallel.
-	confirm := sync.OnceValue(func() error {
+	return r.ensureSet(ctx, svc, objects, r.confirmService(ctx, svc))
+}
+
+// ensureShared ensures the lb objects of each shared address of a Service that shares (sets, one
+// per address), each as the objects of the address's owner (whose UID they carry), and deletes
+// the Service's own objects of an earlier, unshared life. It returns the first address's
+// Deployment, or the name of an object in the way.
+func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Service, sets []lbobjects.Set) (*appsv1.Deployment, string, error) {
+	if err := r.deleteObjects(ctx, svc); err != nil {
+		return nil, "", err
+	}
+	confirm := r.confirmService(ctx, svc)
+	var first *appsv1.Deployment
+	for _, set := range sets {
+		owner := &corev1.Service{}
+		owner.Namespace, owner.Name = set.RoleBinding.Namespace, set.Deployment.Name
+		owner.UID = types.UID(set.Deployment.Labels[lbv1.ServiceUIDLabel])
+		d, foreign, err := r.ensureSet(ctx, owner, set, confirm)
+		if err != nil || foreign != "" {
+			return nil, foreign, err
+		}
+		if first == nil {
+			first = d
+		}
+	}
+	if first == nil {
+		first = &appsv1.Deployment{}
+	}
+	return first, "", nil
+}
+
+// confirmService is the check, once per pass whatever it answers, that svc still lives on the
+// API server (see ensure); the objects of a stage call it in parallel.
+func (r *ServiceReconciler) confirmService(ctx context.Context, svc *corev1.Service) func() error {
+	return sync.OnceValue(func() error {
 		live := &corev1.Service{}
 		err := r.Reader.Get(ctx, client.ObjectKeyFromObject(svc), live)
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -50,8 +82,15 @@ func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Servi
 		}
 		return nil
 	})
+}
+
+// ensureSet makes one Set of objects what it says, stage by stage (Set.Stages, each stage's
+// objects in parallel), and deletes those it leaves out; owner is whose the objects are
+// (ownedBy). It returns the Deployment as ensured, or the name of an object in the way.
+func (r *ServiceReconciler) ensureSet(ctx context.Context, owner *corev1.Service, objects lbobjects.Set, confirm func() error) (*appsv1.Deployment, string, error) {
+	cur := &appsv1.Deployment{}
 	// The key first: the lb pods cannot start without it (the kubelet waits for the Secret).
-	if err := r.ensureHAKey(ctx, svc, objects.HAKeySecret, confirm); err != nil {
+	if err := r.ensureHAKey(ctx, owner, objects.HAKeySecret, confirm); err != nil {
 		return nil, "", err
 	}
 	for _, stage := range objects.Stages() {
@@ -62,12 +101,12 @@ func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Servi
 				jobs[i].cur = cur
 			}
 		}
-		if foreign, err := r.ensureAll(ctx, svc, jobs, confirm); err != nil || foreign != "" {
+		if foreign, err := r.ensureAll(ctx, owner, jobs, confirm); err != nil || foreign != "" {
 			return nil, foreign, err
 		}
 	}
-	for _, o := range objects.Unwanted(r.Options.LBPodNamespace, svc.Namespace, svc.Name) {
-		if err := r.deleteOwned(ctx, svc, o, false); err != nil {
+	for _, o := range objects.Unwanted() {
+		if err := r.deleteOwned(ctx, owner, o, false); err != nil {
 			return nil, "", err
 		}
 	}
@@ -346,7 +385,11 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 		}
 		ips = append(ips, ip)
 	}
-	ours := func(o metav1.Object) bool { return decide.StrayOurs(o, ips, r.Options.LBPodNamespace) }
+	// The lb objects of a shared address carry its owner's UID too, but are the address's, not
+	// the owner's: they go when the address drains (IPReconciler), never as strays of a member.
+	ours := func(o metav1.Object) bool {
+		return o.GetLabels()[lbv1.SharedIPLabel] == "" && decide.StrayOurs(o, ips, r.Options.LBPodNamespace)
+	}
 	var deps appsv1.DeploymentList
 	if err := r.Client.List(ctx, &deps, mine); err != nil {
 		return false, err

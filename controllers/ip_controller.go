@@ -15,8 +15,11 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -35,7 +38,7 @@ import (
 
 // +kubebuilder:rbac:groups=lbsvc.io,resources=ips/status,verbs=patch
 // +kubebuilder:rbac:groups=lbsvc.io,resources=ips/finalizers,verbs=update
-// +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=patch
+// +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=patch;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
@@ -197,20 +200,30 @@ func (r *IPReconciler) forgetForeign(name string) {
 // Only a Lease with the Service's UID label counts (the operator's cache holds only Leases with our
 // component label, which the lb pods' admission policy requires).
 func (r *IPReconciler) activePod(lease *coordinationv1.Lease, svc *corev1.Service, pods []corev1.Pod) string {
-	if p := decide.ActiveHolder(lease, pods, decide.ServiceReplicas(svc, r.LBReplicas)); p != nil {
+	replicas := decide.ServiceReplicas(svc, r.LBReplicas)
+	if len(pods) > 0 && pods[0].Labels[lbv1.SharedIPLabel] != "" {
+		replicas = max(r.LBReplicas, 1) // a shared address's lb pods: the default, not a member's
+	}
+	if p := decide.ActiveHolder(lease, pods, replicas); p != nil {
 		return decide.PodKey(p)
 	}
 	return ""
 }
 
-// serviceLease is the Service's Lease from the cache, nil when absent or not that Service's (its
-// UID label differs).
-func (r *IPReconciler) serviceLease(ctx context.Context, svc *corev1.Service) (*coordinationv1.Lease, error) {
+// addressLease is the Lease of the lb pods that hold ip's address from the cache: the Service's
+// (svc), or the shared address's; nil when absent or not theirs (its UID label differs, or a
+// shared address's Lease does not name it).
+func (r *IPReconciler) addressLease(ctx context.Context, ip *lbv1.IP, svc *corev1.Service) (*coordinationv1.Lease, error) {
 	l := &coordinationv1.Lease{}
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)}
+	uid := string(svc.UID)
+	if ip.Spec.SharingKey != "" {
+		key = types.NamespacedName{Namespace: ip.Spec.Service.Namespace, Name: lbobjects.SharedObjectName(ip.Name)}
+		uid = ip.Spec.Service.UID
+	}
 	switch err := r.Client.Get(ctx, key, l); {
 	case err == nil:
-		if l.Labels[lbv1.ServiceUIDLabel] == string(svc.UID) {
+		if l.Labels[lbv1.ServiceUIDLabel] == uid && (ip.Spec.SharingKey == "" || l.Labels[lbv1.SharedIPLabel] == ip.Name) {
 			return l, nil
 		}
 		return nil, nil
@@ -251,34 +264,70 @@ func holderList(pods []corev1.Pod, active string, kept []lbv1.IPHolder) []lbv1.I
 
 // reconcileBound records the holders, and drains the address when its owner Service is gone or
 // is another Service now (same name, new UID).
-func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
-	owner := ip.Spec.Service
+// liveService is the Service ns/name of that UID, nil when it is gone. The cache may not have a
+// Service created a moment ago: then the API server is asked.
+func (r *IPReconciler) liveService(ctx context.Context, ns, name, uid string) (*corev1.Service, error) {
 	svc := &corev1.Service{}
-	err := r.Client.Get(ctx, types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, svc)
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	err := r.Client.Get(ctx, key, svc)
 	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if err == nil && string(svc.UID) == uid {
+		return svc, nil
+	}
+	err = r.Reader.Get(ctx, key, svc)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	if err != nil || string(svc.UID) != uid {
+		return nil, nil
+	}
+	return svc, nil
+}
+
+// liveOwners are the Services the address is held for that still exist: its owner, or the
+// members of a shared address.
+func (r *IPReconciler) liveOwners(ctx context.Context, ip *lbv1.IP) ([]*corev1.Service, error) {
+	owners := []lbv1.IPMember{{Namespace: ip.Spec.Service.Namespace, Name: ip.Spec.Service.Name, UID: ip.Spec.Service.UID}}
+	if ip.Spec.SharingKey != "" {
+		owners = ip.Spec.Members
+	}
+	var out []*corev1.Service
+	for _, o := range owners {
+		svc, err := r.liveService(ctx, o.Namespace, o.Name, o.UID)
+		if err != nil {
+			return nil, err
+		}
+		if svc != nil {
+			out = append(out, svc)
+		}
+	}
+	return out, nil
+}
+
+func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
+	svcs, err := r.liveOwners(ctx, ip)
+	if err != nil {
 		return err
 	}
-	if err != nil || string(svc.UID) != owner.UID {
-		// The cache may not have a Service created a moment ago: ask the API server.
-		err = r.Reader.Get(ctx, types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, svc)
-		if err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-		if err != nil || string(svc.UID) != owner.UID {
-			if ip.Status.Phase == lbv1.IPConflict {
-				// In use on the underlay: the address stays taken after its Service, until an
-				// admin deletes the object.
-				pods, _, err := r.holders(ctx, ip)
-				if err != nil {
-					return err
-				}
-				return r.patchStatus(ctx, ip, decide.DecideIPConflict(decide.IPConflictInputs{IP: ip}), holderList(pods, "", nil), "")
+	if len(svcs) == 0 {
+		if ip.Status.Phase == lbv1.IPConflict {
+			// In use on the underlay: the address stays taken after its Service, until an
+			// admin deletes the object.
+			pods, _, err := r.holders(ctx, ip)
+			if err != nil {
+				return err
 			}
-			if err := r.Client.Delete(ctx, ip, client.Preconditions{UID: ptrUID(ip.UID)}); err != nil && !apierrors.IsNotFound(err) {
-				return fmt.Errorf("drain orphaned %s: %w", ip.Name, err)
-			}
-			return nil
+			return r.patchStatus(ctx, ip, decide.DecideIPConflict(decide.IPConflictInputs{IP: ip}), holderList(pods, "", nil), "")
 		}
+		// Of the version read: a member that joined a shared address meanwhile keeps it.
+		rv := ip.ResourceVersion
+		if err := r.Client.Delete(ctx, ip, client.Preconditions{UID: ptrUID(ip.UID), ResourceVersion: &rv}); err != nil &&
+			!apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("drain orphaned %s: %w", ip.Name, err)
+		}
+		return nil
 	}
 	pods, foreign, err := r.holders(ctx, ip)
 	if err != nil {
@@ -295,7 +344,8 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 		}
 		kept = d.Kept
 	}
-	lease, err := r.serviceLease(ctx, svc)
+	svc := svcs[0]
+	lease, err := r.addressLease(ctx, ip, svc)
 	if err != nil {
 		return err
 	}
@@ -314,7 +364,9 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 		// Sent once the status landed: the transition is recorded, a later pass sends nothing.
 		addressConflicts.Inc()
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
+		for _, svc := range svcs {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
+		}
 	}
 	return nil
 }
@@ -325,6 +377,11 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl.Result, error) {
 	if !controllerutil.ContainsFinalizer(ip, lbv1.DrainFinalizer) {
 		return ctrl.Result{}, nil
+	}
+	if ip.Spec.SharingKey != "" {
+		if err := r.deleteSharedObjects(ctx, ip); err != nil {
+			return ctrl.Result{}, err
+		}
 	}
 	pods, foreign, err := r.holders(ctx, ip)
 	if err != nil {
@@ -391,10 +448,10 @@ func (r *IPReconciler) drainingActive(ctx context.Context, ip *lbv1.IP, pods []c
 	if err := r.Client.Get(ctx, types.NamespacedName{Namespace: owner.Namespace, Name: owner.Name}, svc); err != nil {
 		return "", client.IgnoreNotFound(err)
 	}
-	if string(svc.UID) != owner.UID {
+	if string(svc.UID) != owner.UID || ip.Spec.SharingKey != "" {
 		return "", nil
 	}
-	lease, err := r.serviceLease(ctx, svc)
+	lease, err := r.addressLease(ctx, ip, svc)
 	if err != nil {
 		return "", err
 	}
@@ -496,4 +553,35 @@ func boolRank(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// deleteSharedObjects deletes the lb objects of a shared address that drains: they belong to no
+// member, so no Service pass deletes them (the garbage collector would only once the IP object is
+// gone, which waits for their pods). Only those provably the address's: at its names, with its
+// SharedIPLabel and its owner's UID label.
+func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) error {
+	name := lbobjects.SharedObjectName(ip.Name)
+	podNS := lbobjects.PodNamespace(r.LBPodNamespace, ip.Spec.Service.Namespace)
+	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &policyv1.PodDisruptionBudget{}, &rbacv1.RoleBinding{}} {
+		o.SetName(name)
+		o.SetNamespace(podNS)
+		if _, ok := o.(*rbacv1.RoleBinding); ok {
+			o.SetNamespace(ip.Spec.Service.Namespace)
+		}
+		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("get %s %s/%s: %w", lbobjects.KindOf(o), o.GetNamespace(), name, err)
+		}
+		l := o.GetLabels()
+		if l[lbv1.SharedIPLabel] != ip.Name || l[lbv1.ServiceUIDLabel] != ip.Spec.Service.UID || !o.GetDeletionTimestamp().IsZero() {
+			continue
+		}
+		if err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground),
+			client.Preconditions{UID: ptrUID(o.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s %s/%s of drained shared address: %w", lbobjects.KindOf(o), o.GetNamespace(), name, err)
+		}
+	}
+	return nil
 }

@@ -167,11 +167,13 @@ func (r *ServiceReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	nadProvider := func(o client.Object) string { return o.GetName() + "." + o.GetNamespace() }
 	subnetProvider := func(o client.Object) string { return o.(*lbv1.Subnet).Spec.Provider }
 	// Our per-Service objects (by their labels) and IP objects wake the Service they belong to.
+	// Those of a shared address wake its members.
 	byService := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		if k, ok := serviceOf(o); ok {
-			return []reconcile.Request{{NamespacedName: k}}
+		var reqs []reconcile.Request
+		for _, k := range r.servicesOf(o) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: k})
 		}
-		return nil
+		return reqs
 	})
 
 	return ctrl.NewControllerManagedBy(mgr).
@@ -210,6 +212,28 @@ func servicesWithProvider(ctx context.Context, c client.Reader, provider string,
 		reqs = append(reqs, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
 	}
 	return reqs, nil
+}
+
+// servicesOf are the Services an object of ours belongs to: serviceOf's, or the members of the
+// shared address an IP object or lb object is of.
+func (r *ServiceReconciler) servicesOf(o client.Object) []types.NamespacedName {
+	var members []lbv1.IPMember
+	switch ip, ok := o.(*lbv1.IP); {
+	case ok && ip.Spec.SharingKey != "":
+		members = ip.Spec.Members
+	case !ok && o.GetLabels()[lbv1.SharedIPLabel] != "":
+		members = r.Book.Members(o.GetLabels()[lbv1.SharedIPLabel])
+	default:
+		if k, ok := serviceOf(o); ok {
+			return []types.NamespacedName{k}
+		}
+		return nil
+	}
+	out := make([]types.NamespacedName, len(members))
+	for i, m := range members {
+		out[i] = types.NamespacedName{Namespace: m.Namespace, Name: m.Name}
+	}
+	return out
 }
 
 // serviceOf is the Service an object of ours belongs to: a Service itself, the owner of an IP
@@ -347,8 +371,20 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 	if len(addrs) == 0 {
 		return r.teardown(ctx, svc, decide.Plan{Action: decide.PlanTeardown, Refusal: plan.Refusal, Drain: plan.Drain})
 	}
+	if refused, err := r.rejoin(ctx, plan); err != nil {
+		return err
+	} else if refused != nil {
+		return r.teardown(ctx, svc, decide.Refuse(refused, r.Book.OwnedBy(svc.UID)))
+	}
 	var objects lbobjects.Set
-	if !plan.HoldObjects {
+	var shared []lbobjects.Set
+	switch {
+	case plan.HoldObjects:
+	case plan.Share != nil:
+		if shared, err = plan.SharedObjects(addrs, r.Book.OwnedBy(svc.UID)); err != nil {
+			return err
+		}
+	default:
 		if objects, err = plan.Objects(addrs, r.Book.OwnedBy(svc.UID)); err != nil {
 			return err
 		}
@@ -360,12 +396,16 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 	var deploy *appsv1.Deployment
 	if plan.HoldObjects {
 		// The Subnet is not Ready: the objects stay as they are.
-		if deploy, err = r.currentDeployment(ctx, svc); err != nil {
+		if deploy, err = r.currentDeployment(ctx, svc, plan, addrs); err != nil {
 			return err
 		}
 	} else {
 		var foreign string
-		deploy, foreign, err = r.ensureObjects(ctx, svc, objects)
+		if plan.Share != nil {
+			deploy, foreign, err = r.ensureShared(ctx, svc, shared)
+		} else {
+			deploy, foreign, err = r.ensureObjects(ctx, svc, objects)
+		}
 		if err != nil {
 			if !errors.Is(err, errServiceGone) && !errors.Is(err, errStrayPods) {
 				r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonApplyFailed, actionApply, "%s", decide.BoundedMessage(err.Error()))
@@ -408,6 +448,23 @@ func (r *ServiceReconciler) claim(ctx context.Context, svc *corev1.Service, plan
 	}
 	r.Book.SetWaiting(client.ObjectKeyFromObject(svc), plan.Refusal != nil)
 	return ipam.SortIPv4First(append(addrs, claimed...)), claimed, nil, nil
+}
+
+// rejoin brings the member records of the kept shared addresses up to date (plan.Rejoin), or
+// returns why one may not be (a port now served by another member).
+func (r *ServiceReconciler) rejoin(ctx context.Context, plan decide.Plan) (*decide.Refusal, error) {
+	for _, o := range plan.Rejoin {
+		joined, ref, err := r.Book.Join(ctx, o.Name, decide.Claim{Share: plan.Share, CrossNamespace: r.Options.LBPodNamespace != ""})
+		switch {
+		case err != nil:
+			return nil, err
+		case ref != nil:
+			return ref, nil
+		case !joined:
+			return nil, fmt.Errorf("shared address %s is gone: looking again", o.Addr)
+		}
+	}
+	return nil, nil
 }
 
 // teardown deletes our objects, drains every owned address and clears what we wrote. With a
@@ -482,7 +539,8 @@ func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (de
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
 		return in, fmt.Errorf("list lb pods: %w", err)
 	}
-	in.LBPods = pods.Items
+	// Not those of a shared address the Service happens to own (they carry its UID).
+	in.LBPods = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.Labels[lbv1.SharedIPLabel] != "" })
 	if c := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressAllocated); c != nil && c.Reason == decide.ReasonObjectConflict {
 		// Only after a conflict was seen: is the foreign object still there? (uncached read)
 		foreign, err := r.foreignObject(ctx, svc)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -30,7 +31,7 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 	if plan.Refusal != nil {
 		r.warnOnChange(svc, allocated, actionAllocate)
 	}
-	current, err := r.currentDeployment(ctx, svc)
+	current, err := r.currentDeployment(ctx, svc, plan, addrs)
 	if err != nil {
 		return err
 	}
@@ -48,6 +49,11 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 		}
 		s.Annotations[lbv1.AllocatedIPsAnnotation] = decide.JoinAddrs(addrs)
 		s.Annotations[lbv1.AllocatedSubnetAnnotation] = plan.Subnet
+		var shared []netip.Addr
+		if plan.Share != nil {
+			shared = addrs
+		}
+		setMemberLabels(s, shared)
 	}); err != nil {
 		return err
 	}
@@ -72,12 +78,37 @@ func (r *ServiceReconciler) reportServed(ctx context.Context, svc *corev1.Servic
 	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), plan.LBPodCondition(deploy)})
 }
 
-// currentDeployment is the Service's Deployment as the cache shows it (an empty one when there
-// is none): its status is what the lb pod condition reads.
-func (r *ServiceReconciler) currentDeployment(ctx context.Context, svc *corev1.Service) (*appsv1.Deployment, error) {
+// setMemberLabels puts on s the label of each shared address it is a member of (SharedIPLabelPrefix
+// and the IP object name: the lb pods of the address watch the Services so labelled) and takes
+// off every other label of that prefix.
+func setMemberLabels(s *corev1.Service, shared []netip.Addr) {
+	want := map[string]bool{}
+	for _, a := range shared {
+		want[lbv1.SharedIPLabelPrefix+lbv1.IPName(a)] = true
+	}
+	for k := range s.Labels {
+		if strings.HasPrefix(k, lbv1.SharedIPLabelPrefix) && !want[k] {
+			delete(s.Labels, k)
+		}
+	}
+	for k := range want {
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		s.Labels[k] = ""
+	}
+}
+
+// currentDeployment is the Service's lb Deployment as the cache shows it (an empty one when there
+// is none), for a Service that shares that of its first address: its status is what the lb pod
+// condition reads.
+func (r *ServiceReconciler) currentDeployment(ctx context.Context, svc *corev1.Service, plan decide.Plan, addrs []netip.Addr) (*appsv1.Deployment, error) {
 	current := &appsv1.Deployment{}
 	key := client.ObjectKey{Namespace: lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace),
 		Name: lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}
+	if plan.Share != nil && len(addrs) > 0 {
+		key.Name = lbobjects.SharedObjectName(lbv1.IPName(addrs[0]))
+	}
 	if err := r.Client.Get(ctx, key, current); err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}
@@ -96,6 +127,7 @@ func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Serv
 	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
 		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
 		delete(s.Annotations, lbv1.AllocatedSubnetAnnotation)
+		setMemberLabels(s, nil)
 		if plan.RemoveFinalizer {
 			controllerutil.RemoveFinalizer(s, lbv1.CleanupFinalizer)
 		}
@@ -136,7 +168,7 @@ func (r *ServiceReconciler) warnOnChange(svc *corev1.Service, cond metav1.Condit
 func (r *ServiceReconciler) patchMeta(ctx context.Context, svc *corev1.Service, mutate func(*corev1.Service)) error {
 	before := svc.DeepCopy()
 	mutate(svc)
-	if equalStringMaps(before.Annotations, svc.Annotations) && slices.Equal(before.Finalizers, svc.Finalizers) {
+	if equalStringMaps(before.Annotations, svc.Annotations) && equalStringMaps(before.Labels, svc.Labels) && slices.Equal(before.Finalizers, svc.Finalizers) {
 		return nil
 	}
 	if err := r.Client.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {

@@ -21,10 +21,39 @@ type IPOwner struct {
 	UID string `json:"uid"`
 }
 
-// IPSpec is one allocated address. It never changes: a Service that moves to another address
-// gets a new IP object and the old one drains.
+// IPMember is one Service on a shared address.
+type IPMember struct {
+	// Namespace of the Service.
+	// +kubebuilder:validation:MaxLength=63
+	Namespace string `json:"namespace"`
+	// Name of the Service.
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// UID of the Service.
+	// +kubebuilder:validation:MaxLength=64
+	UID string `json:"uid"`
+	// Ports are the protocols and ports it serves on the address ("TCP/53"), sorted: no two
+	// members serve the same one.
+	// +optional
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=11
+	Ports []string `json:"ports,omitempty"`
+	// Namespaces are the other namespaces it accepts members from ("*": all).
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	Namespaces []string `json:"namespaces,omitempty"`
+}
+
+// IPSpec is one allocated address. Its address, Subnet, owner and sharing key never change: a
+// Service that moves to another address gets a new IP object and the old one drains. Only the
+// members of a shared address change, each join and leave an update the API server orders
+// (resourceVersion), so that two passes never both take the last free port or both let go of
+// an address someone joins.
 //
-// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="an IP object's spec is immutable"
+// +kubebuilder:validation:XValidation:rule="self.address == oldSelf.address && self.subnet == oldSelf.subnet && self.service == oldSelf.service",message="an IP object's address, subnet and service are immutable"
+// +kubebuilder:validation:XValidation:rule="(has(self.sharingKey) ? self.sharingKey : ”) == (has(oldSelf.sharingKey) ? oldSelf.sharingKey : ”)",message="an IP object's sharingKey is immutable"
+// +kubebuilder:validation:XValidation:rule="!has(self.members) || size(self.members) == 0 || has(self.sharingKey)",message="only a shared address (sharingKey) has members"
 // +kubebuilder:validation:XValidation:rule="isIP(self.address)",message="address must be an IP address"
 type IPSpec struct {
 	// Address is the allocated address, in its canonical text form.
@@ -33,8 +62,18 @@ type IPSpec struct {
 	// Subnet is the Subnet the address comes from.
 	// +kubebuilder:validation:MaxLength=253
 	Subnet string `json:"subnet"`
-	// Service is the owner.
+	// Service is the owner; of a shared address, the Service it was first claimed for (the
+	// members are its holders then, and its lb objects carry this UID).
 	Service IPOwner `json:"service"`
+	// SharingKey, when set, makes the address shared (lbsvc.io/allow-shared-ip) by Members,
+	// in the owner's namespace unless members name each other's namespaces.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	SharingKey string `json:"sharingKey,omitempty"`
+	// Members are the Services on a shared address. The last one leaving drains it.
+	// +optional
+	// +kubebuilder:validation:MaxItems=32
+	Members []IPMember `json:"members,omitempty"`
 }
 
 // IPPhase is where an address is in its life.
@@ -119,6 +158,7 @@ type IPStatus struct {
 // +kubebuilder:printcolumn:name="Subnet",type=string,JSONPath=`.spec.subnet`
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.service.namespace`
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service.name`
+// +kubebuilder:printcolumn:name="Members",type=string,JSONPath=`.spec.members[*].name`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
 // +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.active`,priority=1

@@ -16,13 +16,18 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// subnetSchema loads the generated Subnet CRD, checks it the way the API server checks a CRD on
+// subnetSchema is the structural schema of the Subnet's spec (crdSpecSchema).
+func subnetSchema(t *testing.T) *schema.Structural {
+	return crdSpecSchema(t, "../../config/crd/bases/lbsvc.io_subnets.yaml")
+}
+
+// crdSpecSchema loads a generated CRD, checks it the way the API server checks a CRD on
 // create (CEL rules compile, their estimated cost fits the budget) and returns the structural
 // schema of spec. The API server's own code, in process: the CEL rules are tested in every unit
 // run, not only with a kube-apiserver.
-func subnetSchema(t *testing.T) *schema.Structural {
+func crdSpecSchema(t *testing.T, path string) *schema.Structural {
 	t.Helper()
-	raw, err := os.ReadFile("../../config/crd/bases/lbsvc.io_subnets.yaml")
+	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +92,50 @@ func TestSubnetCEL(t *testing.T) {
 			t.Errorf("%s: refused: %v", cidrBlock, got)
 		case want != "" && (got == nil || !strings.Contains(got.Error(), want)):
 			t.Errorf("%s: got %v, want an error containing %q", cidrBlock, got, want)
+		}
+	}
+}
+
+// TestIPCEL runs the IP object's rules on updates: the address, Subnet, owner and sharing key
+// never change; the members of a shared address do; an unshared address has none.
+func TestIPCEL(t *testing.T) {
+	s := crdSpecSchema(t, "../../config/crd/bases/lbsvc.io_ips.yaml")
+	validator := cel.NewValidator(s, false, celconfig.PerCallLimit)
+	if validator == nil {
+		t.Fatal("the spec schema has no CEL rules")
+	}
+	owner := map[string]any{"namespace": "dns", "name": "dns-tcp", "uid": "u1"}
+	spec := func(mut func(map[string]any)) map[string]any {
+		m := map[string]any{"address": "172.18.0.12", "subnet": "underlay", "service": owner, "sharingKey": "dns",
+			"members": []any{map[string]any{"namespace": "dns", "name": "dns-tcp", "uid": "u1", "ports": []any{"TCP/53"}}}}
+		if mut != nil {
+			mut(m)
+		}
+		return m
+	}
+	member2 := map[string]any{"namespace": "dns", "name": "dns-udp", "uid": "u2", "ports": []any{"UDP/53"}}
+	for name, tc := range map[string]struct {
+		old, cur map[string]any
+		want     string // "" when accepted
+	}{
+		"a member joins":         {spec(nil), spec(func(m map[string]any) { m["members"] = append(m["members"].([]any), member2) }), ""},
+		"the last member leaves": {spec(nil), spec(func(m map[string]any) { delete(m, "members") }), ""},
+		"the address changes":    {spec(nil), spec(func(m map[string]any) { m["address"] = "172.18.0.13" }), "address, subnet and service are immutable"},
+		"the owner changes": {spec(nil), spec(func(m map[string]any) { m["service"] = map[string]any{"namespace": "dns", "name": "x", "uid": "u9"} }),
+			"address, subnet and service are immutable"},
+		"the key changes": {spec(nil), spec(func(m map[string]any) { m["sharingKey"] = "web" }), "sharingKey is immutable"},
+		"an unshared address becomes shared": {spec(func(m map[string]any) { delete(m, "sharingKey"); delete(m, "members") }), spec(nil),
+			"sharingKey is immutable"},
+		"members without a key": {spec(func(m map[string]any) { delete(m, "sharingKey"); delete(m, "members") }),
+			spec(func(m map[string]any) { delete(m, "sharingKey") }), "only a shared address (sharingKey) has members"},
+	} {
+		errs, _ := validator.Validate(context.Background(), field.NewPath("spec"), s, tc.cur, tc.old, celconfig.RuntimeCELCostBudget)
+		got := errs.ToAggregate()
+		switch {
+		case tc.want == "" && got != nil:
+			t.Errorf("%s: refused: %v", name, got)
+		case tc.want != "" && (got == nil || !strings.Contains(got.Error(), tc.want)):
+			t.Errorf("%s: got %v, want an error containing %q", name, got, tc.want)
 		}
 	}
 }

@@ -45,6 +45,15 @@ const (
 	EnvNamespace = "LBPOD_NAMESPACE"
 	// EnvService is the Service name, from the pod label ServiceLabel via the downward API.
 	EnvService = "LBPOD_SERVICE"
+	// EnvSharedIP, instead of EnvService, makes the lb pod serve every member of a shared address:
+	// the address's IP object name. The members are the Services of EnvNamespace labelled
+	// SharedIPLabelPrefix+<name> whose status.loadBalancer.ingress shows the address.
+	EnvSharedIP = "LBPOD_SHARED_IP"
+	// EnvSharedIPUID is the shared address's IP object UID and EnvOwnerUID its owner's
+	// (spec.service.uid): the lb pods' Lease carries them (an owner reference to the IP object,
+	// so it goes with the address, and the UID label the operator trusts).
+	EnvSharedIPUID = "LBPOD_SHARED_IP_UID"
+	EnvOwnerUID    = "LBPOD_OWNER_UID"
 	// EnvAddresses is the LB address with the subnet prefix length, e.g. "172.18.0.18/16";
 	// for Dual one per family, comma-separated.
 	EnvAddresses = "LBPOD_ADDRESSES"
@@ -157,4 +166,13 @@ const (
 	// references cannot reach.
 	ServiceNamespaceLabel = "lbsvc.io/service-namespace"
 	ServiceUIDLabel       = "lbsvc.io/service-uid"
+	// SharedIPLabel, on the lb objects and pods of a shared address (one lb Deployment per
+	// address, whatever its members), is the address's IP object name; with ComponentLabel it is
+	// their Deployment's selector. ServiceLabel is absent there: the objects serve no one Service.
+	SharedIPLabel = "lbsvc.io/shared-ip"
+	// SharedIPLabelPrefix+<IP object name>, on a Service, says that it is a member of that
+	// shared address: the lb pods of the address watch the Services so labelled (any one may set
+	// a label: they serve only those whose status, which only the operator writes, shows the
+	// address).
+	SharedIPLabelPrefix = "ip.lbsvc.io/"
 )

@@ -36,6 +36,14 @@ type OwnedIP struct {
 	// Conflict, when set, is what the probe heard: the IP object is in phase Conflict, no longer
 	// the Service's to hold, and not to be drained (it stays until an admin deletes it).
 	Conflict *lbv1.IPConflictStatus
+	// SharingKey, of a shared address, is its key, and Members its members as the IP object
+	// lists them; Member is the UID of the Service it is owned by here (one of them): draining
+	// it means that member leaves, and the address drains only when the last one does.
+	SharingKey string
+	Members    []lbv1.IPMember
+	Member     string
+	// Owner, of a shared address, is its IP object's spec.service: its lb objects carry that UID.
+	Owner lbv1.IPOwner
 }
 
 // ServiceInputs is what the reconciler read for one Service.
@@ -88,6 +96,11 @@ type Claim struct {
 	// From, with Static, names where the Service asked for it (ValidatedService.RequestedFrom),
 	// for the refusal of an address held by someone else (InUse).
 	From string
+	// Share, for a Service that shares (lbsvc.io/allow-shared-ip), is what it joins as: the
+	// claim joins an address of its key where SharingClash allows (the static one, or the lowest
+	// such), else claims a new shared address. CrossNamespace is --lb-pod-namespace being set.
+	Share          *SharingMember
+	CrossNamespace bool
 }
 
 // Plan is what to do for a Service.
@@ -121,6 +134,16 @@ type Plan struct {
 	// can be scheduled on: the Service keeps its address and its Deployment, and shows it in
 	// ConditionLBPodAvailable (LBPodCondition).
 	Unplaceable *Refusal
+	// Share, with PlanServe, is the Service as a member of shared addresses (it has
+	// lbsvc.io/allow-shared-ip): its addresses are shared ones, served by the lb objects of each
+	// address (SharedObjects) instead of its own. Rejoin are kept shared addresses whose record of
+	// it is out of date (its ports changed): joined again, which the API server orders against
+	// the other members.
+	Share  *SharingMember
+	Rejoin []OwnedIP
+	// SharedReplicas is the lb pod count of a shared address: the operator's default, since the
+	// objects are the address's and not one member's (lbsvc.io/replicas is not read for them).
+	SharedReplicas int32
 	// HoldObjects, with PlanServe, leaves the per-Service objects as they are: the Subnet is not
 	// Ready (invalid, overlapping or being deleted) and the Service only keeps what it holds.
 	// Objects rebuilt from an invalid Subnet could break the lb pods (an unparseable Subnet
@@ -156,6 +179,34 @@ func (p Plan) Objects(addrs []netip.Addr, owned []OwnedIP) (lbobjects.Set, error
 		}
 	}
 	return lbobjects.Build(params)
+}
+
+// SharedObjects builds the lb objects of each shared address the Service holds (addrs: the kept
+// and claimed ones; owned: the address book's record after the claims), one Set per address,
+// IPv4 first. Every member builds the same objects for an address: nothing of one member's goes
+// into them (replicas are the default), so members never undo each other's writes.
+func (p Plan) SharedObjects(addrs []netip.Addr, owned []OwnedIP) ([]lbobjects.Set, error) {
+	var sets []lbobjects.Set
+	for _, a := range ipam.SortIPv4First(addrs) {
+		i := slices.IndexFunc(owned, func(o OwnedIP) bool { return o.Addr == a && o.SharingKey != "" && !o.Draining })
+		if i < 0 {
+			continue
+		}
+		o := owned[i]
+		params := p.LBPod
+		params.ServiceName, params.ServiceNamespace, params.ServiceUID = o.Owner.Name, o.Owner.Namespace, types.UID(o.Owner.UID)
+		params.Addresses = []netip.Addr{a}
+		params.CIDRs, params.Gateways = FamilyParams(params.Addresses, p.SubnetConfig)
+		ref := lbobjects.IPRef{Name: o.Name, UID: o.UID}
+		params.Shared, params.Claim = &ref, []lbobjects.IPRef{ref}
+		params.Replicas, params.HALegacyPeers = p.SharedReplicas, false
+		set, err := lbobjects.Build(params)
+		if err != nil {
+			return nil, err
+		}
+		sets = append(sets, set)
+	}
+	return sets, nil
 }
 
 // AllocatedCondition is the AddressAllocated condition of a served Service holding addrs: True,
@@ -279,6 +330,18 @@ func DecideService(in ServiceInputs) Plan {
 		return refuse(ref)
 	}
 	requested, families := v.Requested, v.Families
+	sharing, sref := ParseSharing(svc)
+	if sref != nil {
+		return refuse(sref)
+	}
+	key := ""
+	if sharing != nil {
+		m := MemberOf(svc, *sharing)
+		p.Share, key = &m, sharing.Key
+		p.SharedReplicas = max(in.LBPod.Replicas, 1)
+	}
+	// Across namespaces only with the lb pods outside every tenant.
+	cross := in.LBPod.PodNamespace != ""
 	owned := inSubnet(Bound(in.Owned), subnet.Name)
 	ingress := IngressSet(svc)
 	for _, f := range families {
@@ -289,7 +352,11 @@ func DecideService(in ServiceInputs) Plan {
 		var keep *OwnedIP
 		for i := range owned {
 			o := &owned[i]
-			if ipam.FamilyOf(o.Addr) != f || ipam.CheckAddr(cfg, o.Addr) != nil {
+			if ipam.FamilyOf(o.Addr) != f || ipam.CheckAddr(cfg, o.Addr) != nil || o.SharingKey != key {
+				continue
+			}
+			if key != "" && SharingClash(key, MembersOf(key, o.Members), *p.Share, cross) != nil {
+				// Its ports now clash with another member's: it leaves, and claims again.
 				continue
 			}
 			if hasStatic && o.Addr != static {
@@ -304,9 +371,14 @@ func DecideService(in ServiceInputs) Plan {
 		}
 		if keep != nil {
 			p.Keep = append(p.Keep, *keep)
+			if key != "" {
+				if _, changed := WithMember(keep.Members, MemberRecord(*p.Share)); changed {
+					p.Rejoin = append(p.Rejoin, *keep)
+				}
+			}
 			continue
 		}
-		c := Claim{Family: f, Static: static}
+		c := Claim{Family: f, Static: static, Share: p.Share, CrossNamespace: cross}
 		if hasStatic {
 			c.From = v.RequestedFrom
 		}

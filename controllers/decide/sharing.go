@@ -3,6 +3,7 @@ package decide
 import (
 	"cmp"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -201,4 +202,76 @@ func joinPorts(ports []SharingPort, max int) string {
 		s = append(s, p.String())
 	}
 	return strings.Join(s, ", ")
+}
+
+// MemberRecord is how the IP object lists m.
+func MemberRecord(m SharingMember) lbv1.IPMember {
+	ports := make([]string, len(m.Ports))
+	for i, p := range m.Ports {
+		ports[i] = p.String()
+	}
+	return lbv1.IPMember{Namespace: m.Namespace, Name: m.Name, UID: m.UID, Ports: ports, Namespaces: slices.Clone(m.Namespaces)}
+}
+
+// MembersOf reads the members an IP object of key lists. A port that does not parse (the API
+// server bounds the field, nothing else writes it) is skipped: it can clash with nothing.
+func MembersOf(key string, recs []lbv1.IPMember) []SharingMember {
+	out := make([]SharingMember, 0, len(recs))
+	for _, r := range recs {
+		m := SharingMember{Namespace: r.Namespace, Name: r.Name, UID: r.UID, Sharing: Sharing{Key: key, Namespaces: r.Namespaces}}
+		for _, s := range r.Ports {
+			proto, port, ok := strings.Cut(s, "/")
+			n, err := strconv.ParseInt(port, 10, 32)
+			if ok && err == nil {
+				m.Ports = append(m.Ports, SharingPort{Protocol: corev1.Protocol(proto), Port: int32(n)})
+			}
+		}
+		slices.SortFunc(m.Ports, compareSharingPorts)
+		out = append(out, m)
+	}
+	return out
+}
+
+// WithMember is recs with rec in place of the entry of its UID, or added, sorted by namespace
+// and name; changed tells whether that differs from recs.
+func WithMember(recs []lbv1.IPMember, rec lbv1.IPMember) (out []lbv1.IPMember, changed bool) {
+	out = slices.Clone(recs)
+	i := slices.IndexFunc(out, func(r lbv1.IPMember) bool { return r.UID == rec.UID })
+	if i >= 0 {
+		if equalMember(out[i], rec) {
+			return recs, false
+		}
+		out[i] = rec
+	} else {
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(a, b lbv1.IPMember) int {
+		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name), cmp.Compare(a.UID, b.UID))
+	})
+	return out, true
+}
+
+// WithoutMember is recs without the entry of uid; found tells whether there was one.
+func WithoutMember(recs []lbv1.IPMember, uid string) (out []lbv1.IPMember, found bool) {
+	i := slices.IndexFunc(recs, func(r lbv1.IPMember) bool { return r.UID == uid })
+	if i < 0 {
+		return recs, false
+	}
+	return slices.Delete(slices.Clone(recs), i, i+1), true
+}
+
+// IsMember tells whether uid is among recs.
+func IsMember(recs []lbv1.IPMember, uid string) bool {
+	return slices.ContainsFunc(recs, func(r lbv1.IPMember) bool { return r.UID == uid })
+}
+
+func equalMember(a, b lbv1.IPMember) bool {
+	return a.Namespace == b.Namespace && a.Name == b.Name && a.UID == b.UID &&
+		slices.Equal(a.Ports, b.Ports) && slices.Equal(a.Namespaces, b.Namespaces)
+}
+
+// JoinRefusal is the refusal of a Service that may not join the shared address addr (from names
+// where it asked for it).
+func JoinRefusal(from string, addr netip.Addr, ref *Refusal) *Refusal {
+	return refusal(ref.Reason, "%s %s: %s", from, addr, ref.Message)
 }

@@ -2,8 +2,12 @@ package decide
 
 import (
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -223,4 +227,88 @@ func FuzzSharingClash(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestDecideServiceSharing: the plan of a Service that shares, exact: it keeps only addresses of
+// its key whose other members it does not clash with, asks for a rejoin when its record is out of
+// date, and claims as a member.
+func TestDecideServiceSharing(t *testing.T) {
+	sn := planSubnet("sn", "10.0.0.0/24", 0)
+	shares := func(key string) func(*corev1.Service) {
+		return func(s *corev1.Service) {
+			s.Annotations[lbv1.AllowSharedIPAnnotation] = key
+			s.Spec.ClusterIPs, s.Spec.IPFamilies = s.Spec.ClusterIPs[:1], s.Spec.IPFamilies[:1]
+		}
+	}
+	me := MemberOf(planService(shares("dns")), Sharing{Key: "dns"})
+	other := lbv1.IPMember{Namespace: "team", Name: "dns-udp", UID: "u2", Ports: []string{"UDP/53"}}
+	clashing := lbv1.IPMember{Namespace: "team", Name: "web-2", UID: "u3", Ports: []string{"TCP/80"}}
+	sharedIP := func(key string, members ...lbv1.IPMember) OwnedIP {
+		o := owned("10.0.0.7", "10.0.0.7", "sn", false)
+		o.SharingKey, o.Members, o.Member = key, members, "u1"
+		return o
+	}
+	for name, tc := range map[string]struct {
+		svc   *corev1.Service
+		owned []OwnedIP
+		want  Plan
+	}{
+		"a new member claims as one": {
+			svc:  planService(shares("dns")),
+			want: Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}}},
+		},
+		"its shared address kept, record current": {
+			svc:   planService(shares("dns")),
+			owned: []OwnedIP{sharedIP("dns", MemberRecord(me), other)},
+			want:  Plan{Keep: []OwnedIP{sharedIP("dns", MemberRecord(me), other)}},
+		},
+		"its ports changed: kept, and joined again": {
+			svc:   planService(shares("dns")),
+			owned: []OwnedIP{sharedIP("dns", lbv1.IPMember{Namespace: "team", Name: "web", UID: "u1", Ports: []string{"TCP/8080"}}, other)},
+			want: Plan{Keep: []OwnedIP{sharedIP("dns", lbv1.IPMember{Namespace: "team", Name: "web", UID: "u1", Ports: []string{"TCP/8080"}}, other)},
+				Rejoin: []OwnedIP{sharedIP("dns", lbv1.IPMember{Namespace: "team", Name: "web", UID: "u1", Ports: []string{"TCP/8080"}}, other)}},
+		},
+		"its ports now clash with another member's: it leaves and claims again": {
+			svc:   planService(shares("dns")),
+			owned: []OwnedIP{sharedIP("dns", MemberRecord(me), clashing)},
+			want:  Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}}, Drain: []OwnedIP{sharedIP("dns", MemberRecord(me), clashing)}},
+		},
+		"its key changed: it leaves and claims under the new one": {
+			svc:   planService(shares("dns")),
+			owned: []OwnedIP{sharedIP("web", MemberRecord(me))},
+			want:  Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}}, Drain: []OwnedIP{sharedIP("web", MemberRecord(me))}},
+		},
+		"it stopped sharing: its shared address drains (it leaves), an own one is claimed": {
+			svc:   planService(shares("dns"), func(s *corev1.Service) { delete(s.Annotations, lbv1.AllowSharedIPAnnotation) }),
+			owned: []OwnedIP{sharedIP("dns", MemberRecord(me))},
+			want:  Plan{Claims: []Claim{{Family: ipam.IPv4}}, Drain: []OwnedIP{sharedIP("dns", MemberRecord(me))}},
+		},
+		"an unshared address is not kept by a sharing Service": {
+			svc:   planService(shares("dns")),
+			owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
+			want:  Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}}, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
+		},
+		"a bad key: refused": {
+			svc: planService(shares("a/b")),
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonInvalidSharing,
+				`annotation lbsvc.io/allow-shared-ip="a/b": want a key of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit`}},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := DecideService(ServiceInputs{Service: tc.svc, EnableLBSvc: true, NADFound: true, Subnets: []lbv1.Subnet{sn}, Owned: tc.owned})
+			if tc.want.Action == 0 {
+				tc.want.Action, tc.want.Subnet = PlanServe, "sn"
+				if tc.want.Claims != nil && tc.want.Claims[0].Share != nil || tc.want.Keep != nil && tc.svc.Annotations[lbv1.AllowSharedIPAnnotation] != "" {
+					tc.want.Share, tc.want.SharedReplicas = &me, 1
+				}
+			}
+			got.SubnetConfig, got.Provider, got.NADName, got.NADNamespace, got.LBPod = ipam.SubnetConfig{}, "", "", "", lbobjects.Params{}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("plan:\n got %+v\nwant %+v", got, tc.want)
+				if got.Refusal != nil {
+					t.Logf("refusal: %s", got.Refusal.Message)
+				}
+			}
+		})
+	}
 }

@@ -51,9 +51,13 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 		lbv1.ProviderAnnotation(p.Provider, gatewaySuffix):                      gateways,
 		lbv1.ProviderAnnotation(p.Provider, lbv1.LogicalSwitchAnnotationSuffix): p.SubnetName,
 	}
+	who := corev1.EnvVar{Name: lbv1.EnvService, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + lbv1.ServiceLabel + "']"}}}
+	if p.Shared != nil {
+		who = corev1.EnvVar{Name: lbv1.EnvSharedIP, Value: p.Shared.Name}
+	}
 	env := []corev1.EnvVar{
 		{Name: lbv1.EnvNamespace, Value: p.ServiceNamespace},
-		{Name: lbv1.EnvService, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.labels['" + lbv1.ServiceLabel + "']"}}},
+		who,
 		{Name: lbv1.EnvPodIP, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "status.podIP"}}},
 		{Name: lbv1.EnvAddresses, Value: addrPrefixes},
 		{Name: lbv1.EnvGateways, Value: gateways},
@@ -66,6 +70,10 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 	// to 58 characters, so a long Deployment name is not a prefix of it. A single lb pod uses it
 	// too: the conflict probe records there what it announced (and what answered).
 	env = append(env, corev1.EnvVar{Name: lbv1.EnvLease, Value: p.name()})
+	if p.Shared != nil {
+		env = append(env, corev1.EnvVar{Name: lbv1.EnvSharedIPUID, Value: string(p.Shared.UID)},
+			corev1.EnvVar{Name: lbv1.EnvOwnerUID, Value: string(p.ServiceUID)})
+	}
 	if p.LBReplicas() > 1 {
 		if p.HAInterval > 0 {
 			env = append(env, corev1.EnvVar{Name: lbv1.EnvHAInterval, Value: p.HAInterval.String()})

@@ -535,3 +535,55 @@ func TestParseReplicas(t *testing.T) {
 		}
 	}
 }
+
+// TestBuildSharedAddress: the lb objects of a shared address are named and selected by the
+// address, carry its owner's UID (the drain counts them) but no Service name, are owned by the
+// IP object, and their lb pods watch the members (EnvSharedIP) instead of one Service.
+func TestBuildSharedAddress(t *testing.T) {
+	p := seedParams()
+	p.Replicas = 2
+	ip := IPRef{Name: "172.18.0.12", UID: "ip-uid"}
+	p.Shared, p.Claim = &ip, []IPRef{ip}
+	p.Addresses = []netip.Addr{netip.MustParseAddr("172.18.0.12")}
+	set, err := Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := set.Deployment
+	if d.Name != "lb-svc-4-172-18-0-12" || set.ServiceAccount.Name != d.Name || set.RoleBinding.Name != d.Name || set.PodDisruptionBudget.Name != d.Name {
+		t.Fatalf("names: deployment %s, sa %s, rb %s, pdb %s", d.Name, set.ServiceAccount.Name, set.RoleBinding.Name, set.PodDisruptionBudget.Name)
+	}
+	if got := SharedObjectName("fd00-0000-0000-0000-0000-0000-0000-0018"); got != "lb-svc-6-fd00-0000-0000-0000-0000-0000-0000-0018" {
+		t.Fatalf("IPv6 name %s", got)
+	}
+	want := map[string]string{lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.SharedIPLabel: "172.18.0.12"}
+	if !reflect.DeepEqual(d.Spec.Selector.MatchLabels, want) || !reflect.DeepEqual(set.PodDisruptionBudget.Spec.Selector.MatchLabels, want) {
+		t.Fatalf("selector %v, budget %v, want %v", d.Spec.Selector.MatchLabels, set.PodDisruptionBudget.Spec.Selector.MatchLabels, want)
+	}
+	pl := d.Spec.Template.Labels
+	if _, ok := pl[lbv1.ServiceLabel]; ok || pl[lbv1.ServiceUIDLabel] != string(p.ServiceUID) || pl[lbv1.IPv4Label] != "172.18.0.12" {
+		t.Fatalf("pod labels %v", pl)
+	}
+	for _, o := range []Object{d, set.ServiceAccount, set.RoleBinding, set.PodDisruptionBudget, set.HAKeySecret} {
+		refs := o.GetOwnerReferences()
+		if len(refs) != 1 || refs[0].Kind != "IP" || refs[0].Name != "172.18.0.12" || refs[0].UID != "ip-uid" || refs[0].BlockOwnerDeletion != nil {
+			t.Fatalf("%s %s: owner references %+v", KindOf(o), o.GetName(), refs)
+		}
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if _, ok := env[lbv1.EnvService]; ok {
+		t.Fatalf("%s set for a shared address", lbv1.EnvService)
+	}
+	if env[lbv1.EnvSharedIP].Value != "172.18.0.12" || env[lbv1.EnvSharedIPUID].Value != "ip-uid" ||
+		env[lbv1.EnvOwnerUID].Value != string(p.ServiceUID) || env[lbv1.EnvLease].Value != d.Name {
+		t.Fatalf("env %v", env)
+	}
+	lease := BuildSharedLease(d.Name, p.ServiceNamespace, p.ServiceUID, ip)
+	if lease.Labels[lbv1.SharedIPLabel] != "172.18.0.12" || lease.Labels[lbv1.ServiceUIDLabel] != string(p.ServiceUID) ||
+		len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].UID != "ip-uid" {
+		t.Fatalf("lease %+v", lease.ObjectMeta)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -67,6 +68,20 @@ func BuildLease(name string, svc metav1.Object) *coordinationv1.Lease {
 	m := p.objectMeta(p.ServiceNamespace)
 	m.Name = name
 	m.OwnerReferences[0].BlockOwnerDeletion = nil
+	return &coordinationv1.Lease{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
+		ObjectMeta: m,
+	}
+}
+
+// BuildSharedLease returns the Lease the lb pods of a shared address create at their first
+// takeover: BuildLease's labels for the address's owner UID (the one its lb objects carry), with
+// SharedIPLabel in place of the Service's name, owned by the IP object so that it goes with the
+// address rather than with any one member.
+func BuildSharedLease(name, namespace string, ownerUID types.UID, ip IPRef) *coordinationv1.Lease {
+	p := Params{ServiceNamespace: namespace, ServiceUID: ownerUID, Shared: &ip}
+	m := p.objectMeta(namespace)
+	m.Name = name
 	return &coordinationv1.Lease{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"},
 		ObjectMeta: m,

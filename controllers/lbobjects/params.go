@@ -111,6 +111,13 @@ type Params struct {
 	// Claim names the IP objects of the addresses (any order): the election key belongs to the
 	// claim (BuildHAKeySecret). Empty: no key.
 	Claim []IPRef
+	// Shared, when set, makes these the lb objects of a shared address (one lb Deployment per
+	// address, serving every member): Addresses holds that one address, Claim its IP object, and
+	// ServiceName, ServiceNamespace and ServiceUID name the IP object's owner (spec.service), whose
+	// UID the objects carry so that the drain counts them (decide.ProvablyOurs). They are named
+	// after the address (SharedObjectName), selected by SharedIPLabel, owned by the IP object
+	// rather than by a Service, and their lb pods watch the members (EnvSharedIP).
+	Shared *IPRef
 	// HALegacyPeers: lb pods from before authenticated adverts may still run beside the new ones
 	// (an upgrade's rollout), so the new ones get the legacy window (HALegacyWindow) to defer to
 	// them; otherwise none (0), and a forged unauthenticated advert is refused from the start.
@@ -168,8 +175,24 @@ func ObjectNameIn(podNamespace, namespace, service string) string {
 	return lbv1.DeploymentPrefix + readable + "-" + hex.EncodeToString(sum[:4])
 }
 
-// name is the Service's per-Service object name.
+// SharedObjectName is the name of the lb objects of a shared address: "lb-svc-4-" or
+// "lb-svc-6-" and the IP object name with '-' for '.' ("lb-svc-4-172-18-0-12"). A Service name
+// starts with a letter, and the names of --lb-pod-namespace end in an 8-digit digest, so no
+// per-Service name is ever one of these; "lb-svc-" keeps the Lease admission policy's rule
+// (the Lease is named like the ServiceAccount).
+func SharedObjectName(ipName string) string {
+	fam := "4"
+	if strings.Count(ipName, "-") == 7 {
+		fam = "6"
+	}
+	return lbv1.DeploymentPrefix + fam + "-" + strings.ReplaceAll(ipName, ".", "-")
+}
+
+// name is the per-Service object name, or the shared address's.
 func (p Params) name() string {
+	if p.Shared != nil {
+		return SharedObjectName(p.Shared.Name)
+	}
 	return ObjectNameIn(p.PodNamespace, p.ServiceNamespace, p.ServiceName)
 }
 
@@ -251,9 +274,14 @@ func Labels(service string) map[string]string {
 	}
 }
 
-// labels are Labels plus the Service's namespace and UID.
+// labels are Labels plus the Service's namespace and UID; of a shared address, the address in
+// place of the Service's name.
 func (p Params) labels() map[string]string {
 	l := Labels(p.ServiceName)
+	if p.Shared != nil {
+		delete(l, lbv1.ServiceLabel)
+		l[lbv1.SharedIPLabel] = p.Shared.Name
+	}
 	l[lbv1.ServiceNamespaceLabel] = p.ServiceNamespace
 	l[lbv1.ServiceUIDLabel] = string(p.ServiceUID)
 	return l
@@ -263,6 +291,9 @@ func (p Params) labels() map[string]string {
 // In a shared lb pod namespace it also names the Service's namespace, since Services of two
 // namespaces may share a name.
 func (p Params) selectorLabels() map[string]string {
+	if p.Shared != nil {
+		return map[string]string{lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.SharedIPLabel: p.Shared.Name}
+	}
 	l := map[string]string{
 		lbv1.ComponentLabel: lbv1.ComponentLBPod,
 		lbv1.ServiceLabel:   p.ServiceName,
@@ -282,8 +313,20 @@ func (p Params) objectMeta(ns string) metav1.ObjectMeta {
 		Labels:      p.labels(),
 		Annotations: map[string]string{ServiceUIDAnnotation: string(p.ServiceUID)},
 	}
-	if ns == p.ServiceNamespace {
+	switch {
+	case p.Shared != nil:
+		// The members come and go; the objects go with the address (the IP controller deletes
+		// them when it drains; the garbage collector after it, should anything be left).
+		m.OwnerReferences = []metav1.OwnerReference{IPOwnerReference(*p.Shared)}
+	case ns == p.ServiceNamespace:
 		m.OwnerReferences = []metav1.OwnerReference{p.ownerReference()}
 	}
 	return m
+}
+
+// IPOwnerReference is an owner reference to an IP object (cluster-scoped, so any namespace's
+// objects may name it). It does not block the IP object's deletion: that would need update
+// rights on its finalizers, which the lb pods creating their Lease lack.
+func IPOwnerReference(r IPRef) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: lbv1.GroupVersion.String(), Kind: ipKind, Name: r.Name, UID: r.UID}
 }

@@ -42,14 +42,17 @@ func (s Set) Stages() [][]Object {
 	return [][]Object{stage}
 }
 
-// Unwanted lists, empty and at their names, the objects of the Service that this Set leaves out
-// (a Service back to one lb pod no longer needs its budget). The Lease stays: the operator may
-// not delete Leases; it is the Service's (owner reference), and is not read with one lb pod.
-func (s Set) Unwanted(lbPodNamespace, namespace, service string) []Object {
+// Unwanted lists, empty and at their names, the objects that this Set leaves out (a Service back
+// to one lb pod no longer needs its budget, which lives beside its Deployment). The Lease stays:
+// the operator may not delete Leases; it is the Service's (owner reference), and is not read
+// with one lb pod.
+func (s Set) Unwanted() []Object {
 	if s.PodDisruptionBudget != nil {
 		return nil
 	}
-	return At(lbPodNamespace, namespace, service)[3:]
+	pdb := &policyv1.PodDisruptionBudget{}
+	pdb.Namespace, pdb.Name = s.Deployment.Namespace, s.Deployment.Name
+	return []Object{pdb}
 }
 
 // At lists a Service's per-Service objects the operator writes, empty, at their names: the three

@@ -1,0 +1,188 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/lbsvc/lbsvc-operator/controllers/decide"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+
+	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+)
+
+// sharingService is an lb Service with the sharing key (none: "") and the ports ("TCP/53").
+func sharingService(f fixture, name, key, static string, ports ...corev1.ServicePort) *corev1.Service {
+	s := lbService(f.ns, name, f.provider, "")
+	if key != "" {
+		s.Annotations[lbv1.AllowSharedIPAnnotation] = key
+	}
+	if static != "" {
+		s.Annotations[lbv1.LoadBalancerIPsAnnotation] = static
+	}
+	s.Spec.Ports = ports
+	return s
+}
+
+func svcPort(name string, proto corev1.Protocol, port int32) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Protocol: proto, Port: port, TargetPort: intstr.FromInt32(port)}
+}
+
+// members renders an IP object's members as "name:PORT,PORT" in its order.
+func members(g Gomega, addr string) []string {
+	var out []string
+	for _, m := range getIP(g, addr).Spec.Members {
+		s := m.Name + ":"
+		for i, p := range m.Ports {
+			if i > 0 {
+				s += ","
+			}
+			s += p
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// TestSharedAddress: Services with one sharing key share an address while their ports do not
+// clash, served by one lb Deployment of the address; a clash gets a dynamic Service another
+// address and refuses a static one, naming the port and the Service; another key or an
+// unshared Service cannot take it; a member leaving keeps the address for the others, a member's
+// changed ports are recorded, and the last member leaving drains it.
+func TestSharedAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	addr := f.ip("6")
+	tcp53, udp53 := svcPort("dns-tcp", corev1.ProtocolTCP, 53), svcPort("dns-udp", corev1.ProtocolUDP, 53)
+
+	create(t, sharingService(f, "dns-tcp", "dns", "", tcp53))
+	a := waitAddress(t, f.ns, "dns-tcp", addr)
+	create(t, sharingService(f, "dns-udp", "dns", "", udp53))
+	b := waitAddress(t, f.ns, "dns-udp", addr)
+	g.Eventually(func(g Gomega) {
+		ip := getIP(g, addr)
+		g.Expect(ip.Spec.SharingKey).To(Equal("dns"))
+		g.Expect(ip.Spec.Service.UID).To(Equal(string(a.UID)))
+		g.Expect(members(g, addr)).To(Equal([]string{"dns-tcp:TCP/53", "dns-udp:UDP/53"}))
+	}, timeout, interval).Should(Succeed())
+
+	// One lb Deployment for the address, none of each member's; both members labelled for it.
+	name := lbobjects.SharedObjectName(addr)
+	d := &appsv1.Deployment{}
+	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, d) }, timeout, interval).Should(Succeed())
+	g.Expect(d.Spec.Selector.MatchLabels).To(Equal(map[string]string{lbv1.ComponentLabel: lbv1.ComponentLBPod, lbv1.SharedIPLabel: addr}))
+	g.Expect(d.Labels[lbv1.ServiceUIDLabel]).To(Equal(string(a.UID)))
+	env := map[string]string{}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	g.Expect(env[lbv1.EnvSharedIP]).To(Equal(addr))
+	g.Expect(env).NotTo(HaveKey(lbv1.EnvService))
+	assertNoDeployment(t, f.ns, "dns-tcp")
+	assertNoDeployment(t, f.ns, "dns-udp")
+	for _, s := range []string{"dns-tcp", "dns-udp"} {
+		g.Eventually(func(g Gomega) {
+			g.Expect(getService(g, f.ns, s).Labels).To(HaveKeyWithValue(lbv1.SharedIPLabelPrefix+addr, ""))
+		}, timeout, interval).Should(Succeed())
+	}
+
+	// A clash: dynamic gets another address, static is refused naming the port and the Service.
+	create(t, sharingService(f, "dns-tcp-2", "dns", "", tcp53))
+	waitAddress(t, f.ns, "dns-tcp-2", f.ip("7"))
+	create(t, sharingService(f, "static-clash", "dns", addr, tcp53, svcPort("web", corev1.ProtocolTCP, 80)))
+	refused := waitRefused(t, f.ns, "static-clash", decide.ReasonSharingConflict)
+	g.Expect(findCondition(refused.Status.Conditions, decide.ConditionAddressAllocated).Message).To(Equal(
+		"annotation lbsvc.io/loadBalancerIPs " + addr + ": port TCP/53 is served on the address by Service dns-tcp (a shared address serves each protocol and port for one Service)"))
+	// Another key, or no key: the address is in use.
+	create(t, sharingService(f, "other-key", "web", addr, svcPort("web", corev1.ProtocolTCP, 80)))
+	waitRefused(t, f.ns, "other-key", decide.ReasonAddressInUse)
+	create(t, sharingService(f, "unshared", "", addr, svcPort("web", corev1.ProtocolTCP, 80)))
+	waitRefused(t, f.ns, "unshared", decide.ReasonAddressInUse)
+	// A static request of a compatible Service joins.
+	create(t, sharingService(f, "web", "dns", addr, svcPort("web", corev1.ProtocolTCP, 80)))
+	waitAddress(t, f.ns, "web", addr)
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, addr)).To(Equal([]string{"dns-tcp:TCP/53", "dns-udp:UDP/53", "web:TCP/80"}))
+	}, timeout, interval).Should(Succeed())
+
+	// A member leaves: the address stays with the others, its lb Deployment too.
+	g.Expect(k8s.Delete(ctx, a)).To(Succeed())
+	waitGone(t, a)
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, addr)).To(Equal([]string{"dns-udp:UDP/53", "web:TCP/80"}))
+		g.Expect(getIP(g, addr).DeletionTimestamp).To(BeNil())
+	}, timeout, interval).Should(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, d)).To(Succeed())
+	g.Expect(d.DeletionTimestamp).To(BeNil())
+
+	// A member's new port, free now, is recorded.
+	update(t, b, func(s *corev1.Service) { s.Spec.Ports = []corev1.ServicePort{udp53, tcp53} })
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, addr)).To(Equal([]string{"dns-udp:TCP/53,UDP/53", "web:TCP/80"}))
+	}, timeout, interval).Should(Succeed())
+	// Its port taken by another member's change: that member moves (dynamic) to another address.
+	web := getService(g, f.ns, "web")
+	update(t, web, func(s *corev1.Service) {
+		delete(s.Annotations, lbv1.LoadBalancerIPsAnnotation)
+		s.Spec.Ports = []corev1.ServicePort{svcPort("web", corev1.ProtocolTCP, 80), tcp53}
+	})
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, addr)).To(Equal([]string{"dns-udp:TCP/53,UDP/53"}))
+		g.Expect(ingressIPs(getService(g, f.ns, "web"))).NotTo(ContainElement(addr))
+	}, timeout, interval).Should(Succeed())
+
+	// The last member leaves: the address drains (its lb Deployment goes) and is free again; the
+	// static Service refused for the clash gets it.
+	for _, s := range []string{"dns-udp", "web", "dns-tcp-2", "other-key", "unshared"} {
+		g.Expect(k8s.Delete(ctx, getService(g, f.ns, s))).To(Succeed())
+	}
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}})
+	waitAddress(t, f.ns, "static-clash", addr)
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, addr)).To(Equal([]string{"static-clash:TCP/53,TCP/80"}))
+	}, timeout, interval).Should(Succeed())
+	waitSubnetCounters(t, f.subnet, 1, 256-2-4-1-1)
+}
+
+// TestSharedAddressChurn: many Services of one key join and leave concurrently; every join and
+// leave is ordered by the API server: in the end each remaining Service is listed exactly once on
+// the address its status shows, no member is listed that is gone, and nothing leaked.
+func TestSharedAddressChurn(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	const n = 12
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Go(func() {
+			create(t, sharingService(f, "m"+string(rune('a'+i)), "k", "", svcPort("p", corev1.ProtocolTCP, int32(1000+i))))
+		})
+	}
+	wg.Wait()
+	for i := 0; i < n; i++ {
+		waitAddress(t, f.ns, "m"+string(rune('a'+i)), f.ip("6"))
+	}
+	// Half leave at once.
+	for i := 0; i < n; i += 2 {
+		wg.Go(func() { g.Expect(k8s.Delete(ctx, getService(g, f.ns, "m"+string(rune('a'+i))))).To(Succeed()) })
+	}
+	wg.Wait()
+	g.Eventually(func(g Gomega) {
+		var got []string
+		for _, m := range getIP(g, f.ip("6")).Spec.Members {
+			got = append(got, m.Name)
+		}
+		g.Expect(got).To(Equal([]string{"mb", "md", "mf", "mh", "mj", "ml"}))
+	}, timeout, interval).Should(Succeed())
+	waitSubnetCounters(t, f.subnet, 1, 256-2-4-1-1)
+}
