@@ -340,8 +340,9 @@ func DecideService(in ServiceInputs) Plan {
 		p.Share, key = &m, sharing.Key
 		p.SharedReplicas = max(in.LBPod.Replicas, 1)
 	}
-	// Across namespaces only with the lb pods outside every tenant.
-	cross := in.LBPod.PodNamespace != ""
+	// Not across namespaces yet: the lb pods of an address watch the Services of one namespace,
+	// and their RoleBinding is in that one (SharingClash holds the rules for when they do).
+	cross := false
 	owned := inSubnet(Bound(in.Owned), subnet.Name)
 	ingress := IngressSet(svc)
 	for _, f := range families {

@@ -150,7 +150,7 @@ func SharingClash(key string, members []SharingMember, m SharingMember, crossNam
 		others++
 		if o.Namespace != m.Namespace {
 			if !crossNamespace {
-				return refusal(ReasonSharingConflict, "the address is shared with a Service of another namespace, which needs --lb-pod-namespace (lb pods outside every tenant)")
+				return refusal(ReasonSharingConflict, "the address is shared with a Service of another namespace: sharing across namespaces is not served (it needs lb pods outside every tenant, and lb pods that watch every member's namespace)")
 			}
 			if !m.accepts(o.Namespace) {
 				return refusal(ReasonSharingConflict, "the address is shared with a Service of namespace %s, which annotation %s does not name", o.Namespace, sharedIPNamespaces)

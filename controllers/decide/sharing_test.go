@@ -110,7 +110,7 @@ func TestSharingClash(t *testing.T) {
 		{name: "another namespace without --lb-pod-namespace",
 			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"*"}}, tcp53)},
 			m:       member("team-b", "dns-udp", Sharing{Key: "dns", Namespaces: []string{"*"}}, udp53),
-			msg:     "needs --lb-pod-namespace"},
+			msg:     "sharing across namespaces is not served"},
 		{name: "namespaces named both ways", cross: true,
 			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"team-b"}}, tcp53)},
 			m:       member("team-b", "dns-udp", Sharing{Key: "dns", Namespaces: []string{"team-a"}}, udp53)},
