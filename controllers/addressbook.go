@@ -56,6 +56,9 @@ type AddressBook struct {
 	// a release between the look and the registration wakes the Service instead of being lost.
 	releases uint64
 
+	// shareLocks serialize the claims of one sharing key (lockShare).
+	shareLocks map[string]*sync.Mutex
+
 	// Wake carries Services to reconcile again (a channel source of the Service controller).
 	Wake chan event.GenericEvent
 	// stopped closes when Start returns, so that pending wakes give up instead of leaking.
@@ -385,6 +388,10 @@ func (b *AddressBook) EnsureSubnet(cfg ipam.SubnetConfig) {
 func (b *AddressBook) Claim(ctx context.Context, subnet string, c decide.Claim, owner lbv1.IPOwner) (netip.Addr, *decide.Refusal, error) {
 	key := ownerKey(owner)
 	if c.Share != nil {
+		// One claim of a key at a time: two first members created together would each see no
+		// address of the key yet and claim one each.
+		unlock := b.lockShare(c.Share.Key)
+		defer unlock()
 		if !c.Static.IsValid() {
 			// The lowest address of the key it may join, before a new one.
 			if addr, ok, err := b.joinAny(ctx, subnet, c); err != nil || ok {

@@ -84,7 +84,12 @@ func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return fmt.Errorf("index pods by address: %w", err)
 	}
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lbv1.IP{}, indexIPOwner, func(o client.Object) []string {
-		return []string{o.(*lbv1.IP).Spec.Service.UID}
+		ip := o.(*lbv1.IP)
+		uids := []string{ip.Spec.Service.UID}
+		for _, m := range ip.Spec.Members {
+			uids = append(uids, m.UID)
+		}
+		return uids
 	}); err != nil {
 		return fmt.Errorf("index IP objects by owner: %w", err)
 	}
@@ -328,6 +333,9 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 			return fmt.Errorf("drain orphaned %s: %w", ip.Name, err)
 		}
 		return nil
+	}
+	if ip.Spec.SharingKey != "" && len(svcs) < len(ip.Spec.Members) {
+		return r.pruneMembers(ctx, ip, svcs)
 	}
 	pods, foreign, err := r.holders(ctx, ip)
 	if err != nil {
@@ -582,6 +590,25 @@ func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) err
 			client.Preconditions{UID: ptrUID(o.GetUID())}); err != nil && !apierrors.IsNotFound(err) {
 			return fmt.Errorf("delete %s %s/%s of drained shared address: %w", lbobjects.KindOf(o), o.GetNamespace(), name, err)
 		}
+	}
+	return nil
+}
+
+// pruneMembers takes the members whose Service is gone (live are those that exist) off a shared
+// address, at the version read: a Service deleted before its pass recorded it as served (no
+// finalizer yet) never leaves by itself, and its ports would stay taken. The update that follows
+// brings the next pass.
+func (r *IPReconciler) pruneMembers(ctx context.Context, ip *lbv1.IP, live []*corev1.Service) error {
+	keep := ip.Spec.Members[:0:0]
+	for _, m := range ip.Spec.Members {
+		if slices.ContainsFunc(live, func(s *corev1.Service) bool { return string(s.UID) == m.UID }) {
+			keep = append(keep, m)
+		}
+	}
+	upd := ip.DeepCopy()
+	upd.Spec.Members = keep
+	if err := r.Client.Update(ctx, upd); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("take the members whose Service is gone off %s: %w", ip.Name, err)
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -167,4 +168,20 @@ func (b *AddressBook) updateMembers(ctx context.Context, cur *lbv1.IP, members [
 	default:
 		return false, false, fmt.Errorf("update IP %s: %w", cur.Name, err)
 	}
+}
+
+// lockShare locks the claims of a sharing key and returns the unlock.
+func (b *AddressBook) lockShare(key string) func() {
+	b.mu.Lock()
+	if b.shareLocks == nil {
+		b.shareLocks = map[string]*sync.Mutex{}
+	}
+	l := b.shareLocks[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		b.shareLocks[key] = l
+	}
+	b.mu.Unlock()
+	l.Lock()
+	return l.Unlock
 }

@@ -4,8 +4,12 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
@@ -13,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -185,4 +190,100 @@ func TestSharedAddressChurn(t *testing.T) {
 		g.Expect(got).To(Equal([]string{"mb", "md", "mf", "mh", "mj", "ml"}))
 	}, timeout, interval).Should(Succeed())
 	waitSubnetCounters(t, f.subnet, 1, 256-2-4-1-1)
+}
+
+// TestKillDuringSharingChurn: Services of one sharing key, each with one port from a small set
+// (so they clash), are created, deleted and given other ports while the operator binary is
+// SIGKILLed and restarted at random moments. Once settled: every shared address lists exactly
+// the live Services that show it, no port twice, no member gone, none draining, no address shown
+// by two Services that do not share it, and the Subnet's counters are exact.
+func TestKillDuringSharingChurn(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	stopOperator()
+	t.Cleanup(func() { startOperator(true) })
+	op := buildOperator(t)
+	op.start(t)
+	t.Cleanup(op.kill)
+	f := newFixture(t)
+
+	var kills, ops atomic.Int32
+	churnCtx, stop := context.WithTimeout(ctx, 15*time.Second)
+	defer stop()
+	var wg sync.WaitGroup
+	for w := 0; w < 3; w++ {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), uint64(time.Now().UnixNano())))
+			port := func() corev1.ServicePort {
+				return svcPort("p", []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP}[rng.IntN(2)], int32(53+rng.IntN(4)))
+			}
+			for i := 0; churnCtx.Err() == nil; i++ {
+				name := fmt.Sprintf("s%d-%d", w, rng.IntN(8))
+				svc := &corev1.Service{}
+				switch err := k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, svc); {
+				case apierrors.IsNotFound(err):
+					_ = k8s.Create(ctx, sharingService(f, name, "k", "", port()))
+				case err == nil && rng.IntN(2) == 0:
+					_ = k8s.Delete(ctx, svc)
+				case err == nil:
+					svc.Spec.Ports = []corev1.ServicePort{port()}
+					_ = k8s.Update(ctx, svc)
+				}
+				ops.Add(1)
+				time.Sleep(time.Duration(20+rng.IntN(60)) * time.Millisecond)
+			}
+		})
+	}
+	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	for churnCtx.Err() == nil {
+		select {
+		case <-churnCtx.Done():
+		case <-time.After(time.Duration(300+rng.IntN(1500)) * time.Millisecond):
+			op.kill()
+			kills.Add(1)
+			op.start(t)
+		}
+	}
+	wg.Wait()
+
+	g.Eventually(func(g Gomega) {
+		var list corev1.ServiceList
+		g.Expect(k8s.List(ctx, &list, client.InNamespace(f.ns))).To(Succeed())
+		shownBy := map[string][]string{} // address -> "name:PORT" of the Services showing it
+		for _, s := range list.Items {
+			g.Expect(s.DeletionTimestamp).To(BeNil(), "%s stuck deleting", s.Name)
+			c := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
+			g.Expect(c).NotTo(BeNil(), s.Name)
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), "%s: %s %s", s.Name, c.Reason, c.Message)
+			for _, a := range ingressIPs(&s) {
+				p := s.Spec.Ports[0]
+				shownBy[a] = append(shownBy[a], fmt.Sprintf("%s:%s/%d", s.Name, p.Protocol, p.Port))
+			}
+		}
+		var ips lbv1.IPList
+		g.Expect(k8s.List(ctx, &ips)).To(Succeed())
+		listed := 0
+		for _, ip := range ips.Items {
+			if ip.Spec.Subnet != f.subnet {
+				continue
+			}
+			listed++
+			g.Expect(ip.DeletionTimestamp).To(BeNil(), "%s draining: %s", ip.Name, ip.Status.Message)
+			g.Expect(ip.Spec.SharingKey).To(Equal("k"))
+			var recorded []string
+			ports := map[string]bool{}
+			for _, m := range ip.Spec.Members {
+				g.Expect(m.Ports).To(HaveLen(1))
+				g.Expect(ports[m.Ports[0]]).To(BeFalse(), "%s: port %s twice", ip.Name, m.Ports[0])
+				ports[m.Ports[0]] = true
+				recorded = append(recorded, m.Name+":"+m.Ports[0])
+			}
+			g.Expect(recorded).To(ConsistOf(shownBy[ip.Spec.Address]), "%s: members against the Services showing it", ip.Name)
+		}
+		g.Expect(listed).To(Equal(len(shownBy)), "an address shown without its IP object, or an IP object nobody shows")
+	}, 90*time.Second, 500*time.Millisecond).Should(Succeed())
+	used := ipsInSubnet(ctx, g, f.subnet)
+	waitSubnetCounters(t, f.subnet, int64(used), int64(249-used))
+	t.Logf("figure: kill -9 sharing churn: %d operations, %d operator kills (SIGKILL); afterwards %d shared addresses, no port listed twice, no member gone, none draining",
+		ops.Load(), kills.Load(), used)
 }
