@@ -28,7 +28,7 @@ func portRange(proto Protocol, first, n int32) []Port {
 
 // bucketTables is the IPv4 tables of the test Service with these ports.
 func bucketTables(ports []Port) Tables {
-	return desiredTables(IPv4, "net1", netip.MustParseAddr("192.0.2.10"), netip.MustParseAddr("10.96.0.10"), true, ports, nil)
+	return desiredTables(IPv4, "net1", netip.MustParseAddr("192.0.2.10"), oneTarget(netip.MustParseAddr("10.96.0.10"), true, ports, nil))
 }
 
 func chainNames(t Tables) []string {
@@ -365,4 +365,13 @@ func TestParallelRestores(t *testing.T) {
 			t.Errorf("parallelRestores(%v) = %d, want %d", tc.ops, got, tc.want)
 		}
 	}
+}
+
+// oneTarget is the family's view of a single Service (what desiredTables and desiredNFT took
+// before shared addresses): its ClusterIP when has, its ports without repeats, its ranges.
+func oneTarget(clusterIP netip.Addr, has bool, ports []Port, ranges []netip.Prefix) []target {
+	if !has {
+		clusterIP = netip.Addr{}
+	}
+	return []target{{clusterIP: clusterIP, ports: uniquePorts(ports), ranges: ranges}}
 }

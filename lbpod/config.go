@@ -64,9 +64,12 @@ type Network struct {
 	Subnets   []netip.Prefix
 }
 
-// Service is what the lb pod needs from its Service: the ClusterIPs (IPv4 first), the ports and
-// the allowed source ranges (empty: everybody).
+// Service is what the lb pod needs from one Service it serves: its name, the ClusterIPs (IPv4
+// first), the ports and the allowed source ranges (empty: everybody).
 type Service struct {
+	// Name is "namespace/name": it orders the members of a shared address (the first by name
+	// keeps a port two of them claim) and names them in problems and the log.
+	Name         string
 	ClusterIPs   []netip.Addr
 	Ports        []Port
 	SourceRanges []netip.Prefix
@@ -75,7 +78,10 @@ type Service struct {
 // Config is the whole input of the desired state.
 type Config struct {
 	Network
-	Service
+	// Services are the Services served on the address: one for an lb pod of its own Service,
+	// the members of a shared address (annotation lbsvc.io/allow-shared-ip) otherwise. Each
+	// port DNATs to its own member's ClusterIP and obeys its own member's source ranges.
+	Services []Service
 }
 
 // ParseNetwork parses the comma-separated address, gateway and subnet lists (as in the
@@ -137,8 +143,8 @@ func ParseNetwork(addresses, gateways, subnets string) (Network, error) {
 // ServiceFromObject extracts what the lb pod needs from a Service object. Errors name the field
 // and the value.
 func ServiceFromObject(svc *corev1.Service) (Service, error) {
-	var out Service
 	name := svc.Namespace + "/" + svc.Name
+	out := Service{Name: name}
 	clusterIPs := svc.Spec.ClusterIPs
 	if len(clusterIPs) == 0 && svc.Spec.ClusterIP != "" {
 		clusterIPs = []string{svc.Spec.ClusterIP}

@@ -195,13 +195,20 @@ func (n Names) withDefaults() Names {
 }
 
 // Desired computes the state the lb pod must hold for cfg, given what it observed. It is pure.
+//
+// With several Services (the members of a shared address), each port is DNATed to its own
+// member's ClusterIP of the address's family and admits its own member's source ranges; a port
+// two members claim goes to the first by name (ReasonPortClash). One member, or members that all
+// allow the same sources, give the single Service's layout.
 func Desired(cfg Config, obs Observed, names Names) State {
 	names = names.withDefaults()
 	st := State{Interface: names.Interface, Uplink: names.Uplink, Table: names.Table}
+	members, clashes := resolveMembers(cfg.Services, obs.NoSCTP)
+	shared := len(cfg.Services) > 1
 	for i, addr := range cfg.Addresses {
 		fam := familyOf(addr.Addr())
 		subnet, gw := cfg.Subnets[i], cfg.Gateways[i]
-		clusterIP, hasClusterIP := clusterIPOf(cfg.ClusterIPs, fam)
+		targets := targetsOf(members, fam)
 
 		st.Addresses = append(st.Addresses, addr)
 		st.Forwarding = append(st.Forwarding, fam)
@@ -210,22 +217,18 @@ func Desired(cfg Config, obs Observed, names Names) State {
 			Rule{Family: fam, Priority: interfaceRulePriority, IIF: names.Interface, Table: names.Table})
 
 		st.Routes = append(st.Routes, Route{Family: fam, Dst: netip.PrefixFrom(zeroAddr(fam), 0), Gateway: gw, Dev: names.Interface})
-		if hasClusterIP {
+		for _, clusterIP := range clusterIPsOf(targets) {
 			up := obs.UplinkGateways[fam]
 			st.Routes = append(st.Routes, Route{Family: fam, Dst: netip.PrefixFrom(clusterIP, clusterIP.BitLen()), Gateway: up.Addr, Dev: names.Uplink, OnLink: up.Addr.IsValid() && up.OnLink})
 		}
 		st.Routes = append(st.Routes, Route{Family: fam, Dst: subnet, Dev: names.Interface})
 
-		ports := cfg.Ports
-		if obs.NoSCTP {
-			ports = slices.DeleteFunc(slices.Clone(ports), func(p Port) bool { return p.Protocol == SCTP })
-		}
-		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, addr.Addr(), clusterIP, hasClusterIP, ports, cfg.SourceRanges))
-		st.NFTables = append(st.NFTables, desiredNFT(fam, names.Interface, addr.Addr(), clusterIP, hasClusterIP, ports, cfg.SourceRanges))
-		if !hasClusterIP {
-			st.Problems = append(st.Problems, Problem{Reason: ReasonFamilyMismatch, NotReady: true, Message: fmt.Sprintf(
-				"LB address %s is %s but the Service has no %s ClusterIP (spec.clusterIPs %s): nothing would be forwarded to it; give the Service that family (spec.ipFamilies, spec.ipFamilyPolicy) or use a Subnet of its family",
-				addr.Addr(), fam, fam, clusterIPList(cfg.ClusterIPs))})
+		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, addr.Addr(), targets))
+		st.NFTables = append(st.NFTables, desiredNFT(fam, names.Interface, addr.Addr(), targets))
+		for _, m := range members {
+			if _, ok := clusterIPOf(m.ClusterIPs, fam); !ok {
+				st.Problems = append(st.Problems, familyMismatch(addr.Addr(), fam, m.Service, shared))
+			}
 		}
 	}
 	// A family without an LB address still reaches the pod over net1 (IPv6 link-local, or an
@@ -238,10 +241,13 @@ func Desired(cfg Config, obs Observed, names Names) State {
 	}
 	if obs.NoSCTP {
 		var sctp []string
-		for _, p := range uniquePorts(cfg.Ports) {
-			if p.Protocol == SCTP {
-				st.Unserved = append(st.Unserved, p)
-				sctp = append(sctp, strconv.Itoa(int(p.Port)))
+		withSCTP, _ := resolveMembers(cfg.Services, false)
+		for _, m := range withSCTP {
+			for _, p := range m.ports {
+				if p.Protocol == SCTP {
+					st.Unserved = append(st.Unserved, p)
+					sctp = append(sctp, strconv.Itoa(int(p.Port)))
+				}
 			}
 		}
 		if len(sctp) > 0 {
@@ -250,7 +256,19 @@ func Desired(cfg Config, obs Observed, names Names) State {
 				strings.Join(sctp, ","))})
 		}
 	}
+	st.Problems = append(st.Problems, clashes...)
 	return st
+}
+
+// clusterIPsOf lists the targets' ClusterIPs (of their family), each once, in member order.
+func clusterIPsOf(targets []target) []netip.Addr {
+	var out []netip.Addr
+	for _, t := range targets {
+		if t.clusterIP.IsValid() && !slices.Contains(out, t.clusterIP) {
+			out = append(out, t.clusterIP)
+		}
+	}
+	return out
 }
 
 // guardTables are the filter chains of a family the lb pod has no LB address of: nothing of it
@@ -284,7 +302,13 @@ func clusterIPList(ips []netip.Addr) string {
 // arriving on net1 for the pod itself, addressed to another of its addresses (the pod IP, with
 // the lb pod as next hop: Linux accepts any local address on any interface), is dropped, so
 // the health server and the pod's cluster side cannot be reached from the underlay.
-func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClusterIP bool, ports []Port, sourceRanges []netip.Prefix) Tables {
+//
+// Members of a shared address that allow different sources cannot share one source check: then
+// every source of the LB address reaches LBSVC-SERVICES, which sends each allowed source to the
+// chain of the members that allow it (LBSVC-SERVICES-S<n>, one per distinct set of ranges),
+// which DNATs only those members' ports. A source allowed by several groups tries each in turn
+// (a chain without its port returns).
+func desiredTables(fam Family, iface string, lbIP netip.Addr, targets []target) Tables {
 	lb := hostPrefix(lbIP)
 	t := Tables{Family: fam, Jumps: []Jump{
 		{Table: "nat", From: "PREROUTING", To: ChainPrerouting},
@@ -301,39 +325,35 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 	forward := Chain{Table: "filter", Name: ChainForward, Rules: [][]string{
 		{"-i", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"}}}
 
-	t.Flows = FlowPolicy{LB: lbIP, AllSources: len(sourceRanges) == 0, Targets: map[Port]netip.AddrPort{}}
-	if len(sourceRanges) == 0 {
-		pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
-	} else {
-		for _, r := range sourceRanges {
-			switch {
-			case familyOf(r.Addr()) != fam:
-			case r.Bits() == 0:
-				// Everyone: iptables -S prints "-s 0.0.0.0/0" back without the match, so a rule
-				// written with it would never compare equal and be re-added at every sync.
-				pre.Rules = append(pre.Rules, []string{"-d", lb, "-j", ChainServices})
-				t.Flows.AllSources = true
-			default:
-				pre.Rules = append(pre.Rules, []string{"-s", r.String(), "-d", lb, "-j", ChainServices})
-				t.Flows.Sources = append(t.Flows.Sources, r)
-			}
-		}
-		pre.Rules = slices.CompactFunc(pre.Rules, slices.Equal[[]string])
-	}
-	var dnat []portRule
-	for _, p := range uniquePorts(ports) {
-		proto := strings.ToLower(string(p.Protocol))
-		match := []string{"-d", lb, "-p", proto, "-m", proto, "--dport", strconv.Itoa(int(p.Port))}
-		if hasClusterIP {
-			target := netip.AddrPortFrom(clusterIP, uint16(p.Port))
-			dnat = append(dnat, portRule{port: p, rule: append(slices.Clone(match), "-j", "DNAT", "--to-destination", target.String())})
-			if p.Protocol != TCP {
-				t.Flows.Targets[p] = target
-			}
-		}
-	}
+	groups := sourceGroups(fam, targets)
+	t.Flows = FlowPolicy{LB: lbIP, Targets: map[Port]netip.AddrPort{}}
 	var buckets []Chain
-	svc.Rules, buckets = bucketRules(dnat)
+	if len(groups) == 1 {
+		matches, all, allowed := sourceMatches(fam, groups[0].ranges)
+		t.Flows.AllSources, t.Flows.Sources = all, allowed
+		pre.Rules = sourceRules(matches, []string{"-d", lb}, ChainServices)
+		svc.Rules, buckets = bucketRules(ChainServices, dnatRules(lb, targets, t.Flows.Targets))
+	} else {
+		// Each port's sources are its group's: a member leaving or changing its ranges leaves
+		// the other members' flows alone.
+		t.Flows.PortSources = map[Port]FlowSources{}
+		pre.Rules = [][]string{{"-d", lb, "-j", ChainServices}}
+		for i, g := range groups {
+			matches, all, allowed := sourceMatches(fam, g.ranges)
+			name := groupChain(i)
+			svc.Rules = append(svc.Rules, sourceRules(matches, nil, name)...)
+			rules, bs := bucketRules(name, dnatRules(lb, g.targets, t.Flows.Targets))
+			buckets = append(buckets, bs...)
+			buckets = append(buckets, Chain{Table: "nat", Name: name, Rules: rules})
+			for _, tg := range g.targets {
+				for _, p := range tg.ports {
+					if p.Protocol != TCP {
+						t.Flows.PortSources[p] = FlowSources{All: all, Ranges: allowed}
+					}
+				}
+			}
+		}
+	}
 	for _, proto := range []Protocol{TCP, UDP, SCTP} {
 		p := strings.ToLower(string(proto))
 		input.Rules = append(input.Rules, []string{"-d", lb, "-p", p, "-j", "REJECT", "--reject-with", rejectWith(fam, proto)})
@@ -342,13 +362,49 @@ func desiredTables(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClus
 		input.Rules = append(input.Rules, []string{"-i", iface, "-p", "ipv6-icmp", "-j", "RETURN"})
 	}
 	input.Rules = append(input.Rules, []string{"!", "-d", lb, "-i", iface, "-j", "DROP"})
-	if hasClusterIP {
+	for _, clusterIP := range clusterIPsOf(targets) {
 		post.Rules = append(post.Rules, []string{"-d", hostPrefix(clusterIP), "-j", "MASQUERADE"})
 	}
-	// Bucket chains first: LBSVC-SERVICES jumps to them, and a chain is created before the
-	// rules that jump to it (PlanRestore declares every chain first anyway).
+	// Bucket (and group) chains first: LBSVC-SERVICES jumps to them, and a chain is created
+	// before the rules that jump to it (PlanRestore declares every chain first anyway).
 	t.Chains = append(buckets, pre, svc, post, input, forward)
 	return t
+}
+
+// sourceRules are the rules that send allowed sources (after the match prefix) to chain, each
+// once.
+func sourceRules(matches []sourceMatch, match []string, chain string) [][]string {
+	var rules [][]string
+	for _, m := range matches {
+		var r []string
+		if m.from.IsValid() {
+			r = append(r, "-s", m.from.String())
+		}
+		// Everyone: iptables -S prints "-s 0.0.0.0/0" back without the match, so a rule written
+		// with it would never compare equal and be re-added at every sync.
+		rules = append(rules, append(append(r, match...), "-j", chain))
+	}
+	return slices.CompactFunc(rules, slices.Equal[[]string])
+}
+
+// dnatRules are the DNAT rules of targets' ports, each to its own member's ClusterIP, in member
+// order; the UDP and SCTP ones are recorded in flows.
+func dnatRules(lb string, targets []target, flows map[Port]netip.AddrPort) []portRule {
+	var dnat []portRule
+	for _, tg := range targets {
+		if !tg.clusterIP.IsValid() {
+			continue
+		}
+		for _, p := range tg.ports {
+			proto := strings.ToLower(string(p.Protocol))
+			target := netip.AddrPortFrom(tg.clusterIP, uint16(p.Port))
+			dnat = append(dnat, portRule{port: p, rule: []string{"-d", lb, "-p", proto, "-m", proto, "--dport", strconv.Itoa(int(p.Port)), "-j", "DNAT", "--to-destination", target.String()}})
+			if p.Protocol != TCP {
+				flows[p] = target
+			}
+		}
+	}
+	return dnat
 }
 
 // BucketAbove is the number of DNAT rules of a family above which LBSVC-SERVICES no longer holds
@@ -367,7 +423,12 @@ const BucketPorts = 64
 
 // BucketChain names the bucket chain of a protocol's port range that holds port.
 func BucketChain(proto Protocol, port int32) string {
-	return fmt.Sprintf("%s-%s-%d", ChainServices, proto, int(port)/BucketPorts)
+	return bucketChain(ChainServices, proto, port)
+}
+
+// bucketChain names the bucket of port of the chain parent (LBSVC-SERVICES, or a source group's).
+func bucketChain(parent string, proto Protocol, port int32) string {
+	return fmt.Sprintf("%s-%s-%d", parent, proto, int(port)/BucketPorts)
 }
 
 // portRule is the DNAT rule of one Service port.
@@ -376,11 +437,11 @@ type portRule struct {
 	rule []string
 }
 
-// bucketRules lays out the DNAT rules of one family: up to BucketAbove of them stay in
-// LBSVC-SERVICES in the Service's order; above, LBSVC-SERVICES gets one dispatch rule per used
+// bucketRules lays out the DNAT rules of one family's chain parent (LBSVC-SERVICES, or a source
+// group's): up to BucketAbove of them stay in it in the Service's order; above, it gets one dispatch rule per used
 // bucket (by protocol, then range: TCP, UDP, SCTP, ascending), and each bucket chain holds its
 // ports' rules in the Service's order. It is pure.
-func bucketRules(dnat []portRule) (services [][]string, buckets []Chain) {
+func bucketRules(parent string, dnat []portRule) (services [][]string, buckets []Chain) {
 	if len(dnat) <= BucketAbove {
 		for _, d := range dnat {
 			services = append(services, d.rule)
@@ -401,7 +462,7 @@ func bucketRules(dnat []portRule) (services [][]string, buckets []Chain) {
 			i = len(buckets)
 			index[k] = i
 			keys = append(keys, k)
-			buckets = append(buckets, Chain{Table: "nat", Name: BucketChain(d.port.Protocol, d.port.Port)})
+			buckets = append(buckets, Chain{Table: "nat", Name: bucketChain(parent, d.port.Protocol, d.port.Port)})
 		}
 		buckets[i].Rules = append(buckets[i].Rules, d.rule)
 	}

@@ -76,34 +76,34 @@ func TestDesiredGolden(t *testing.T) {
 		// The seed: ClusterIP 10.109.201.193, eth0's gateway 10.16.0.1, LB 172.18.0.18/16, TCP 80.
 		"seed": {
 			cfg: Config{
-				Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
-				Service: Service{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}}},
+				Network:  mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
+				Services: []Service{{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}}}},
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
 		},
 		"all-protocols-source-ranges": {
 			cfg: Config{
 				Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
-				Service: Service{
+				Services: []Service{{
 					ClusterIPs:   addrs("10.109.201.193"),
 					Ports:        []Port{{TCP, 80}, {UDP, 53}, {SCTP, 3868}, {TCP, 80}},
 					SourceRanges: prefixes("172.18.1.0/24", "192.0.2.7/32", "2001:db8::/64"),
-				},
+				}},
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
 		},
 		"dual": {
 			cfg: Config{
-				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
-				Service: Service{ClusterIPs: addrs("10.109.201.193", "fd00:10:96::c1"), Ports: []Port{{TCP, 80}, {UDP, 53}}},
+				Network:  mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
+				Services: []Service{{ClusterIPs: addrs("10.109.201.193", "fd00:10:96::c1"), Ports: []Port{{TCP, 80}, {UDP, 53}}}},
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw, IPv6: v6gw}},
 		},
 		// eth0's default route is a device route (no gateway), or an onlink one (Calico).
 		"uplink-without-gateway-and-onlink": {
 			cfg: Config{
-				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
-				Service: Service{ClusterIPs: addrs("10.109.201.193", "fd00:10:96::c1"), Ports: []Port{{TCP, 80}}},
+				Network:  mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
+				Services: []Service{{ClusterIPs: addrs("10.109.201.193", "fd00:10:96::c1"), Ports: []Port{{TCP, 80}}}},
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv6: {Addr: netip.MustParseAddr("fe80::1"), OnLink: true}}},
 		},
@@ -112,19 +112,19 @@ func TestDesiredGolden(t *testing.T) {
 		"source-range-everyone": {
 			cfg: Config{
 				Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
-				Service: Service{
+				Services: []Service{{
 					ClusterIPs:   addrs("10.109.201.193"),
 					Ports:        []Port{{TCP, 80}},
 					SourceRanges: prefixes("0.0.0.0/0"),
-				},
+				}},
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
 		},
 		// SCTP refused by the kernel: the SCTP ports are left out and reported, the rest served.
 		"no-sctp": {
 			cfg: Config{
-				Network: mustNetwork(t, "fd00:172:18::18/64", "fd00:172:18::1", "fd00:172:18::/64"),
-				Service: Service{ClusterIPs: addrs("fd00:10:96::c1"), Ports: []Port{{TCP, 80}, {SCTP, 3868}, {SCTP, 3869}, {UDP, 53}}},
+				Network:  mustNetwork(t, "fd00:172:18::18/64", "fd00:172:18::1", "fd00:172:18::/64"),
+				Services: []Service{{ClusterIPs: addrs("fd00:10:96::c1"), Ports: []Port{{TCP, 80}, {SCTP, 3868}, {SCTP, 3869}, {UDP, 53}}}},
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv6: v6gw}, NoSCTP: true},
 		},
@@ -132,8 +132,8 @@ func TestDesiredGolden(t *testing.T) {
 		// which is a named problem that keeps the pod not ready.
 		"dual-lb-single-stack-service": {
 			cfg: Config{
-				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
-				Service: Service{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}}},
+				Network:  mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
+				Services: []Service{{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}}}},
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw, IPv6: v6gw}},
 		},

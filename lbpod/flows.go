@@ -19,6 +19,30 @@ type FlowPolicy struct {
 	// Targets maps each UDP and SCTP Service port to the ClusterIP:port it is DNATed to. Without
 	// a ClusterIP of the family it is empty: nothing is translated.
 	Targets map[Port]netip.AddrPort
+	// PortSources, when not nil, replaces AllSources and Sources port by port: the members of a
+	// shared address that allow different sources. A port not in it is not translated.
+	PortSources map[Port]FlowSources
+}
+
+// FlowSources is who may reach one port of a member: everyone, or the ranges.
+type FlowSources struct {
+	All    bool
+	Ranges []netip.Prefix
+}
+
+func (s FlowSources) allows(a netip.Addr) bool {
+	return s.All || slices.ContainsFunc(s.Ranges, func(p netip.Prefix) bool { return p.Contains(a) })
+}
+
+func (s FlowSources) String() string {
+	if s.All {
+		return "all sources"
+	}
+	var r []string
+	for _, p := range s.Ranges {
+		r = append(r, p.String())
+	}
+	return "sources " + strings.Join(r, ",")
 }
 
 // Flow is the part of a conntrack entry FlowPolicy looks at: the original direction's protocol,
@@ -42,10 +66,15 @@ func (f FlowPolicy) Stale(fl Flow) bool {
 	if fl.Dst.Addr().Unmap() != f.LB {
 		return false
 	}
-	if !f.AllSources && !slices.ContainsFunc(f.Sources, func(p netip.Prefix) bool { return p.Contains(fl.Src.Unmap()) }) {
+	port := Port{Protocol: fl.Protocol, Port: int32(fl.Dst.Port())}
+	sources := FlowSources{All: f.AllSources, Ranges: f.Sources}
+	if f.PortSources != nil {
+		sources = f.PortSources[port]
+	}
+	if !sources.allows(fl.Src.Unmap()) {
 		return true
 	}
-	target, ok := f.Targets[Port{Protocol: fl.Protocol, Port: int32(fl.Dst.Port())}]
+	target, ok := f.Targets[port]
 	return !ok || target != netip.AddrPortFrom(fl.ReplySrc.Addr().Unmap(), fl.ReplySrc.Port())
 }
 
@@ -53,18 +82,17 @@ func (f FlowPolicy) Stale(fl Flow) bool {
 func (f FlowPolicy) String() string {
 	var ports []string
 	for p, t := range f.Targets {
-		ports = append(ports, fmt.Sprintf("%s/%d->%s", strings.ToLower(string(p.Protocol)), p.Port, t))
+		s := fmt.Sprintf("%s/%d->%s", strings.ToLower(string(p.Protocol)), p.Port, t)
+		if f.PortSources != nil {
+			s += " (" + f.PortSources[p].String() + ")"
+		}
+		ports = append(ports, s)
 	}
 	slices.Sort(ports)
-	src := "all sources"
-	if !f.AllSources {
-		var s []string
-		for _, p := range f.Sources {
-			s = append(s, p.String())
-		}
-		src = "sources " + strings.Join(s, ",")
+	if f.PortSources != nil {
+		return fmt.Sprintf("ports [%s]", strings.Join(ports, " "))
 	}
-	return fmt.Sprintf("%s, ports [%s]", src, strings.Join(ports, " "))
+	return fmt.Sprintf("%s, ports [%s]", FlowSources{All: f.AllSources, Ranges: f.Sources}, strings.Join(ports, " "))
 }
 
 // flowPolicyOf returns the flow policy of one family's tables; false when the family has no LB

@@ -69,8 +69,9 @@ type Loop struct {
 	metrics *metrics
 	stats   AnnounceStats
 
-	mu      sync.Mutex
-	svc     *corev1.Service
+	mu sync.Mutex
+	// svcs are the Services served: one, or the members of a shared address (by name).
+	svcs    []*corev1.Service
 	svcErr  error
 	ready   bool
 	reason  string
@@ -108,8 +109,21 @@ func NewLoop(cfg LoopConfig) *Loop {
 // SetService gives the loop the newest Service, or why there is none (deleted, unreadable). It
 // never blocks: the loop only ever needs the newest one.
 func (l *Loop) SetService(svc *corev1.Service, err error) {
+	var svcs []*corev1.Service
+	if svc != nil {
+		svcs = []*corev1.Service{svc}
+	}
+	l.SetServices(svcs, err)
+}
+
+// SetServices gives the loop the newest whole set of Services served on the address (the members
+// of a shared address), or why it cannot be known (err: what is installed stays). An empty set
+// without an error is applied: nothing is served, every port refused (ReasonNoMembers). A member
+// joining or leaving changes only its own rules: the other members' connections and UDP flows
+// go on. It never blocks.
+func (l *Loop) SetServices(svcs []*corev1.Service, err error) {
 	l.mu.Lock()
-	l.svc, l.svcErr = svc, err
+	l.svcs, l.svcErr = slices.Clone(svcs), err
 	l.mu.Unlock()
 	notify(l.changed)
 }
@@ -229,15 +243,20 @@ func (r Result) NotReady() (Problem, bool) {
 // not confirmed), then verifies that nothing differs any more. lbpod init runs it once; Run runs
 // it on every trigger.
 func (l *Loop) Reconcile(svc *corev1.Service) Result {
-	return l.reconcileTimed(svc, true, l.holding())
+	return l.ReconcileServices([]*corev1.Service{svc})
+}
+
+// ReconcileServices is Reconcile for the members of a shared address.
+func (l *Loop) ReconcileServices(svcs []*corev1.Service) Result {
+	return l.reconcileTimed(svcs, true, l.holding())
 }
 
 // reconcileTimed reconciles and records the metrics. fresh reads every iptables table; a
 // Service change, a new active flag or a link event may plan against the tables read last time.
 // holding says whether the state has the LB addresses.
-func (l *Loop) reconcileTimed(svc *corev1.Service, fresh, holding bool) Result {
+func (l *Loop) reconcileTimed(svcs []*corev1.Service, fresh, holding bool) Result {
 	start := time.Now()
-	res := l.reconcile(svc, fresh, holding)
+	res := l.reconcile(svcs, fresh, holding)
 	res.Took = time.Since(start)
 	l.metrics.syncDuration.Observe(res.Took.Seconds())
 	switch {
@@ -251,15 +270,15 @@ func (l *Loop) reconcileTimed(svc *corev1.Service, fresh, holding bool) Result {
 	return res
 }
 
-func (l *Loop) reconcile(svc *corev1.Service, fresh, holding bool) Result {
+func (l *Loop) reconcile(svcs []*corev1.Service, fresh, holding bool) Result {
 	var res Result
-	service, err := ServiceFromObject(svc)
+	services, problems, err := servicesFromObjects(svcs)
 	if err != nil {
 		res.Err = err
 		return res
 	}
 	if l.cfg.Gate != nil {
-		service = l.cfg.Gate.filter(l.gateCtx(), service, l.poke)
+		services = l.cfg.Gate.filterAll(l.gateCtx(), services, l.poke)
 	}
 	a := l.cfg.Applier
 	obs, err := a.Observe(l.cfg.Names)
@@ -272,7 +291,8 @@ func (l *Loop) reconcile(svc *corev1.Service, fresh, holding bool) Result {
 	}
 	obs.NoSCTP = l.noSCTP.Load()
 	desired := func(obs Observed) State {
-		st := Desired(Config{Network: l.cfg.Network, Service: service}, obs, l.cfg.Names)
+		st := Desired(Config{Network: l.cfg.Network, Services: services}, obs, l.cfg.Names)
+		st.Problems = slices.Concat(problems, st.Problems)
 		switch {
 		case !holding:
 			st = st.Standby()
@@ -288,7 +308,9 @@ func (l *Loop) reconcile(svc *corev1.Service, fresh, holding bool) Result {
 	}
 	applied, err := a.Apply(st, fresh)
 	var refused *RestoreError
-	if err != nil && errors.As(err, &refused) && !obs.NoSCTP && slices.ContainsFunc(service.Ports, func(p Port) bool { return p.Protocol == SCTP }) {
+	if err != nil && errors.As(err, &refused) && !obs.NoSCTP && slices.ContainsFunc(services, func(s Service) bool {
+		return slices.ContainsFunc(s.Ports, func(p Port) bool { return p.Protocol == SCTP })
+	}) {
 		// The kernel refused a transaction of a state with SCTP ports: when the same state
 		// without them goes in, SCTP is what it lacks. Serve the other ports.
 		obs.NoSCTP = true
@@ -318,6 +340,33 @@ func (l *Loop) reconcile(svc *corev1.Service, fresh, holding bool) Result {
 	}
 	res.Err = fwdErr
 	return res
+}
+
+// servicesFromObjects reads the Services served. One Service that cannot be read is an error, as
+// it always was; among the members of a shared address, one that cannot be read is left out
+// with a problem (not ready), so that it does not take the others down. None: ReasonNoMembers.
+func servicesFromObjects(svcs []*corev1.Service) ([]Service, []Problem, error) {
+	if len(svcs) == 1 {
+		s, err := ServiceFromObject(svcs[0])
+		if err != nil {
+			return nil, nil, err
+		}
+		return []Service{s}, nil, nil
+	}
+	if len(svcs) == 0 {
+		return nil, []Problem{{Reason: ReasonNoMembers, NotReady: true, Message: "no Service is a member of this address (none lists it in status.loadBalancer.ingress): every port is refused"}}, nil
+	}
+	var out []Service
+	var problems []Problem
+	for _, o := range svcs {
+		s, err := ServiceFromObject(o)
+		if err != nil {
+			problems = append(problems, Problem{Reason: ReasonMemberInvalid, NotReady: true, Message: err.Error() + ": its ports are not served, the other members' are"})
+			continue
+		}
+		out = append(out, s)
+	}
+	return out, problems, nil
 }
 
 // Handler serves /healthz (200 while the process runs), /readyz (200 only while the state is
@@ -386,7 +435,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	// reconcile reports whether the apply failed.
 	reconcile := func(trigger string, causes []string) (failed bool) {
 		l.mu.Lock()
-		svc, svcErr := l.svc, l.svcErr
+		svcs, svcErr := l.svcs, l.svcErr
 		l.mu.Unlock()
 		if svcErr != nil {
 			if l.setReady(false, svcErr.Error()) {
@@ -400,7 +449,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		if fresh {
 			tablesDirty = false // events from now on mark the tables read now
 		}
-		res := l.reconcileTimed(svc, fresh, active)
+		res := l.reconcileTimed(svcs, fresh, active)
 		if len(res.Changes) > 0 {
 			a := res.Applied
 			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond),

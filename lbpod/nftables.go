@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/google/nftables/binaryutil"
@@ -92,55 +93,88 @@ func nftSetName(p Protocol) string { return strings.ToLower(string(p)) + "_ports
 // ports to the ClusterIP (the port kept); postrouting masquerades to the ClusterIP; input
 // rejects what reaches the LB address itself and drops whatever else arrives on net1 for the
 // pod; forward passes from net1 only what our DNAT created. It is pure.
-func desiredNFT(fam Family, iface string, lbIP, clusterIP netip.Addr, hasClusterIP bool, ports []Port, sourceRanges []netip.Prefix) NFTable {
+//
+// Members of a shared address with ClusterIPs of the family each have their own three sets
+// (tcp_ports_0, ... in member order) and DNAT rules to their own ClusterIP; one member keeps the
+// plain names (tcp_ports). Members that allow different sources get a chain per source group
+// (services_0, ...) that services jumps to per allowed source, as desiredTables does.
+func desiredNFT(fam Family, iface string, lbIP netip.Addr, targets []target) NFTable {
 	t := NFTable{Family: fam}
-	t.Flows = FlowPolicy{LB: lbIP, AllSources: len(sourceRanges) == 0, Targets: map[Port]netip.AddrPort{}}
+	t.Flows = FlowPolicy{LB: lbIP, Targets: map[Port]netip.AddrPort{}}
 	pre := NFTChain{Name: NFTChainPrerouting, Type: "nat", Hook: "prerouting", Priority: -100}
 	svc := NFTChain{Name: NFTChainServices}
 	post := NFTChain{Name: NFTChainPostrouting, Type: "nat", Hook: "postrouting", Priority: 100}
 	input := NFTChain{Name: NFTChainInput, Type: "filter", Hook: "input", Priority: 0}
 	forward := NFTChain{Name: NFTChainForward, Type: "filter", Hook: "forward", Priority: 0}
+	lb := netip.PrefixFrom(lbIP, lbIP.BitLen())
 
-	jump := nftVerdict(expr.VerdictJump, NFTChainServices)
-	if len(sourceRanges) == 0 {
-		pre.Rules = append(pre.Rules, nftRule(nftAddrMatch(fam, false, netip.PrefixFrom(lbIP, lbIP.BitLen()), false), jump))
-	} else {
-		for _, r := range sourceRanges {
-			switch {
-			case familyOf(r.Addr()) != fam:
-			case r.Bits() == 0:
-				pre.Rules = append(pre.Rules, nftRule(nftAddrMatch(fam, false, netip.PrefixFrom(lbIP, lbIP.BitLen()), false), jump))
-				t.Flows.AllSources = true
-			default:
-				pre.Rules = append(pre.Rules, nftRule(nftAddrMatch(fam, true, r.Masked(), false), nftAddrMatch(fam, false, netip.PrefixFrom(lbIP, lbIP.BitLen()), false), jump))
-				t.Flows.Sources = append(t.Flows.Sources, r)
-			}
+	// The sets and DNAT rules of each target with a ClusterIP of the family.
+	var withIP []target
+	for _, tg := range targets {
+		if tg.clusterIP.IsValid() {
+			withIP = append(withIP, tg)
 		}
-		pre.Rules = slices.CompactFunc(pre.Rules, func(a, b NFTRule) bool { return a.Text == b.Text })
 	}
-	byProto := map[Protocol][]uint16{}
-	if hasClusterIP {
-		for _, p := range ports {
+	dnat := map[int][]NFTRule{} // by target index
+	for i, tg := range withIP {
+		suffix := ""
+		if len(withIP) > 1 {
+			suffix = "_" + strconv.Itoa(i)
+		}
+		byProto := map[Protocol][]uint16{}
+		for _, p := range tg.ports {
 			byProto[p.Protocol] = append(byProto[p.Protocol], uint16(p.Port))
 			if p.Protocol != TCP {
-				t.Flows.Targets[p] = netip.AddrPortFrom(clusterIP, uint16(p.Port))
+				t.Flows.Targets[p] = netip.AddrPortFrom(tg.clusterIP, uint16(p.Port))
 			}
 		}
-	}
-	for _, proto := range []Protocol{TCP, UDP, SCTP} {
-		// Sorted and without repeats: the order of the Service's ports does not matter in a set.
-		set := NFTSet{Name: nftSetName(proto), Protocol: proto, Ports: byProto[proto]}
-		slices.Sort(set.Ports)
-		set.Ports = slices.Compact(set.Ports)
-		if hasClusterIP {
-			svc.Rules = append(svc.Rules, nftRule(nftL4Proto(proto), nftDportIn(set.Name), nftDNAT(fam, clusterIP)))
+		for _, proto := range []Protocol{TCP, UDP, SCTP} {
+			// Sorted and without repeats: the order of the Service's ports does not matter in a set.
+			set := NFTSet{Name: nftSetName(proto) + suffix, Protocol: proto, Ports: byProto[proto]}
+			slices.Sort(set.Ports)
+			set.Ports = slices.Compact(set.Ports)
+			dnat[tg.index] = append(dnat[tg.index], nftRule(nftL4Proto(proto), nftDportIn(set.Name), nftDNAT(fam, tg.clusterIP)))
+			t.Sets = append(t.Sets, set)
 		}
-		t.Sets = append(t.Sets, set)
 	}
-	if hasClusterIP {
+	if len(withIP) == 0 {
+		// Nothing is DNATed: the sets stay, empty, so that the table keeps its shape.
+		for _, proto := range []Protocol{TCP, UDP, SCTP} {
+			t.Sets = append(t.Sets, NFTSet{Name: nftSetName(proto), Protocol: proto})
+		}
+	}
+
+	jump := func(chain string) nftPart { return nftVerdict(expr.VerdictJump, chain) }
+	groups := sourceGroups(fam, targets)
+	var groupChains []NFTChain
+	if len(groups) == 1 {
+		matches, all, allowed := sourceMatches(fam, groups[0].ranges)
+		t.Flows.AllSources, t.Flows.Sources = all, allowed
+		pre.Rules = nftSourceRules(fam, matches, &lb, NFTChainServices)
+		for _, tg := range withIP {
+			svc.Rules = append(svc.Rules, dnat[tg.index]...)
+		}
+	} else {
+		t.Flows.PortSources = map[Port]FlowSources{}
+		pre.Rules = []NFTRule{nftRule(nftAddrMatch(fam, false, lb, false), jump(NFTChainServices))}
+		for i, g := range groups {
+			matches, all, allowed := sourceMatches(fam, g.ranges)
+			gc := NFTChain{Name: nftGroupChain(i)}
+			svc.Rules = append(svc.Rules, nftSourceRules(fam, matches, nil, gc.Name)...)
+			for _, tg := range g.targets {
+				gc.Rules = append(gc.Rules, dnat[tg.index]...)
+				for _, p := range tg.ports {
+					if p.Protocol != TCP {
+						t.Flows.PortSources[p] = FlowSources{All: all, Ranges: allowed}
+					}
+				}
+			}
+			groupChains = append(groupChains, gc)
+		}
+	}
+	for _, clusterIP := range clusterIPsOf(targets) {
 		post.Rules = append(post.Rules, nftRule(nftAddrMatch(fam, false, netip.PrefixFrom(clusterIP, clusterIP.BitLen()), false), nftPart{"masquerade", []expr.Any{&expr.Masq{}}}))
 	}
-	lb := netip.PrefixFrom(lbIP, lbIP.BitLen())
 	for _, proto := range []Protocol{TCP, UDP, SCTP} {
 		input.Rules = append(input.Rules, nftRule(nftAddrMatch(fam, false, lb, false), nftL4Proto(proto), nftReject(fam, proto)))
 	}
@@ -151,8 +185,26 @@ func desiredNFT(fam Family, iface string, lbIP, clusterIP netip.Addr, hasCluster
 	// Both directions of a DNATed connection carry the DNAT status, so replies arriving on net1
 	// for the connections it forwards pass too.
 	forward.Rules = append(forward.Rules, nftRule(nftIifname(iface), nftNotDNAT(), nftVerdict(expr.VerdictDrop, "")))
-	t.Chains = []NFTChain{pre, svc, post, input, forward}
+	t.Chains = append([]NFTChain{pre, svc}, groupChains...)
+	t.Chains = append(t.Chains, post, input, forward)
 	return t
+}
+
+// nftSourceRules are the rules that jump allowed sources (and, when lb is given, only to it) to
+// chain, each once.
+func nftSourceRules(fam Family, matches []sourceMatch, lb *netip.Prefix, chain string) []NFTRule {
+	var rules []NFTRule
+	for _, m := range matches {
+		var parts []nftPart
+		if m.from.IsValid() {
+			parts = append(parts, nftAddrMatch(fam, true, m.from.Masked(), false))
+		}
+		if lb != nil {
+			parts = append(parts, nftAddrMatch(fam, false, *lb, false))
+		}
+		rules = append(rules, nftRule(append(parts, nftVerdict(expr.VerdictJump, chain))...))
+	}
+	return slices.CompactFunc(rules, func(a, b NFTRule) bool { return a.Text == b.Text })
 }
 
 // guardNFT is guardTables for the nftables back end: nothing of a family the lb pod has no LB

@@ -10,7 +10,7 @@ import (
 
 // nftSeed is the seed's Service for the nftables back end: one TCP port, IPv4.
 func nftSeed(ports []Port, ranges []netip.Prefix) NFTable {
-	return desiredNFT(IPv4, "net1", netip.MustParseAddr("172.18.0.18"), netip.MustParseAddr("10.109.201.193"), true, ports, ranges)
+	return desiredNFT(IPv4, "net1", netip.MustParseAddr("172.18.0.18"), oneTarget(netip.MustParseAddr("10.109.201.193"), true, ports, ranges))
 }
 
 func stepStrings(steps []NFTStep) []string {
@@ -105,7 +105,7 @@ func TestPlanSyncNFTablesOneBatch(t *testing.T) {
 			Gateways:  []netip.Addr{netip.MustParseAddr("172.18.0.1"), netip.MustParseAddr("fd18::1")},
 			Subnets:   []netip.Prefix{netip.MustParsePrefix("172.18.0.0/16"), netip.MustParsePrefix("fd18::/64")},
 		},
-		Service: Service{ClusterIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd96::1")}, Ports: []Port{{UDP, 53}}},
+		Services: []Service{{ClusterIPs: []netip.Addr{netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("fd96::1")}, Ports: []Port{{UDP, 53}}}},
 	}
 	st := Desired(cfg, Observed{}, Names{}).ForRules(RulesNFTables)
 	if len(st.IPTables) != 0 || len(st.NFTables) != 2 {
@@ -156,7 +156,7 @@ func fuzzNFT(data []byte) NFTable {
 	for n := int(mode % 4); n > 1; n-- {
 		ranges = append(ranges, netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 18, next(), 0}), int(8+next()%25)).Masked())
 	}
-	return desiredNFT(IPv4, "net1", netip.MustParseAddr("172.18.0.18"), netip.MustParseAddr("10.0.0.1"), mode%5 != 0, ports, ranges)
+	return desiredNFT(IPv4, "net1", netip.MustParseAddr("172.18.0.18"), oneTarget(netip.MustParseAddr("10.0.0.1"), mode%5 != 0, ports, ranges))
 }
 
 // FuzzPlanNFT: from a table left by any other wanted table, with drift (an element, a rule, a

@@ -11,8 +11,8 @@ import (
 // seedState is the seed's desired state (LB 172.18.0.18/16, ClusterIP 10.109.201.193, TCP 80).
 func seedState(t *testing.T) State {
 	return Desired(Config{
-		Network: mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
-		Service: Service{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}, {UDP, 53}}},
+		Network:  mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
+		Services: []Service{{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}, {UDP, 53}}}},
 	}, Observed{UplinkGateways: map[Family]Gateway{IPv4: {Addr: netip.MustParseAddr("10.16.0.1")}}}, Names{}).ForRules(RulesIPTables)
 }
 

@@ -61,52 +61,79 @@ type PortGate struct {
 
 	mu       sync.Mutex
 	started  bool
-	admitted map[Port]bool
-	checking map[Port]bool
+	admitted map[gateKey]bool
+	checking map[gateKey]bool
+}
+
+// gateKey is a port at the ClusterIP it is checked at: a port that moves to another member of a
+// shared address (another ClusterIP) is checked again there.
+type gateKey struct {
+	Port
+	at netip.Addr
 }
 
 // NewPortGate returns a gate that tries connections from this network namespace.
 func NewPortGate(log *slog.Logger) *PortGate {
-	return &PortGate{log: log, dial: dialOnce, dials: make(chan struct{}, GateDials), admitted: map[Port]bool{}, checking: map[Port]bool{}}
+	return &PortGate{log: log, dial: dialOnce, dials: make(chan struct{}, GateDials), admitted: map[gateKey]bool{}, checking: map[gateKey]bool{}}
 }
 
 // filter returns svc with only the ports to serve now, and starts a check for each TCP port that
 // waits; wake is called when a check ends (the loop applies again).
 func (g *PortGate) filter(ctx context.Context, svc Service, wake func()) Service {
+	return g.filterAll(ctx, []Service{svc}, wake)[0]
+}
+
+// filterAll is filter for the members of a shared address: each member's ports are checked at
+// that member's own ClusterIP (the first, IPv4 when it has one), since that is where they go.
+func (g *PortGate) filterAll(ctx context.Context, services []Service, wake func()) []Service {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.wake = wake
-	serve, check := GatePorts(svc.Ports, g.admitted, g.started)
+	started := g.started
 	g.started = true
-	current := make(map[Port]bool, len(svc.Ports))
-	for _, p := range svc.Ports {
-		current[p] = true
-	}
-	for p := range g.admitted {
-		if !current[p] {
-			delete(g.admitted, p) // removed: added again later, it is checked again
+	current := map[gateKey]bool{}
+	out := make([]Service, len(services))
+	for i, svc := range services {
+		var at netip.Addr
+		if len(svc.ClusterIPs) > 0 {
+			at = svc.ClusterIPs[0]
 		}
-	}
-	for _, p := range serve {
-		g.admitted[p] = true
-	}
-	if len(svc.ClusterIPs) == 0 {
-		// Nothing to check against (and nothing is DNATed): serve.
+		admitted := map[Port]bool{}
+		for _, p := range svc.Ports {
+			k := gateKey{p, at}
+			current[k] = true
+			admitted[p] = g.admitted[k]
+		}
+		serve, check := GatePorts(svc.Ports, admitted, started)
+		for _, p := range serve {
+			g.admitted[gateKey{p, at}] = true
+		}
+		if !at.IsValid() {
+			// Nothing to check against (and nothing is DNATed): serve.
+			for _, p := range check {
+				g.admitted[gateKey{p, at}] = true
+			}
+			svc.Ports = append(serve, check...)
+			out[i] = svc
+			continue
+		}
 		for _, p := range check {
-			g.admitted[p] = true
+			k := gateKey{p, at}
+			if !g.checking[k] {
+				g.checking[k] = true
+				g.log.Info("port held back (refused) until the ClusterIP serves it", "port", p.Port, "protocol", p.Protocol, "clusterIP", at, "service", svc.Name)
+				go g.check(ctx, at, p)
+			}
 		}
-		svc.Ports = append(serve, check...)
-		return svc
+		svc.Ports = serve
+		out[i] = svc
 	}
-	for _, p := range check {
-		if !g.checking[p] {
-			g.checking[p] = true
-			g.log.Info("port held back (refused) until the ClusterIP serves it", "port", p.Port, "protocol", p.Protocol, "clusterIP", svc.ClusterIPs[0])
-			go g.check(ctx, svc.ClusterIPs[0], p)
+	for k := range g.admitted {
+		if !current[k] {
+			delete(g.admitted, k) // removed: added again later, it is checked again
 		}
 	}
-	svc.Ports = serve
-	return svc
+	return out
 }
 
 // check tries ClusterIP:port until a connection is accepted or GateBound passed, then admits the
@@ -138,8 +165,8 @@ func (g *PortGate) check(ctx context.Context, clusterIP netip.Addr, p Port) {
 		g.log.Warn("port not answered by the ClusterIP within the bound: serving it anyway", "port", p.Port, "protocol", p.Protocol, "waited", took)
 	}
 	g.mu.Lock()
-	g.admitted[p] = true
-	delete(g.checking, p)
+	g.admitted[gateKey{p, clusterIP}] = true
+	delete(g.checking, gateKey{p, clusterIP})
 	wake := g.wake
 	g.mu.Unlock()
 	if wake != nil {

@@ -324,6 +324,10 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 // newLease is the Lease as the operator builds it (name, labels, owner: the Service, whose UID
 // it reads), not yet created.
 func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, error) {
+	if r.service == "" {
+		// A shared address (LBPOD_SHARED_IP) has no one Service to own its Lease.
+		return nil, fmt.Errorf("the Lease %s/%s is absent, and the lb pod of a shared address has no one Service to create it for: the operator creates it", r.namespace, r.name)
+	}
 	svc, err := r.client.CoreV1().Services(r.namespace).Get(ctx, r.service, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("the Lease is absent; reading Service %s/%s to create it: %w", r.namespace, r.service, err)

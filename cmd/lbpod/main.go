@@ -32,17 +32,19 @@ import (
 // options are lbpod's flags; each input defaults to its environment variable.
 type options struct {
 	namespace, service, serviceFile, kubeconfig string
-	serviceFilePoll                             time.Duration
-	addresses, gateways, subnets                string
-	iface, uplink                               string
-	table                                       int
-	healthAddr                                  string
-	resyncPeriod, announceInterval              time.Duration
-	iptables                                    string
-	rules                                       string
-	procSys                                     string
-	ha                                          haOptions
-	podName, leaseName                          string
+	// sharedIP is --shared-ip: the IP object name of a shared address, whose members are served.
+	sharedIP                       string
+	serviceFilePoll                time.Duration
+	addresses, gateways, subnets   string
+	iface, uplink                  string
+	table                          int
+	healthAddr                     string
+	resyncPeriod, announceInterval time.Duration
+	iptables                       string
+	rules                          string
+	procSys                        string
+	ha                             haOptions
+	podName, leaseName             string
 	// conflictProbe is --conflict-probe; conflictProbeSet says it was given (flag or env), which
 	// --service-file needs to probe at all.
 	conflictProbe    string
@@ -56,7 +58,8 @@ func parseFlags(name string, args []string) (options, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.StringVar(&o.namespace, "namespace", os.Getenv(v1alpha1.EnvNamespace), "namespace of the Service (env "+v1alpha1.EnvNamespace+")")
 	fs.StringVar(&o.service, "service", os.Getenv(v1alpha1.EnvService), "name of the Service (env "+v1alpha1.EnvService+")")
-	fs.StringVar(&o.serviceFile, "service-file", "", "read the Service from this YAML/JSON file (re-read when it changes) instead of the API")
+	fs.StringVar(&o.sharedIP, "shared-ip", os.Getenv(v1alpha1.EnvSharedIP), "serve the Services sharing this address (its IP object name): those of the namespace labelled "+v1alpha1.SharedIPLabelPrefix+"<it> whose status.loadBalancer.ingress lists the address; excludes --service (env "+v1alpha1.EnvSharedIP+")")
+	fs.StringVar(&o.serviceFile, "service-file", "", "read the Service from this YAML/JSON file (re-read when it changes) instead of the API; with --shared-ip, any number of Services (a List, or documents separated by ---)")
 	fs.DurationVar(&o.serviceFilePoll, "service-file-poll", 150*time.Millisecond, "how often --service-file is re-read")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig to reach the API from outside a cluster (default: in-cluster config)")
 	fs.StringVar(&o.addresses, "addresses", os.Getenv(v1alpha1.EnvAddresses), "LB address(es) with the subnet prefix, IPv4 first (env "+v1alpha1.EnvAddresses+")")
@@ -112,7 +115,14 @@ func parseFlags(name string, args []string) (options, error) {
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if o.serviceFile == "" && (o.namespace == "" || o.service == "") {
+	if o.sharedIP != "" && o.service != "" {
+		return o, fmt.Errorf("service %q, shared-ip %q: one or the other (env %s, %s): an lb pod serves one Service or the members of a shared address",
+			o.service, o.sharedIP, v1alpha1.EnvService, v1alpha1.EnvSharedIP)
+	}
+	if o.sharedIP != "" && o.serviceFile == "" && o.namespace == "" {
+		return o, fmt.Errorf("namespace %q: needed with shared-ip %q (env %s) unless --service-file is given", o.namespace, o.sharedIP, v1alpha1.EnvNamespace)
+	}
+	if o.sharedIP == "" && o.serviceFile == "" && (o.namespace == "" || o.service == "") {
 		return o, fmt.Errorf("namespace %q, service %q: both are needed (env %s, %s) unless --service-file is given",
 			o.namespace, o.service, v1alpha1.EnvNamespace, v1alpha1.EnvService)
 	}
@@ -259,16 +269,18 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 	if err := requireInterface(o.iface); err != nil {
 		return err
 	}
-	src, err := newServiceSource(o, log)
+	src, err := newServiceSource(o, network, log)
 	if err != nil {
 		return err
 	}
-	svc, err := src.Get(ctx)
+	svcs, err := src.Get(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := lbpod.ServiceFromObject(svc); err != nil {
-		return err // before anything is logged: one line for a bad Service
+	if o.sharedIP == "" {
+		if _, err := lbpod.ServiceFromObject(svcs[0]); err != nil {
+			return err // before anything is logged: one line for a bad Service
+		}
 	}
 	applier, _, err := newApplier(ctx, o, log)
 	if err != nil {
@@ -277,7 +289,7 @@ func runInit(ctx context.Context, o options, network lbpod.Network, log *slog.Lo
 	loop := lbpod.NewLoop(loopConfig(o, network, applier, log))
 	// A replica starts as a standby: only the election may add the addresses.
 	loop.SetActive(!o.haEnabled())
-	res := loop.Reconcile(svc)
+	res := loop.ReconcileServices(svcs)
 	if res.Err != nil {
 		return res.Err
 	}

@@ -84,11 +84,7 @@ func TestFileSourceFollowsEdits(t *testing.T) {
 		}
 	}
 	write("{port: 80}")
-	src := &fileSource{path: path, poll: 10 * time.Millisecond}
-	box := newServiceBox()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go src.Run(ctx, box)
+	box := runSource(t, &fileSource{path: path, poll: 10 * time.Millisecond})
 
 	waitPorts := func(want ...int32) {
 		t.Helper()
@@ -135,13 +131,23 @@ func TestFileSourceFollowsEdits(t *testing.T) {
 	}
 }
 
-// serviceBox is a serviceSink for tests: it holds the latest Service (or why there is none) and
-// signals each change.
+// serviceBox is a serviceSink for tests: it holds the latest Service (or why there is none), or
+// the latest set of members, and signals each change.
 type serviceBox struct {
 	mu      sync.Mutex
 	svc     *corev1.Service
+	svcs    []*corev1.Service
 	err     error
 	changed chan struct{}
+}
+
+// runSource runs src into a new box until the test ends.
+func runSource(t *testing.T, src serviceSource) *serviceBox {
+	box := newServiceBox()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go src.Run(ctx, box)
+	return box
 }
 
 func newServiceBox() *serviceBox {
@@ -156,6 +162,30 @@ func (b *serviceBox) SetService(svc *corev1.Service, err error) {
 	case b.changed <- struct{}{}:
 	default:
 	}
+}
+
+func (b *serviceBox) SetServices(svcs []*corev1.Service, err error) {
+	b.mu.Lock()
+	b.svc, b.svcs, b.err = nil, svcs, err
+	if len(svcs) > 0 {
+		b.svc = svcs[0]
+	}
+	b.mu.Unlock()
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+}
+
+// members returns the names (namespace/name) of the latest set of members, or the error.
+func (b *serviceBox) members() ([]string, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var names []string
+	for _, s := range b.svcs {
+		names = append(names, s.Namespace+"/"+s.Name)
+	}
+	return names, b.err
 }
 
 func (b *serviceBox) get() (*corev1.Service, error) {

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -12,32 +15,49 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
+
+	"github.com/lbsvc/lbsvc-operator/lbpod"
 )
 
-// serviceSink receives the newest Service, or why there is none (lbpod.Loop is one).
+// serviceSink receives the newest Service, or why there is none (lbpod.Loop is one); with a
+// shared address, the newest whole set of members.
 type serviceSink interface {
 	SetService(svc *corev1.Service, err error)
+	SetServices(svcs []*corev1.Service, err error)
 }
 
-// serviceSource yields the Service once (init) or keeps a sink up to date (main).
+// serviceSource yields the Services once (init: the one Service, or the members of a shared
+// address) or keeps a sink up to date (main).
 type serviceSource interface {
-	Get(ctx context.Context) (*corev1.Service, error)
+	Get(ctx context.Context) ([]*corev1.Service, error)
 	Run(ctx context.Context, sink serviceSink)
 }
 
-func newServiceSource(o options, log *slog.Logger) (serviceSource, error) {
+func newServiceSource(o options, network lbpod.Network, log *slog.Logger) (serviceSource, error) {
+	var shared *membership
+	if o.sharedIP != "" {
+		m, err := newMembership(o.namespace, o.sharedIP, network)
+		if err != nil {
+			return nil, err
+		}
+		shared = &m
+	}
 	if o.serviceFile != "" {
-		return &fileSource{path: o.serviceFile, poll: o.serviceFilePoll, log: log}, nil
+		return &fileSource{path: o.serviceFile, poll: o.serviceFilePoll, log: log, shared: shared}, nil
 	}
 	cs, err := newClient(o)
 	if err != nil {
 		return nil, err
+	}
+	if shared != nil {
+		return &sharedSource{client: cs, membership: *shared, log: log}, nil
 	}
 	return &apiSource{client: cs, namespace: o.namespace, name: o.service, log: log}, nil
 }
@@ -63,19 +83,77 @@ func newClient(o options) (kubernetes.Interface, error) {
 }
 
 // fileSource reads a Service object (YAML or JSON) from a file and polls it for changes, for
-// tests and for running outside a cluster.
+// tests and for running outside a cluster. With a shared address (shared set) the file holds
+// any number of Services, as a `kind: List` with items or as YAML documents separated by `---`,
+// and the members among them are chosen as from the API, so that tests drive membership (and
+// its proof) by rewriting the file.
 type fileSource struct {
-	path string
-	poll time.Duration
-	log  *slog.Logger
+	path   string
+	poll   time.Duration
+	log    *slog.Logger
+	shared *membership
 }
 
-func (f *fileSource) Get(context.Context) (*corev1.Service, error) {
+func (f *fileSource) Get(context.Context) ([]*corev1.Service, error) {
 	data, err := os.ReadFile(f.path)
 	if err != nil {
 		return nil, fmt.Errorf("service-file %q: %w", f.path, err)
 	}
-	return decodeService(f.path, data)
+	return f.decode(data)
+}
+
+// decode reads the file's Services: the members among them with a shared address, else the one
+// Service it must hold.
+func (f *fileSource) decode(data []byte) ([]*corev1.Service, error) {
+	svcs, err := decodeServices(f.path, data)
+	if err != nil {
+		return nil, err
+	}
+	if f.shared != nil {
+		return f.shared.members(svcs), nil
+	}
+	if len(svcs) != 1 {
+		return nil, fmt.Errorf("service-file %q: %d Services, want one (several only with --shared-ip)", f.path, len(svcs))
+	}
+	return svcs, nil
+}
+
+// decodeServices reads every Service of a file: YAML documents separated by `---` (or one JSON
+// object), each a Service or a List of Services. Empty documents are skipped.
+func decodeServices(path string, data []byte) ([]*corev1.Service, error) {
+	var out []*corev1.Service
+	docs := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := docs.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("service-file %q: %w", path, err)
+		}
+		if len(bytes.TrimSpace(doc)) == 0 {
+			continue
+		}
+		var list corev1.List
+		if err := yaml.Unmarshal(doc, &list); err != nil {
+			return nil, fmt.Errorf("service-file %q: %w", path, err)
+		}
+		if list.Kind != "List" && list.Kind != "ServiceList" {
+			svc, err := decodeService(path, doc)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, svc)
+			continue
+		}
+		for _, item := range list.Items {
+			svc, err := decodeService(path, item.Raw)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, svc)
+		}
+	}
 }
 
 func decodeService(path string, data []byte) (*corev1.Service, error) {
@@ -87,6 +165,19 @@ func decodeService(path string, data []byte) (*corev1.Service, error) {
 		return nil, fmt.Errorf("service-file %q: kind %q, want Service", path, svc.Kind)
 	}
 	return svc, nil
+}
+
+// publish gives the sink what the file holds now, or why it cannot be read.
+func (f *fileSource) publish(sink serviceSink, svcs []*corev1.Service, err error) {
+	if f.shared != nil {
+		sink.SetServices(svcs, err)
+		return
+	}
+	var svc *corev1.Service
+	if len(svcs) == 1 {
+		svc = svcs[0]
+	}
+	sink.SetService(svc, err)
 }
 
 // Run re-reads the file every poll interval and publishes it when its content changed. Reading
@@ -101,12 +192,13 @@ func (f *fileSource) Run(ctx context.Context, sink serviceSink) {
 		switch {
 		case err != nil:
 			if first || last != nil {
-				sink.SetService(nil, fmt.Errorf("service-file %q: %w", f.path, err))
+				f.publish(sink, nil, fmt.Errorf("service-file %q: %w", f.path, err))
 			}
 			last = nil
 		case first || !bytes.Equal(data, last):
 			last = data
-			sink.SetService(decodeService(f.path, data))
+			svcs, err := f.decode(data)
+			f.publish(sink, svcs, err)
 		}
 		first = false
 		select {
@@ -126,14 +218,14 @@ type apiSource struct {
 	log             *slog.Logger
 }
 
-func (a *apiSource) Get(ctx context.Context) (*corev1.Service, error) {
+func (a *apiSource) Get(ctx context.Context) ([]*corev1.Service, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	svc, err := a.client.CoreV1().Services(a.namespace).Get(ctx, a.name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("service %s/%s: %w", a.namespace, a.name, err)
 	}
-	return svc, nil
+	return []*corev1.Service{svc}, nil
 }
 
 func (a *apiSource) Run(ctx context.Context, sink serviceSink) {

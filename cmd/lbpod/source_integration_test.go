@@ -15,6 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/lbpod"
 )
 
 // The API source against a real kube-apiserver, with the lb pod's RBAC: get/list/watch on its one
@@ -60,7 +63,8 @@ func TestAPISourceWithSingleServiceRBAC(t *testing.T) {
 
 	got, err := src.Get(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
-	g.Expect(got.Name).To(Equal(name))
+	g.Expect(got).To(HaveLen(1))
+	g.Expect(got[0].Name).To(Equal(name))
 
 	box := newServiceBox()
 	go src.Run(ctx, box)
@@ -94,4 +98,78 @@ func TestAPISourceWithSingleServiceRBAC(t *testing.T) {
 		}
 		return err.Error()
 	}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal("service lbpod-source/web was deleted"))
+}
+
+// The shared address's source against a real kube-apiserver: the lb pod (list/watch of the
+// namespace's Services) sees as members only the labelled Services whose status lists its
+// address. A tenant who may edit Services labels its own Service but cannot write its status, so
+// it gets nothing; the status the operator writes makes a member, a deletion unmakes it.
+func TestSharedSourceStatusIsTheProof(t *testing.T) {
+	g := NewWithT(t)
+	const ns = "lbpod-shared"
+	env, admin, ctx := startAPIServer(t, ns)
+	network, err := lbpod.ParseNetwork("172.18.0.18/16", "172.18.0.1", "172.18.0.0/16")
+	g.Expect(err).NotTo(HaveOccurred())
+	label := v1alpha1.SharedIPLabelPrefix + "172.18.0.18"
+	for _, u := range []struct {
+		name  string
+		verbs []string
+	}{{"lb-pod", []string{"get", "list", "watch"}}, {"tenant", []string{"get", "list", "watch", "create", "update", "patch"}}} {
+		_, err = admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: u.name, Namespace: ns},
+			// As the edit role: services, not services/status.
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: u.verbs}},
+		}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: u.name, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: u.name},
+			Subjects:   []rbacv1.Subject{{Kind: "User", Name: u.name}},
+		}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	client := func(name string) kubernetes.Interface {
+		user, err := env.AddUser(envtest.User{Name: name}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		return kubernetes.NewForConfigOrDie(user.Config())
+	}
+	podClient, tenant := client("lb-pod"), client("tenant")
+	create := func(c kubernetes.Interface, name string) *corev1.Service {
+		svc, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{label: ""}},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+				Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolTCP}}},
+		}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		return svc
+	}
+	prove := func(c kubernetes.Interface, svc *corev1.Service) error {
+		svc = svc.DeepCopy()
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.18"}}
+		_, err := c.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
+		return err
+	}
+	a, b, intruder := create(admin, "a"), create(admin, "b"), create(tenant, "intruder")
+	g.Expect(prove(admin, a)).To(Succeed())
+	err = prove(tenant, intruder)
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "a tenant writes its status: %v", err)
+
+	m, err := newMembership(ns, "172.18.0.18", network)
+	g.Expect(err).NotTo(HaveOccurred())
+	src := &sharedSource{client: podClient, membership: m, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	got, err := src.Get(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(got)).To(Equal([]string{ns + "/a"}))
+
+	box := newServiceBox()
+	go src.Run(ctx, box)
+	members := func() []string { n, _ := box.members(); return n }
+	g.Eventually(members).WithTimeout(10 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]string{ns + "/a"}))
+	b, err = admin.CoreV1().Services(ns).Get(ctx, b.Name, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(prove(admin, b)).To(Succeed())
+	g.Eventually(members).WithTimeout(5 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal([]string{ns + "/a", ns + "/b"}))
+	g.Expect(admin.CoreV1().Services(ns).Delete(ctx, "a", metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(members).WithTimeout(5 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal([]string{ns + "/b"}))
+	g.Consistently(members).WithTimeout(300*time.Millisecond).WithPolling(20*time.Millisecond).Should(Equal([]string{ns + "/b"}), "the intruder never joins")
 }

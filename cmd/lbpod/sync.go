@@ -42,7 +42,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	src, err := newServiceSource(o, log)
+	src, err := newServiceSource(o, network, log)
 	if err != nil {
 		return err
 	}

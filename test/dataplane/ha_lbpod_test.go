@@ -181,24 +181,7 @@ func (tp *haTopology) addClusterSide() {
 			} else {
 				ip(node, "addr", "add", clusterIP+"/32", "dev", "lo")
 			}
-			var pc net.PacketConn
-			if err := inNS(t, node, func() (err error) {
-				pc, err = net.ListenPacket("udp", net.JoinHostPort(clusterIP, fmt.Sprint(haEchoPort)))
-				return err
-			}); err != nil {
-				t.Fatalf("backend in %s: %v", node, err)
-			}
-			t.Cleanup(func() { pc.Close() })
-			go func() {
-				buf := make([]byte, 1500)
-				for {
-					n, from, err := pc.ReadFrom(buf)
-					if err != nil {
-						return
-					}
-					_, _ = pc.WriteTo([]byte(r+": "+string(buf[:n])), from)
-				}
-			}()
+			serveUDP(t, node, net.JoinHostPort(clusterIP, fmt.Sprint(haEchoPort)), func(payload string) string { return r + ": " + payload })
 		}
 	}
 }

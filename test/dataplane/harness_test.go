@@ -414,25 +414,28 @@ func (tp *topology) startBackends() {
 				}()
 			}
 		}()
-		var pc net.PacketConn
-		if err := inNS(t, tp.node, func() (err error) {
-			pc, err = net.ListenPacket("udp", net.JoinHostPort(ip, fmt.Sprint(udpPort)))
-			return err
-		}); err != nil {
-			t.Fatalf("udp listen: %v", err)
-		}
-		t.Cleanup(func() { pc.Close() })
-		go func() {
-			buf := make([]byte, 1500)
-			for {
-				n, from, err := pc.ReadFrom(buf)
-				if err != nil {
-					return
-				}
-				pc.WriteTo([]byte(udpReply(ip, udpPort, string(buf[:n]))), from)
-			}
-		}()
+		serveUDP(t, tp.node, net.JoinHostPort(ip, fmt.Sprint(udpPort)), func(payload string) string { return udpReply(ip, udpPort, payload) })
 	}
+}
+
+// serveUDP answers every datagram to addr in namespace ns with reply(payload) until the test ends.
+func serveUDP(t testing.TB, ns, addr string, reply func(payload string) string) {
+	t.Helper()
+	var pc net.PacketConn
+	if err := inNS(t, ns, func() (err error) { pc, err = net.ListenPacket("udp", addr); return err }); err != nil {
+		t.Fatalf("udp listen on %s in %s: %v", addr, ns, err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = pc.WriteTo([]byte(reply(string(buf[:n]))), from)
+		}
+	}()
 }
 
 // lockedBuffer collects a process's output safely while it runs.
@@ -557,8 +560,21 @@ type servicePort struct {
 // and renames it over the old one so that lbpod never reads half a file.
 func writeService(t testing.TB, path string, clusterIPs []string, ports []servicePort, sourceRanges []string) {
 	t.Helper()
+	writeFile(t, path, serviceYAML("test-svc", clusterIPs, ports, sourceRanges, nil, nil))
+}
+
+// serviceYAML is a Service object of namespace default: its ClusterIPs, ports and source ranges,
+// and, when given, its labels and the addresses of its status.loadBalancer.ingress.
+func serviceYAML(name string, clusterIPs []string, ports []servicePort, sourceRanges []string, labels map[string]string, ingress []string) string {
 	var b strings.Builder
-	b.WriteString("apiVersion: v1\nkind: Service\nmetadata:\n  name: test-svc\n  namespace: default\nspec:\n  type: LoadBalancer\n")
+	b.WriteString("apiVersion: v1\nkind: Service\nmetadata:\n  name: " + name + "\n  namespace: default\n")
+	if len(labels) > 0 {
+		b.WriteString("  labels:\n")
+		for k, v := range labels {
+			fmt.Fprintf(&b, "    %s: %q\n", k, v)
+		}
+	}
+	b.WriteString("spec:\n  type: LoadBalancer\n")
 	b.WriteString("  clusterIPs: [" + strings.Join(clusterIPs, ", ") + "]\n  ports:\n")
 	for _, p := range ports {
 		tp := p.TargetPort
@@ -571,8 +587,20 @@ func writeService(t testing.TB, path string, clusterIPs []string, ports []servic
 		// Quoted: a bare "::/0" is not a YAML scalar.
 		b.WriteString("  loadBalancerSourceRanges: [\"" + strings.Join(sourceRanges, "\", \"") + "\"]\n")
 	}
+	if len(ingress) > 0 {
+		b.WriteString("status:\n  loadBalancer:\n    ingress:\n")
+		for _, ip := range ingress {
+			fmt.Fprintf(&b, "    - ip: %q\n", ip)
+		}
+	}
+	return b.String()
+}
+
+// writeFile writes a new file and renames it over path, so that lbpod never reads half a file.
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(b.String()), 0o644); err != nil {
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -72,7 +72,7 @@ func nftDesired(stack string, clusterIPs []string, ports []servicePort, ranges [
 	for _, r := range ranges {
 		svc.SourceRanges = append(svc.SourceRanges, netip.MustParsePrefix(r))
 	}
-	return lbpod.Desired(lbpod.Config{Network: net, Service: svc}, lbpod.Observed{}, lbpod.Names{})
+	return lbpod.Desired(lbpod.Config{Network: net, Services: []lbpod.Service{svc}}, lbpod.Observed{}, lbpod.Names{})
 }
 
 // nftDiff reads lbpod's tables in the lb namespace and returns what PlanNFT would still change

@@ -147,6 +147,27 @@ func (tp *topology) startTraffic(ns, lbIP, clusterIP string, interval time.Durat
 	return c, &wg
 }
 
+// runTraffic is startTraffic until the returned stop is called (once or more: the first call
+// stops the traffic and waits for it, the others do nothing), so that a test can stop it before
+// reading the counts and defer it for an early failure.
+func (tp *topology) runTraffic(ns, lbIP, clusterIP string, interval time.Duration) (*trafficCounts, func()) {
+	stop := make(chan struct{})
+	counts, wg := tp.startTraffic(ns, lbIP, clusterIP, interval, stop)
+	var once sync.Once
+	return counts, func() { once.Do(func() { close(stop); wg.Wait() }) }
+}
+
+// heldEcho sends line on a connection held open to the echo port and reports whether the exact
+// echo came back within a second.
+func heldEcho(held net.Conn, r *bufio.Reader, line string) bool {
+	_ = held.SetDeadline(time.Now().Add(time.Second))
+	if _, err := fmt.Fprintln(held, line); err != nil {
+		return false
+	}
+	got, err := r.ReadString('\n')
+	return err == nil && got == echoReply(echoPort, line)
+}
+
 // The Service's other ports and its source ranges change 14 times while a client sends an HTTP
 // request on a new TCP connection and a UDP request on one long-lived socket every 10 ms, and
 // holds one TCP connection open: the ports that stay never give a wrong answer, a reset or a
@@ -189,16 +210,7 @@ func TestChangesUnderTraffic(t *testing.T) {
 		}
 		applied := func() int { return strings.Count(tp.lbpod.logs.String(), "msg=applied trigger=service") }
 
-		stop := make(chan struct{})
-		counts, wg := tp.startTraffic(tp.client, lbIPv4, clusterIPv4, 10*time.Millisecond, stop)
-		stopped := false
-		stopTraffic := func() {
-			if !stopped {
-				close(stop)
-				wg.Wait()
-				stopped = true
-			}
-		}
+		counts, stopTraffic := tp.runTraffic(tp.client, lbIPv4, clusterIPv4, 10*time.Millisecond)
 		defer stopTraffic()
 		heldFailures := 0
 		for i, s := range steps {
@@ -208,11 +220,7 @@ func TestChangesUnderTraffic(t *testing.T) {
 			// Some traffic on each version before the next change.
 			g.Eventually(func() int64 { return counts.tcpOK.Load() + counts.udpOK.Load() }).
 				WithTimeout(10*time.Second).WithPolling(10*time.Millisecond).Should(BeNumerically(">=", okBefore+10), "step %d: traffic", i)
-			_ = held.SetDeadline(time.Now().Add(time.Second))
-			line := fmt.Sprintf("step %d", i)
-			if _, err := fmt.Fprintln(held, line); err != nil {
-				heldFailures++
-			} else if got, err := heldReader.ReadString('\n'); err != nil || got != echoReply(echoPort, line) {
+			if !heldEcho(held, heldReader, fmt.Sprintf("step %d", i)) {
 				heldFailures++
 			}
 		}

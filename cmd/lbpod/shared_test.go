@@ -1,0 +1,179 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/lbpod"
+)
+
+const sharedLabel = v1alpha1.SharedIPLabelPrefix + "172.18.0.18"
+
+func sharedNetwork(t *testing.T) lbpod.Network {
+	t.Helper()
+	n, err := lbpod.ParseNetwork("172.18.0.18/16,fd18::18/64", "172.18.0.1,fd18::1", "172.18.0.0/16,fd18::/64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// svcFor builds a Service of namespace ns: a LoadBalancer unless typ says otherwise, labelled
+// when labelled, with ingress in its status.
+func svcFor(ns, name string, typ corev1.ServiceType, labelled bool, ingress ...string) *corev1.Service {
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{Type: typ}}
+	if labelled {
+		s.Labels = map[string]string{sharedLabel: "", "app": name}
+	}
+	for _, ip := range ingress {
+		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	return s
+}
+
+func names(svcs []*corev1.Service) []string {
+	var out []string
+	for _, s := range svcs {
+		out = append(out, s.Namespace+"/"+s.Name)
+	}
+	return out
+}
+
+// Only the status proves membership: the label (which anyone who may edit the Service can set)
+// without the address in status.loadBalancer.ingress is not enough, nor is a status of another
+// address, another type or another namespace; the members come sorted by namespace/name.
+func TestMembership(t *testing.T) {
+	m, err := newMembership("tenant", "172.18.0.18", sharedNetwork(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := corev1.ServiceTypeLoadBalancer
+	got := m.members([]*corev1.Service{
+		svcFor("tenant", "zeta", lb, true, "172.18.0.18"),
+		svcFor("tenant", "label-only", lb, true),
+		svcFor("tenant", "status-only", lb, false, "172.18.0.18"),
+		svcFor("tenant", "other-address", lb, true, "172.18.0.19"),
+		svcFor("tenant", "cluster-ip", corev1.ServiceTypeClusterIP, true, "172.18.0.18"),
+		svcFor("elsewhere", "other-namespace", lb, true, "172.18.0.18"),
+		svcFor("tenant", "v6-only", lb, true, "fd18::18"),
+		svcFor("tenant", "alpha", lb, true, "10.0.0.1", "172.18.0.18"),
+	})
+	if want := []string{"tenant/alpha", "tenant/v6-only", "tenant/zeta"}; !slices.Equal(names(got), want) {
+		t.Fatalf("members %v, want %v", names(got), want)
+	}
+
+	_, err = newMembership("tenant", "172.18.0.19", sharedNetwork(t))
+	if want := `shared-ip "172.18.0.19": not the IP object name of an address of this lb pod (want one of 172.18.0.18, fd18-0000-0000-0000-0000-0000-0000-0018)`; err == nil || err.Error() != want {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+}
+
+// --shared-ip excludes --service, needs a namespace from the API, and is read from the env.
+func TestParseFlagsSharedIP(t *testing.T) {
+	t.Setenv(v1alpha1.EnvNamespace, "")
+	t.Setenv(v1alpha1.EnvService, "")
+	t.Setenv(v1alpha1.EnvSharedIP, "172.18.0.18")
+	o, err := parseFlags("lbpod", []string{"--service-file", "/x"})
+	if err != nil || o.sharedIP != "172.18.0.18" {
+		t.Fatalf("env: %v %+v", err, o)
+	}
+	for args, want := range map[string]string{
+		"--service web": `service "web", shared-ip "172.18.0.18": one or the other (env LBPOD_SERVICE, LBPOD_SHARED_IP): an lb pod serves one Service or the members of a shared address`,
+		"":              `namespace "": needed with shared-ip "172.18.0.18" (env LBPOD_NAMESPACE) unless --service-file is given`,
+	} {
+		var a []string
+		if args != "" {
+			a = []string{"--service", "web"}
+		}
+		if _, err := parseFlags("lbpod", a); err == nil || err.Error() != want {
+			t.Errorf("%q: got %v, want %q", args, err, want)
+		}
+	}
+	if _, err := parseFlags("lbpod", []string{"--namespace", "tenant"}); err != nil {
+		t.Fatalf("namespace and shared-ip: %v", err)
+	}
+}
+
+// A --service-file holds several Services as a List or as documents; without --shared-ip it must
+// hold exactly one.
+func TestDecodeServices(t *testing.T) {
+	list := "apiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: Service, metadata: {name: a, namespace: ns}}\n- {apiVersion: v1, kind: Service, metadata: {name: b, namespace: ns}}\n"
+	docs := "---\napiVersion: v1\nkind: Service\nmetadata: {name: a, namespace: ns}\n---\n{\"kind\": \"Service\", \"metadata\": {\"name\": \"b\", \"namespace\": \"ns\"}}\n---\n"
+	for name, data := range map[string]string{"list": list, "documents": docs} {
+		svcs, err := decodeServices("f", []byte(data))
+		if err != nil || !slices.Equal(names(svcs), []string{"ns/a", "ns/b"}) {
+			t.Errorf("%s: %v %v", name, names(svcs), err)
+		}
+	}
+	f := &fileSource{path: "f"}
+	if _, err := f.decode([]byte(list)); err == nil || err.Error() != `service-file "f": 2 Services, want one (several only with --shared-ip)` {
+		t.Errorf("single mode with two: %v", err)
+	}
+	if _, err := decodeServices("f", []byte("kind: List\nitems:\n- {kind: ConfigMap}\n")); err == nil || err.Error() != `service-file "f": kind "ConfigMap", want Service` {
+		t.Errorf("a ConfigMap item: %v", err)
+	}
+}
+
+// With --shared-ip the file source publishes the members, as the API source would: a member
+// leaving, one joining, and a labelled Service without the status proof ignored.
+func TestFileSourceSharedMembers(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "svcs.yaml")
+	write := func(svcs ...*corev1.Service) {
+		t.Helper()
+		var data []byte
+		for _, s := range svcs {
+			s.APIVersion, s.Kind = "v1", "Service"
+			b, err := yaml.Marshal(s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			data = append(append(data, "---\n"...), b...)
+		}
+		if err := os.WriteFile(path+".tmp", data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(path+".tmp", path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lb := corev1.ServiceTypeLoadBalancer
+	a, b := svcFor("n", "a", lb, true, "172.18.0.18"), svcFor("n", "b", lb, true, "172.18.0.18")
+	intruder := svcFor("n", "intruder", lb, true)
+	write(b, a, intruder)
+	m, err := newMembership("", "172.18.0.18", sharedNetwork(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	box := runSource(t, &fileSource{path: path, poll: 10 * time.Millisecond, shared: &m})
+	wait := func(want ...string) {
+		t.Helper()
+		deadline := time.After(2 * time.Second)
+		for {
+			if got, err := box.members(); err == nil && slices.Equal(got, want) {
+				return
+			}
+			select {
+			case <-box.changed:
+			case <-deadline:
+				got, err := box.members()
+				t.Fatalf("members never became %v: last %v, %v", want, got, err)
+			}
+		}
+	}
+	wait("n/a", "n/b")
+	write(a, intruder)
+	wait("n/a")
+	write(a, b)
+	wait("n/a", "n/b")
+	write()
+	wait()
+}
