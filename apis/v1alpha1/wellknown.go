@@ -80,18 +80,7 @@ const (
 	// EnvRules is the lb pod's rules back end: RulesAuto (the default, also when unset or empty),
 	// RulesNFTables or RulesIPTables.
 	EnvRules = "LBPOD_RULES"
-	// EnvSharedIP, set on the lb pod of an address several Services share (annotation lbsvc.io/allow-shared-ip), is
-	// the IP object name of that address (IPName). With it EnvService is empty: the lb pod serves
-	// every Service of EnvNamespace that carries the label SharedIPLabelPrefix+<it> and whose
-	// status.loadBalancer.ingress lists the address (the operator's proof of membership).
-	EnvSharedIP = "LBPOD_SHARED_IP"
 )
-
-// SharedIPLabelPrefix, followed by the IP object name of an address (IPName), is the label key the
-// operator puts on each member Service of a shared address (any value): the lb pod of the
-// address watches the Services that carry it. The label only narrows the watch; anyone who may
-// edit a Service may set it, so membership itself is proven by the status (see EnvSharedIP).
-const SharedIPLabelPrefix = "ip.lbsvc.io/"
 
 // The values of EnvRules (lbpod's --rules, the operator's --lb-rules).
 const (

@@ -13,6 +13,10 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
@@ -130,6 +134,10 @@ func newRecorder(o options, network lbpod.Network, log *slog.Logger) (*leaseReco
 		return nil, err
 	}
 	r := newLeaseRecorder(client, o.namespace, o.service, o.leaseName, o.podName, log)
+	if o.sharedIP != "" {
+		r.shared = &sharedLease{ownerUID: types.UID(os.Getenv(v1alpha1.EnvOwnerUID)),
+			ip: lbobjects.IPRef{Name: o.sharedIP, UID: types.UID(os.Getenv(v1alpha1.EnvSharedIPUID))}}
+	}
 	for _, a := range network.Addresses {
 		r.addrs = append(r.addrs, a.Addr())
 	}

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -50,6 +51,9 @@ type leaseRecorder struct {
 	log                                *slog.Logger
 	kick                               chan struct{}
 	claims                             chan ha.Claim
+	// shared, for the lb pods of a shared address, is what its Lease is built from (no one
+	// Service owns it): the IP object and its owner's UID.
+	shared *sharedLease
 	// retryMax bounds the backoff between failed writes.
 	retryMax time.Duration
 	now      func() time.Time
@@ -72,6 +76,12 @@ type leaseRecorder struct {
 	// store and hasSynced are the watch's (set by run): the Lease as last seen, once listed.
 	store     cache.Store
 	hasSynced func() bool
+}
+
+// sharedLease is what the Lease of a shared address is built from (lbobjects.BuildSharedLease).
+type sharedLease struct {
+	ownerUID types.UID
+	ip       lbobjects.IPRef
 }
 
 // heldTwice is one step-down on the Lease's claim: our claim then, the claim that superseded it,
@@ -324,9 +334,11 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 // newLease is the Lease as the operator builds it (name, labels, owner: the Service, whose UID
 // it reads), not yet created.
 func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, error) {
-	if r.service == "" {
-		// A shared address (LBPOD_SHARED_IP) has no one Service to own its Lease.
-		return nil, fmt.Errorf("the Lease %s/%s is absent, and the lb pod of a shared address has no one Service to create it for: the operator creates it", r.namespace, r.name)
+	if r.shared != nil {
+		if r.shared.ip.UID == "" || r.shared.ownerUID == "" {
+			return nil, fmt.Errorf("the Lease %s/%s is absent, and %s or %s is not set to create it with", r.namespace, r.name, v1alpha1.EnvSharedIPUID, v1alpha1.EnvOwnerUID)
+		}
+		return lbobjects.BuildSharedLease(r.name, r.namespace, r.shared.ownerUID, r.shared.ip), nil
 	}
 	svc, err := r.client.CoreV1().Services(r.namespace).Get(ctx, r.service, metav1.GetOptions{})
 	if err != nil {
