@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -77,6 +78,8 @@ type ipRecord struct {
 	// sharingKey and members, of a shared address (spec.sharingKey, spec.members).
 	sharingKey string
 	members    []lbv1.IPMember
+	// rv is the resourceVersion observed.
+	rv string
 }
 
 // holderUIDs are the Services the record is owned by: the members of a shared address, else
@@ -281,10 +284,18 @@ func (b *AddressBook) observeLocked(ip *lbv1.IP) {
 		return
 	}
 	if old, ok := b.ips[ip.Name]; ok {
+		// Passes observe what they read or wrote, the informer what it delivers: an older
+		// version seen after a newer one must not undo it (the members of a shared address
+		// change), or the mirror would keep a member that left until the next event.
+		if old.uid == ip.UID && old.rv != "" {
+			if c, err := resourceversion.CompareResourceVersion(ip.ResourceVersion, old.rv); err == nil && c < 0 {
+				return
+			}
+		}
 		b.unindexLocked(ip.Name, old)
 	}
 	rec := ipRecord{uid: ip.UID, addr: addr, subnet: ip.Spec.Subnet, owner: ip.Spec.Service,
-		draining: !ip.DeletionTimestamp.IsZero(), sharingKey: ip.Spec.SharingKey, members: ip.Spec.Members}
+		draining: !ip.DeletionTimestamp.IsZero(), sharingKey: ip.Spec.SharingKey, members: ip.Spec.Members, rv: ip.ResourceVersion}
 	key := ownerKey(ip.Spec.Service)
 	if rec.sharingKey != "" {
 		key = shareKey(rec.sharingKey)

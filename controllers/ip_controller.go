@@ -547,6 +547,7 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, cp decide.I
 		}
 	}
 	ip.Status.Message = decide.BoundedMessage(msg)
+	ip.Status.Members = decide.MemberNames(ip.Spec.Members)
 	if equality.Semantic.DeepEqual(before.Status, ip.Status) {
 		return nil
 	}

@@ -417,6 +417,11 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 		}
 	}
 	for _, d := range plan.Drain {
+		if slices.Contains(addrs, d.Addr) {
+			// Claimed again in this pass: a member whose ports clashed with a member that has
+			// left since joins the same shared address again; its leave would undo that join.
+			continue
+		}
 		if err := r.Book.Drain(ctx, d); err != nil {
 			return err
 		}

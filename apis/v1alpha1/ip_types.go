@@ -52,7 +52,7 @@ type IPMember struct {
 // an address someone joins.
 //
 // +kubebuilder:validation:XValidation:rule="self.address == oldSelf.address && self.subnet == oldSelf.subnet && self.service == oldSelf.service",message="an IP object's address, subnet and service are immutable"
-// +kubebuilder:validation:XValidation:rule="(has(self.sharingKey) ? self.sharingKey : ”) == (has(oldSelf.sharingKey) ? oldSelf.sharingKey : ”)",message="an IP object's sharingKey is immutable"
+// +kubebuilder:validation:XValidation:rule="has(self.sharingKey) == has(oldSelf.sharingKey) && (!has(self.sharingKey) || self.sharingKey == oldSelf.sharingKey)",message="an IP object's sharingKey is immutable"
 // +kubebuilder:validation:XValidation:rule="!has(self.members) || size(self.members) == 0 || has(self.sharingKey)",message="only a shared address (sharingKey) has members"
 // +kubebuilder:validation:XValidation:rule="isIP(self.address)",message="address must be an IP address"
 type IPSpec struct {
@@ -140,6 +140,11 @@ type IPStatus struct {
 	// Node is the node of the active holder (else of the first holder), for `kubectl get ips`.
 	// +optional
 	Node string `json:"node,omitempty"`
+	// Members, of a shared address, names its members (spec.members) for `kubectl get ips`,
+	// comma-separated, cut to 256 bytes with the count of the rest.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Members string `json:"members,omitempty"`
 	// Message says what the address waits for, when it waits.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1024
@@ -158,7 +163,7 @@ type IPStatus struct {
 // +kubebuilder:printcolumn:name="Subnet",type=string,JSONPath=`.spec.subnet`
 // +kubebuilder:printcolumn:name="Namespace",type=string,JSONPath=`.spec.service.namespace`
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.service.name`
-// +kubebuilder:printcolumn:name="Members",type=string,JSONPath=`.spec.members[*].name`
+// +kubebuilder:printcolumn:name="Members",type=string,JSONPath=`.status.members`
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.status.node`
 // +kubebuilder:printcolumn:name="Active",type=string,JSONPath=`.status.active`,priority=1

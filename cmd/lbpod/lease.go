@@ -183,8 +183,8 @@ func (r *leaseRecorder) run(ctx context.Context) {
 
 // watch follows the Lease, by name (a field selector: no other Lease of the namespace is sent to
 // this pod, though its ClusterRole would allow watching them): every claim recorded goes to
-// the election, and a record older than our claim while we hold (a Lease recreated empty) asks
-// for a write. Its store is what annotations reads.
+// the election, and a record older than our claim while we hold (a Lease recreated empty), or
+// the Lease deleted while we hold, asks for a write. Its store is what annotations reads.
 func (r *leaseRecorder) watch() cache.Controller {
 	leases := r.client.CoordinationV1().Leases(r.namespace)
 	lw := oneByName(r.name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
@@ -212,6 +212,17 @@ func (r *leaseRecorder) watch() cache.Controller {
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    seen,
 			UpdateFunc: func(_, obj any) { seen(obj) },
+			// Deleted while we hold (the garbage collector removing a Lease an earlier owner of
+			// the name left, which we found and wrote to before it went): create it again now,
+			// not at the next takeover, or nobody would know who holds the address till then.
+			DeleteFunc: func(any) {
+				r.mu.Lock()
+				holding := r.want != (ha.Claim{})
+				r.mu.Unlock()
+				if holding {
+					r.wake()
+				}
+			},
 		},
 	})
 	r.mu.Lock()

@@ -81,6 +81,17 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 		"lbsvc.io/service": "web", "lbsvc.io/service-namespace": ns, "lbsvc.io/service-uid": string(params.ServiceUID)}))
 	g.Expect(created.OwnerReferences).To(Equal([]metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: params.ServiceUID, Controller: ptr.To(true)}}))
 
+	// Deleted while a holds (the garbage collector taking a Lease of an earlier owner of the
+	// name): a creates it again at once, with its claim.
+	g.Expect(admin.CoordinationV1().Leases(ns).Delete(ctx, name, metav1.DeleteOptions{})).To(Succeed())
+	g.Eventually(func() ([]any, error) {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return []any{ptr.Deref(l.Spec.HolderIdentity, ""), l.Annotations[v1alpha1.HAClaimAnnotation], l.UID != created.UID}, nil
+	}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]any{podA, "1 100 02:00:00:00:00:0a", true}))
+
 	// A newer claim by the other pod: one write, one transition; the old holder is told.
 	b.Claimed(ha.Claim{Term: 2, Priority: 100, Sender: macB})
 	g.Eventually(record).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).

@@ -275,3 +275,32 @@ func equalMember(a, b lbv1.IPMember) bool {
 func JoinRefusal(from string, addr netip.Addr, ref *Refusal) *Refusal {
 	return refusal(ref.Reason, "%s %s: %s", from, addr, ref.Message)
 }
+
+// MaxMemberNamesBytes bounds IPStatus.Members.
+const MaxMemberNamesBytes = 256
+
+// MemberNames renders the members of a shared address for `kubectl get ips`: their names,
+// comma-separated, those of other namespaces as namespace/name, cut to MaxMemberNamesBytes with
+// the count of the rest ("+3").
+func MemberNames(recs []lbv1.IPMember) string {
+	var b strings.Builder
+	for i, r := range recs {
+		name := r.Name
+		if i > 0 && r.Namespace != recs[0].Namespace {
+			name = r.Namespace + "/" + r.Name
+		}
+		sep, rest := ",", ""
+		if i == 0 {
+			sep = ""
+		}
+		if i < len(recs)-1 {
+			rest = fmt.Sprintf(",+%d", len(recs)-i-1) // room for the count, should the next not fit
+		}
+		if b.Len()+len(sep)+len(name)+len(rest) > MaxMemberNamesBytes {
+			fmt.Fprintf(&b, "%s+%d", sep, len(recs)-i)
+			break
+		}
+		b.WriteString(sep + name)
+	}
+	return b.String()
+}
