@@ -100,7 +100,14 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	held := decide.DecideHeldTwice(decide.HeldTwiceInputs{Note: note, Pods: pods.Items, Addresses: addrs, Now: now(),
 		Current: meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressHeldTwice)})
-	return ctrl.Result{RequeueAfter: held.RecheckAfter}, r.apply(ctx, svc, plan, held)
+	if err := r.apply(ctx, svc, plan, held); err != nil {
+		if apierrors.IsConflict(err) {
+			// The Service pass wrote first: look again, without logging an error.
+			return ctrl.Result{Requeue: true}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{RequeueAfter: held.RecheckAfter}, nil
 }
 
 // apply writes the plans on the Service (and the held-twice Warning on its IP objects): the
