@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -282,4 +283,43 @@ func TestDualStack(t *testing.T) {
 	}).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).Should(Equal(want), "unsolicited NAs on the client")
 	// Nobody else claims an address of the Subnet (the client answers for its gateway only).
 	g.Expect(others).To(BeEmpty(), "NAs for other addresses of the Subnet")
+
+	// Two dual-stack Services sharing: both families shared, one lb Deployment per address (each
+	// serves one family, to each member's ClusterIP of that family), TCP and UDP on both.
+	shared := func(name string, proto corev1.Protocol) *corev1.Service {
+		s := newLBService(name, "", 80)
+		s.Spec.IPFamilyPolicy, s.Spec.IPFamilies = &dual, []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+		s.Spec.Ports[0].Protocol = proto
+		s.Annotations[lbv1.AttachmentProviderAnnotation] = provider(subnet.Name)
+		s.Annotations[lbv1.AllowSharedIPAnnotation] = "web-" + id
+		g.Expect(k8s.Create(ctx, s)).To(Succeed())
+		deleteServiceOnCleanup(t, s)
+		return s
+	}
+	st, su := shared("e2e-dual-tcp-"+id, corev1.ProtocolTCP), shared("e2e-dual-udp-"+id, corev1.ProtocolUDP)
+	var sharedIPs []string
+	g.Eventually(func() ([]string, error) {
+		var err error
+		sharedIPs, err = ingressIPs(ctx, st)
+		return sharedIPs, err
+	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(HaveLen(2))
+	g.Eventually(ingressIPs).WithArguments(ctx, su).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Equal(sharedIPs))
+	s4, s6 := netip.MustParseAddr(sharedIPs[0]), netip.MustParseAddr(sharedIPs[1])
+	for _, a := range []netip.Addr{s4, s6} {
+		var deps appsv1.DeploymentList
+		g.Expect(k8s.List(ctx, &deps, client.InNamespace(seedNamespace), client.MatchingLabels{lbv1.SharedIPLabel: lbv1.IPName(a)})).To(Succeed())
+		g.Expect(deps.Items).To(HaveLen(1), "lb Deployments of %s", a)
+	}
+	g.Eventually(func() (string, error) {
+		out, err := curlFromClient6(url6(s6))
+		return strings.TrimSpace(out), err
+	}).WithTimeout(2 * time.Minute).WithPolling(50 * time.Millisecond).Should(BeElementOf(backends))
+	g.Eventually(func() (string, error) {
+		out, err := curlFromClient("http://" + s4.String() + ":80/")
+		return strings.TrimSpace(out), err
+	}).WithTimeout(2 * time.Minute).WithPolling(50 * time.Millisecond).Should(BeElementOf(backends))
+	for _, a := range []string{s4.String(), s6.String()} {
+		g.Eventually(udpFromClient).WithArguments(a, 80).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).
+			Should(BeElementOf(backends), "UDP 80 on %s", a)
+	}
 }
