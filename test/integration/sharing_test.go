@@ -79,6 +79,7 @@ func TestSharedAddress(t *testing.T) {
 		g.Expect(ip.Spec.SharingKey).To(Equal("dns"))
 		g.Expect(ip.Spec.Service.UID).To(Equal(string(a.UID)))
 		g.Expect(members(g, addr)).To(Equal([]string{"dns-tcp:TCP/53", "dns-udp:UDP/53"}))
+		g.Expect(getIP(g, addr).Status.Members).To(Equal("dns-tcp,dns-udp")) // kubectl get ips
 	}, timeout, interval).Should(Succeed())
 
 	// One lb Deployment for the address, none of each member's; both members labelled for it.
@@ -286,4 +287,35 @@ func TestKillDuringSharingChurn(t *testing.T) {
 	waitSubnetCounters(t, f.subnet, int64(used), int64(249-used))
 	t.Logf("figure: kill -9 sharing churn: %d operations, %d operator kills (SIGKILL); afterwards %d shared addresses, no port listed twice, no member gone, none draining",
 		ops.Load(), kills.Load(), used)
+}
+
+// TestConflictOnSharedAddress: a host answering the probe of a shared address (the report on the
+// address's Lease, written here as its lb pod would) puts it in phase Conflict; every member is
+// told (AddressInUse Warning) and they move on together, to one new shared address.
+func TestConflictOnSharedAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	first, second := f.ip("6"), f.ip("7")
+	create(t, sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)))
+	a := waitAddress(t, f.ns, "dns-tcp", first)
+	create(t, sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)))
+	waitAddress(t, f.ns, "dns-udp", first)
+
+	ip := getIP(g, first)
+	lease := lbobjects.BuildSharedLease(lbobjects.SharedObjectName(first), f.ns, a.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	at := time.Now().UTC().Truncate(time.Second)
+	lease.Annotations = map[string]string{lbv1.AddressConflictAnnotation: fmt.Sprintf("%s 02:42:ac:12:00:05 %s", first, at.Format(time.RFC3339))}
+	g.Expect(k8s.Create(ctx, lease)).To(Succeed())
+
+	waitAddress(t, f.ns, "dns-tcp", second)
+	waitAddress(t, f.ns, "dns-udp", second)
+	g.Expect(getIP(g, first).Status.Phase).To(Equal(lbv1.IPConflict))
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, second)).To(Equal([]string{"dns-tcp:TCP/53", "dns-udp:UDP/53"}))
+	}, timeout, interval).Should(Succeed())
+	for _, s := range []string{"dns-tcp", "dns-udp"} {
+		g.Eventually(func() []string { return warningMessages(t, f.ns, s, decide.ReasonAddressInUse) }, timeout, interval).
+			Should(HaveLen(1), "AddressInUse Warning on %s", s)
+	}
 }
