@@ -339,6 +339,10 @@ func DecideService(in ServiceInputs) Plan {
 		m := MemberOf(svc, *sharing)
 		p.Share, key = &m, sharing.Key
 		p.SharedReplicas = max(in.LBPod.Replicas, 1)
+		if _, set := svc.Annotations[lbv1.ReplicasAnnotation]; set {
+			p.ReplicasWarning = fmt.Sprintf("annotation %s is not read on a Service that shares its address: its lb pods are the address's, %d of them (--lb-replicas)",
+				lbv1.ReplicasAnnotation, p.SharedReplicas)
+		}
 	}
 	// Not across namespaces yet: the lb pods of an address watch the Services of one namespace,
 	// and their RoleBinding is in that one (SharingClash holds the rules for when they do).

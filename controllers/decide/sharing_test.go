@@ -288,6 +288,11 @@ func TestDecideServiceSharing(t *testing.T) {
 			owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
 			want:  Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}}, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
 		},
+		"lbsvc.io/replicas on a member: not read, and said so": {
+			svc: planService(shares("dns"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "1" }),
+			want: Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}},
+				ReplicasWarning: "annotation lbsvc.io/replicas is not read on a Service that shares its address: its lb pods are the address's, 1 of them (--lb-replicas)"},
+		},
 		"a bad key: refused": {
 			svc: planService(shares("a/b")),
 			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonInvalidSharing,
