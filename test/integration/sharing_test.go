@@ -17,6 +17,7 @@ import (
 	. "github.com/onsi/gomega"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -318,4 +319,58 @@ func TestConflictOnSharedAddress(t *testing.T) {
 		g.Eventually(func() []string { return warningMessages(t, f.ns, s, decide.ReasonAddressInUse) }, timeout, interval).
 			Should(HaveLen(1), "AddressInUse Warning on %s", s)
 	}
+}
+
+// TestSharedAddressInLBPodNamespace: with --lb-pod-namespace the lb objects of a shared address
+// live there (its RoleBinding in the members' namespace), a standing lb pod of the address keeps
+// it draining after the last member left, and the drain deletes the objects there; a Service of
+// another namespace with the same key gets an address of its own, and asking for the shared one is
+// refused without naming the other namespace's Service.
+func TestSharedAddressInLBPodNamespace(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	system := newNamespace(t)
+	restartWithLBPodNamespace(t, system)
+	addr := f.ip("6")
+	create(t, sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)))
+	a := waitAddress(t, f.ns, "dns-tcp", addr)
+	create(t, sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)))
+	waitAddress(t, f.ns, "dns-udp", addr)
+	name := lbobjects.SharedObjectName(addr)
+	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}} {
+		g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, o) }, timeout, interval).Should(Succeed())
+	}
+	rb := &rbacv1.RoleBinding{}
+	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, rb) }, timeout, interval).Should(Succeed())
+	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: system}}))
+
+	// Another namespace, the same key: its own address; the shared one refused, naming no Service.
+	other := fixture{ns: newNamespace(t), provider: f.provider, subnet: f.subnet, net: f.net}
+	create(t, sharingService(other, "dns-tcp-b", "dns", "", svcPort("dns", corev1.ProtocolTCP, 5353)))
+	waitAddress(t, other.ns, "dns-tcp-b", f.ip("7"))
+	create(t, sharingService(other, "dns-b", "dns", addr, svcPort("dns", corev1.ProtocolTCP, 5354)))
+	refused := waitRefused(t, other.ns, "dns-b", decide.ReasonSharingConflict)
+	msg := findCondition(refused.Status.Conditions, decide.ConditionAddressAllocated).Message
+	g.Expect(msg).To(ContainSubstring("sharing across namespaces is not served"))
+	g.Expect(msg).NotTo(ContainSubstring("dns-tcp"))
+
+	// A standing lb pod of the address (no kubelet here: a pod object stands in) keeps it draining
+	// after the last member left; the drain deletes the objects in the lb pod namespace.
+	pod := lbPodObjectIn(t, system, a, "lb-shared", addr, "")
+	update(t, pod, func(p *corev1.Pod) {
+		p.Labels[lbv1.SharedIPLabel] = addr
+		delete(p.Labels, lbv1.ServiceLabel)
+	})
+	for _, s := range []string{"dns-tcp", "dns-udp"} {
+		g.Expect(k8s.Delete(ctx, getService(g, f.ns, s))).To(Succeed())
+	}
+	waitDraining(t, addr)
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: system, Name: name}})
+	waitGone(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}})
+	g.Consistently(func(g Gomega) { g.Expect(getIP(g, addr).DeletionTimestamp).NotTo(BeNil()) }, time.Second, interval).Should(Succeed())
+	forceDelete(t, pod)
+	// Drained: the Service of the other namespace that asked for it gets it.
+	waitAddress(t, other.ns, "dns-b", addr)
+	g.Expect(getIP(g, addr).Spec.Service.Namespace).To(Equal(other.ns))
 }
