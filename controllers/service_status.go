@@ -149,8 +149,13 @@ func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Serv
 		}
 	}
 	if len(owned) > 0 && plan.Refusal == nil {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonCleanedUp, actionCleanup,
-			"released %s: it drains until its lb pod is gone; the lb-svc objects are deleted", joinOwnedOr(owned, recorded))
+		if kept := sharedWithOthers(owned); len(kept) == len(owned) {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonCleanedUp, actionCleanup,
+				"left the shared address %s: its other members keep it", decide.JoinOwned(kept))
+		} else {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonCleanedUp, actionCleanup,
+				"released %s: it drains until its lb pod is gone; the lb-svc objects are deleted", joinOwnedOr(owned, recorded))
+		}
 	}
 	return nil
 }
@@ -272,6 +277,17 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// sharedWithOthers are the shared addresses among owned that had other members than the Service.
+func sharedWithOthers(owned []decide.OwnedIP) []decide.OwnedIP {
+	var out []decide.OwnedIP
+	for _, o := range owned {
+		if o.SharingKey != "" && len(o.Members) > 1 {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
 func joinOwnedOr(owned []decide.OwnedIP, recorded string) string {

@@ -125,6 +125,8 @@ func TestSharedAddress(t *testing.T) {
 	// A member leaves: the address stays with the others, its lb Deployment too.
 	g.Expect(k8s.Delete(ctx, a)).To(Succeed())
 	waitGone(t, a)
+	g.Eventually(func() []string { return eventMessages(t, f.ns, "dns-tcp", decide.ReasonCleanedUp) }, timeout, interval).
+		Should(ContainElement("left the shared address " + addr + ": its other members keep it"))
 	g.Eventually(func(g Gomega) {
 		g.Expect(members(g, addr)).To(Equal([]string{"dns-udp:UDP/53", "web:TCP/80"}))
 		g.Expect(getIP(g, addr).DeletionTimestamp).To(BeNil())
