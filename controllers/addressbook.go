@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
+	"slices"
 	"sort"
 	"sync"
 
@@ -271,10 +272,18 @@ func (b *AddressBook) Observe(ip *lbv1.IP) {
 	b.observeLocked(ip)
 	after := b.ips[ip.Name]
 	b.mu.Unlock()
-	if known && before.conflict == nil && after.conflict != nil {
+	conflict := known && before.conflict == nil && after.conflict != nil
+	if conflict && after.sharingKey == "" {
 		// Its owner must now move or be refused: wake it once the mirror says so (the IP watch
-		// of the Service controller may run before this handler).
+		// of the Service controller may run before this handler, and drops our own writes).
 		b.wake(types.NamespacedName{Namespace: ip.Spec.Service.Namespace, Name: ip.Spec.Service.Name})
+	}
+	if conflict || known && !slices.EqualFunc(before.members, after.members, func(x, y lbv1.IPMember) bool { return x.UID == y.UID && x.Namespace == y.Namespace }) {
+		// A shared address in use on the underlay, or a member joined or left: every member
+		// moves, or its lb objects follow (the namespaces bound and watched).
+		for _, m := range after.members {
+			b.wake(types.NamespacedName{Namespace: m.Namespace, Name: m.Name})
+		}
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -58,6 +59,9 @@ func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Servic
 		if err != nil || foreign != "" {
 			return nil, foreign, err
 		}
+		if err := r.dropMemberBindings(ctx, owner, set); err != nil {
+			return nil, "", err
+		}
 		if first == nil {
 			first = d
 		}
@@ -66,6 +70,27 @@ func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Servic
 		first = &appsv1.Deployment{}
 	}
 	return first, "", nil
+}
+
+// dropMemberBindings deletes the RoleBindings of a shared address's lb pods in namespaces that
+// no longer have a member (set is what they should be now).
+func (r *ServiceReconciler) dropMemberBindings(ctx context.Context, owner *corev1.Service, set lbobjects.Set) error {
+	want := map[string]bool{set.RoleBinding.Namespace: true}
+	for _, rb := range set.MemberRoleBindings {
+		want[rb.Namespace] = true
+	}
+	var rbs rbacv1.RoleBindingList
+	if err := r.Client.List(ctx, &rbs, client.MatchingLabels{lbv1.SharedIPLabel: set.Deployment.Labels[lbv1.SharedIPLabel]}); err != nil {
+		return fmt.Errorf("list the RoleBindings of %s: %w", set.Deployment.Name, err)
+	}
+	for i := range rbs.Items {
+		if rb := &rbs.Items[i]; !want[rb.Namespace] && rb.Name == set.Deployment.Name {
+			if err := r.deleteOwned(ctx, owner, rb, false); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // confirmService is the check, once per pass whatever it answers, that svc still lives on the

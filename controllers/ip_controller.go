@@ -547,7 +547,7 @@ func (r *IPReconciler) patchStatus(ctx context.Context, ip *lbv1.IP, cp decide.I
 		}
 	}
 	ip.Status.Message = decide.BoundedMessage(msg)
-	ip.Status.Members = decide.MemberNames(ip.Spec.Members)
+	ip.Status.Members = decide.MemberNames(ip.Spec.Service.Namespace, ip.Spec.Members)
 	if equality.Semantic.DeepEqual(before.Status, ip.Status) {
 		return nil
 	}
@@ -571,12 +571,20 @@ func boolRank(b bool) int {
 func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) error {
 	name := lbobjects.SharedObjectName(ip.Name)
 	podNS := lbobjects.PodNamespace(r.LBPodNamespace, ip.Spec.Service.Namespace)
-	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &policyv1.PodDisruptionBudget{}, &rbacv1.RoleBinding{}} {
-		o.SetName(name)
+	objects := []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &policyv1.PodDisruptionBudget{}}
+	for _, o := range objects {
 		o.SetNamespace(podNS)
-		if _, ok := o.(*rbacv1.RoleBinding); ok {
-			o.SetNamespace(ip.Spec.Service.Namespace)
-		}
+	}
+	// Its RoleBindings: beside the owner, and in every member namespace and the lb pod namespace.
+	var rbs rbacv1.RoleBindingList
+	if err := r.Client.List(ctx, &rbs, client.MatchingLabels{lbv1.SharedIPLabel: ip.Name}); err != nil {
+		return fmt.Errorf("list the RoleBindings of %s: %w", name, err)
+	}
+	for i := range rbs.Items {
+		objects = append(objects, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: rbs.Items[i].Namespace}})
+	}
+	for _, o := range objects {
+		o.SetName(name)
 		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
 			if apierrors.IsNotFound(err) {
 				continue

@@ -459,7 +459,7 @@ func (r *ServiceReconciler) claim(ctx context.Context, svc *corev1.Service, plan
 // returns why one may not be (a port now served by another member).
 func (r *ServiceReconciler) rejoin(ctx context.Context, plan decide.Plan) (*decide.Refusal, error) {
 	for _, o := range plan.Rejoin {
-		joined, ref, err := r.Book.Join(ctx, o.Name, decide.Claim{Share: plan.Share})
+		joined, ref, err := r.Book.Join(ctx, o.Name, decide.Claim{Share: plan.Share, CrossNamespace: r.Options.LBPodNamespace != ""})
 		switch {
 		case err != nil:
 			return nil, err

@@ -54,6 +54,8 @@ const (
 	// so it goes with the address, and the UID label the operator trusts).
 	EnvSharedIPUID = "LBPOD_SHARED_IP_UID"
 	EnvOwnerUID    = "LBPOD_OWNER_UID"
+	// EnvPodNamespace is the lb pod's own namespace (downward API), where its ServiceAccount is.
+	EnvPodNamespace = "LBPOD_POD_NAMESPACE"
 	// EnvAddresses is the LB address with the subnet prefix length, e.g. "172.18.0.18/16";
 	// for Dual one per family, comma-separated.
 	EnvAddresses = "LBPOD_ADDRESSES"
@@ -175,4 +177,10 @@ const (
 	// a label: they serve only those whose status, which only the operator writes, shows the
 	// address).
 	SharedIPLabelPrefix = "ip.lbsvc.io/"
+	// MemberNamespacesAnnotation, on the ServiceAccount of a shared address's lb pods, lists the
+	// namespaces of its members other than its owner's, comma-separated: the lb pods watch the
+	// Services there too. Written by the operator; only who may edit ServiceAccounts in the lb pod
+	// namespace can change it, and it only widens what the lb pods try to watch (their
+	// RoleBindings, created by the operator in member namespaces, and the status proof decide).
+	MemberNamespacesAnnotation = "lbsvc.io/member-namespaces"
 )

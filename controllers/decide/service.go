@@ -200,6 +200,13 @@ func (p Plan) SharedObjects(addrs []netip.Addr, owned []OwnedIP) ([]lbobjects.Se
 		ref := lbobjects.IPRef{Name: o.Name, UID: o.UID}
 		params.Shared, params.Claim = &ref, []lbobjects.IPRef{ref}
 		params.Replicas, params.HALegacyPeers = p.SharedReplicas, false
+		params.MemberNamespaces = nil
+		for _, m := range o.Members {
+			if m.Namespace != o.Owner.Namespace && !slices.Contains(params.MemberNamespaces, m.Namespace) {
+				params.MemberNamespaces = append(params.MemberNamespaces, m.Namespace)
+			}
+		}
+		slices.Sort(params.MemberNamespaces)
 		set, err := lbobjects.Build(params)
 		if err != nil {
 			return nil, err
@@ -344,9 +351,8 @@ func DecideService(in ServiceInputs) Plan {
 				lbv1.ReplicasAnnotation, p.SharedReplicas)
 		}
 	}
-	// Not across namespaces yet: the lb pods of an address watch the Services of one namespace,
-	// and their RoleBinding is in that one (SharingClash holds the rules for when they do).
-	cross := false
+	// Across namespaces only with the lb pods outside every tenant.
+	cross := in.LBPod.PodNamespace != ""
 	owned := inSubnet(Bound(in.Owned), subnet.Name)
 	ingress := IngressSet(svc)
 	for _, f := range families {

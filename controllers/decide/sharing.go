@@ -150,7 +150,7 @@ func SharingClash(key string, members []SharingMember, m SharingMember, crossNam
 		others++
 		if o.Namespace != m.Namespace {
 			if !crossNamespace {
-				return refusal(ReasonSharingConflict, "the address is shared with a Service of another namespace: sharing across namespaces is not served (it needs lb pods outside every tenant, and lb pods that watch every member's namespace)")
+				return refusal(ReasonSharingConflict, "the address is shared with a Service of another namespace, which needs --lb-pod-namespace (lb pods outside every tenant)")
 			}
 			if !m.accepts(o.Namespace) {
 				return refusal(ReasonSharingConflict, "the address is shared with a Service of namespace %s, which annotation %s does not name", o.Namespace, sharedIPNamespaces)
@@ -280,13 +280,13 @@ func JoinRefusal(from string, addr netip.Addr, ref *Refusal) *Refusal {
 const MaxMemberNamesBytes = 256
 
 // MemberNames renders the members of a shared address for `kubectl get ips`: their names,
-// comma-separated, those of other namespaces as namespace/name, cut to MaxMemberNamesBytes with
-// the count of the rest ("+3").
-func MemberNames(recs []lbv1.IPMember) string {
+// comma-separated, those of another namespace than ownerNS as namespace/name, cut to
+// MaxMemberNamesBytes with the count of the rest ("+3").
+func MemberNames(ownerNS string, recs []lbv1.IPMember) string {
 	var b strings.Builder
 	for i, r := range recs {
 		name := r.Name
-		if i > 0 && r.Namespace != recs[0].Namespace {
+		if r.Namespace != ownerNS {
 			name = r.Namespace + "/" + r.Name
 		}
 		sep, rest := ",", ""

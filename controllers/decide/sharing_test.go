@@ -110,7 +110,7 @@ func TestSharingClash(t *testing.T) {
 		{name: "another namespace without --lb-pod-namespace",
 			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"*"}}, tcp53)},
 			m:       member("team-b", "dns-udp", Sharing{Key: "dns", Namespaces: []string{"*"}}, udp53),
-			msg:     "sharing across namespaces is not served"},
+			msg:     "needs --lb-pod-namespace"},
 		{name: "namespaces named both ways", cross: true,
 			members: []SharingMember{member("team-a", "dns-tcp", Sharing{Key: "dns", Namespaces: []string{"team-b"}}, tcp53)},
 			m:       member("team-b", "dns-udp", Sharing{Key: "dns", Namespaces: []string{"team-a"}}, udp53)},
@@ -320,17 +320,17 @@ func TestDecideServiceSharing(t *testing.T) {
 
 func TestMemberNames(t *testing.T) {
 	rec := func(ns, name string) lbv1.IPMember { return lbv1.IPMember{Namespace: ns, Name: name} }
-	if got := MemberNames([]lbv1.IPMember{rec("a", "dns-tcp"), rec("a", "dns-udp"), rec("b", "web")}); got != "dns-tcp,dns-udp,b/web" {
+	if got := MemberNames("a", []lbv1.IPMember{rec("a", "dns-tcp"), rec("a", "dns-udp"), rec("b", "web")}); got != "dns-tcp,dns-udp,b/web" {
 		t.Fatalf("MemberNames = %q", got)
 	}
-	if got := MemberNames(nil); got != "" {
+	if got := MemberNames("a", nil); got != "" {
 		t.Fatalf("no members: %q", got)
 	}
 	var many []lbv1.IPMember
 	for i := 0; i < MaxSharingMembers; i++ {
 		many = append(many, rec("a", fmt.Sprintf("service-with-a-long-name-%02d", i)))
 	}
-	got := MemberNames(many)
+	got := MemberNames("a", many)
 	if len(got) > MaxMemberNamesBytes || !strings.HasSuffix(got, ",+23") || !strings.HasPrefix(got, "service-with-a-long-name-00,") {
 		t.Fatalf("32 long names: %q (%d bytes)", got, len(got))
 	}

@@ -72,7 +72,8 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 	env = append(env, corev1.EnvVar{Name: lbv1.EnvLease, Value: p.name()})
 	if p.Shared != nil {
 		env = append(env, corev1.EnvVar{Name: lbv1.EnvSharedIPUID, Value: string(p.Shared.UID)},
-			corev1.EnvVar{Name: lbv1.EnvOwnerUID, Value: string(p.ServiceUID)})
+			corev1.EnvVar{Name: lbv1.EnvOwnerUID, Value: string(p.ServiceUID)},
+			corev1.EnvVar{Name: lbv1.EnvPodNamespace, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}})
 	}
 	if p.LBReplicas() > 1 {
 		if p.HAInterval > 0 {

@@ -587,3 +587,44 @@ func TestBuildSharedAddress(t *testing.T) {
 		t.Fatalf("lease %+v", lease.ObjectMeta)
 	}
 }
+
+// TestBuildSharedAcrossNamespaces: with members in other namespaces (lb pods in
+// --lb-pod-namespace), the address's lb pods are bound in each of them and in the lb pod
+// namespace, and their ServiceAccount lists the member namespaces.
+func TestBuildSharedAcrossNamespaces(t *testing.T) {
+	p := seedParams()
+	ip := IPRef{Name: "172.18.0.12", UID: "ip-uid"}
+	p.Shared, p.Claim, p.Addresses = &ip, []IPRef{ip}, []netip.Addr{netip.MustParseAddr("172.18.0.12")}
+	p.PodNamespace, p.MemberNamespaces = "lbsvc-system", []string{"team-b", "team-c"}
+	set, err := Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if set.Deployment.Namespace != "lbsvc-system" || set.ServiceAccount.Namespace != "lbsvc-system" || set.RoleBinding.Namespace != "default" {
+		t.Fatalf("namespaces: deployment %s, sa %s, rb %s", set.Deployment.Namespace, set.ServiceAccount.Namespace, set.RoleBinding.Namespace)
+	}
+	var got []string
+	for _, rb := range set.MemberRoleBindings {
+		if rb.Name != set.Deployment.Name || rb.RoleRef.Name != LBPodClusterRole || len(rb.Subjects) != 1 ||
+			rb.Subjects[0] != (rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: set.Deployment.Name, Namespace: "lbsvc-system"}) ||
+			rb.OwnerReferences[0].UID != "ip-uid" {
+			t.Fatalf("member RoleBinding %+v", rb)
+		}
+		got = append(got, rb.Namespace)
+	}
+	if !reflect.DeepEqual(got, []string{"lbsvc-system", "team-b", "team-c"}) {
+		t.Fatalf("member RoleBindings in %v", got)
+	}
+	if a := set.ServiceAccount.Annotations[lbv1.MemberNamespacesAnnotation]; a != "team-b,team-c" {
+		t.Fatalf("ServiceAccount annotation %q", a)
+	}
+	if len(set.Stages()[0]) != 3+len(set.MemberRoleBindings) {
+		t.Fatalf("stage %d objects", len(set.Stages()[0]))
+	}
+	// Without standbys and members elsewhere, in the Service's namespace: nothing extra.
+	p.PodNamespace, p.MemberNamespaces = "", nil
+	set, _ = Build(p)
+	if set.MemberRoleBindings != nil || set.ServiceAccount.Annotations[lbv1.MemberNamespacesAnnotation] != "" {
+		t.Fatalf("same namespace: %v, %q", set.MemberRoleBindings, set.ServiceAccount.Annotations)
+	}
+}

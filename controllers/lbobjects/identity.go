@@ -1,6 +1,10 @@
 package lbobjects
 
 import (
+	"slices"
+	"strings"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -26,7 +30,32 @@ func BuildServiceAccount(p Params) *corev1.ServiceAccount {
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
 		ObjectMeta: p.objectMeta(p.podNamespace()),
 	}
+	if p.Shared != nil && len(p.MemberNamespaces) > 0 {
+		sa.Annotations[lbv1.MemberNamespacesAnnotation] = strings.Join(p.MemberNamespaces, ",")
+	}
 	return sa
+}
+
+// BuildMemberRoleBindings are the extra RoleBindings of a shared address's lb pods: in each
+// member namespace other than the owner's (to read the members there), and in the lb pod
+// namespace when it is another (to read their own ServiceAccount, which lists those namespaces).
+func BuildMemberRoleBindings(p Params) []*rbacv1.RoleBinding {
+	if p.Shared == nil {
+		return nil
+	}
+	namespaces := slices.Clone(p.MemberNamespaces)
+	if ns := p.podNamespace(); ns != p.ServiceNamespace && !slices.Contains(namespaces, ns) {
+		namespaces = append(namespaces, ns)
+	}
+	slices.Sort(namespaces)
+	var out []*rbacv1.RoleBinding
+	for _, ns := range namespaces {
+		rb := BuildRoleBinding(p)
+		rb.Namespace = ns
+		rb.OwnerReferences = []metav1.OwnerReference{IPOwnerReference(*p.Shared)}
+		out = append(out, rb)
+	}
+	return out
 }
 
 // BuildRoleBinding binds the lb pod's ServiceAccount to the ClusterRole LBPodClusterRole in the

@@ -118,6 +118,9 @@ type Params struct {
 	// after the address (SharedObjectName), selected by SharedIPLabel, owned by the IP object
 	// rather than by a Service, and their lb pods watch the members (EnvSharedIP).
 	Shared *IPRef
+	// MemberNamespaces, with Shared, are the namespaces of the address's members other than its
+	// owner's (sorted): the lb pods are bound there too and watch them (MemberNamespacesAnnotation).
+	MemberNamespaces []string
 	// HALegacyPeers: lb pods from before authenticated adverts may still run beside the new ones
 	// (an upgrade's rollout), so the new ones get the legacy window (HALegacyWindow) to defer to
 	// them; otherwise none (0), and a forged unauthenticated advert is refused from the start.

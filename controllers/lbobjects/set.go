@@ -15,6 +15,9 @@ type Set struct {
 	RoleBinding         *rbacv1.RoleBinding
 	Deployment          *appsv1.Deployment
 	PodDisruptionBudget *policyv1.PodDisruptionBudget
+	// MemberRoleBindings, of a shared address, bind its lb pods in the other namespaces they
+	// read (BuildMemberRoleBindings).
+	MemberRoleBindings []*rbacv1.RoleBinding
 	// HAKeySecret is the election key's Secret, nil without standbys. Created once, never
 	// compared or updated (see BuildHAKeySecret); not in Stages.
 	HAKeySecret *corev1.Secret
@@ -27,7 +30,8 @@ func Build(p Params) (Set, error) {
 		return Set{}, err
 	}
 	return Set{ServiceAccount: BuildServiceAccount(p), RoleBinding: BuildRoleBinding(p),
-		Deployment: deploy, PodDisruptionBudget: BuildPodDisruptionBudget(p), HAKeySecret: BuildHAKeySecret(p)}, nil
+		Deployment: deploy, PodDisruptionBudget: BuildPodDisruptionBudget(p), HAKeySecret: BuildHAKeySecret(p),
+		MemberRoleBindings: BuildMemberRoleBindings(p)}, nil
 }
 
 // Stages orders the Set for writing: each stage's objects may be written in parallel, a stage
@@ -38,6 +42,9 @@ func (s Set) Stages() [][]Object {
 	stage := []Object{s.ServiceAccount, s.RoleBinding, s.Deployment}
 	if s.PodDisruptionBudget != nil {
 		stage = append(stage, s.PodDisruptionBudget)
+	}
+	for _, rb := range s.MemberRoleBindings {
+		stage = append(stage, rb)
 	}
 	return [][]Object{stage}
 }

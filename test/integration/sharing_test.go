@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,6 +311,7 @@ func TestConflictOnSharedAddress(t *testing.T) {
 	at := time.Now().UTC().Truncate(time.Second)
 	lease.Annotations = map[string]string{lbv1.AddressConflictAnnotation: fmt.Sprintf("%s 02:42:ac:12:00:05 %s", first, at.Format(time.RFC3339))}
 	g.Expect(k8s.Create(ctx, lease)).To(Succeed())
+	g.Eventually(func(g Gomega) { g.Expect(getIP(g, first).Status.Phase).To(Equal(lbv1.IPConflict)) }, timeout, interval).Should(Succeed())
 
 	waitAddress(t, f.ns, "dns-tcp", second)
 	waitAddress(t, f.ns, "dns-udp", second)
@@ -323,56 +325,91 @@ func TestConflictOnSharedAddress(t *testing.T) {
 	}
 }
 
-// TestSharedAddressInLBPodNamespace: with --lb-pod-namespace the lb objects of a shared address
-// live there (its RoleBinding in the members' namespace), a standing lb pod of the address keeps
-// it draining after the last member left, and the drain deletes the objects there; a Service of
-// another namespace with the same key gets an address of its own, and asking for the shared one is
-// refused without naming the other namespace's Service.
+// TestSharedAddressInLBPodNamespace: with --lb-pod-namespace a shared address's lb objects live
+// there, and members may come from several namespaces when each side names the other's in
+// lbsvc.io/shared-ip-namespaces: the lb pods are then bound in every member namespace and in their
+// own, and their ServiceAccount lists the member namespaces; a member namespace left empty loses
+// its RoleBinding. A namespace not named is refused without naming the Service it clashes with.
+// A standing lb pod keeps the address draining after the last member left; the drain deletes the
+// objects, and a Service that waited for the address gets it.
 func TestSharedAddressInLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	f := newFixture(t)
 	system := newNamespace(t)
 	restartWithLBPodNamespace(t, system)
-	addr := f.ip("6")
-	create(t, sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)))
-	a := waitAddress(t, f.ns, "dns-tcp", addr)
-	create(t, sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)))
-	waitAddress(t, f.ns, "dns-udp", addr)
-	name := lbobjects.SharedObjectName(addr)
-	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}} {
-		g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, o) }, timeout, interval).Should(Succeed())
-	}
-	rb := &rbacv1.RoleBinding{}
-	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, rb) }, timeout, interval).Should(Succeed())
-	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: system}}))
-
-	// Another namespace, the same key: its own address; the shared one refused, naming no Service.
 	other := fixture{ns: newNamespace(t), provider: f.provider, subnet: f.subnet, net: f.net}
-	create(t, sharingService(other, "dns-tcp-b", "dns", "", svcPort("dns", corev1.ProtocolTCP, 5353)))
-	waitAddress(t, other.ns, "dns-tcp-b", f.ip("7"))
-	create(t, sharingService(other, "dns-b", "dns", addr, svcPort("dns", corev1.ProtocolTCP, 5354)))
-	refused := waitRefused(t, other.ns, "dns-b", decide.ReasonSharingConflict)
+	stranger := fixture{ns: newNamespace(t), provider: f.provider, subnet: f.subnet, net: f.net}
+	addr := f.ip("6")
+	accepting := func(s *corev1.Service, namespaces string) *corev1.Service {
+		s.Annotations[lbv1.SharedIPNamespacesAnnotation] = namespaces
+		return s
+	}
+	create(t, accepting(sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)), other.ns))
+	a := waitAddress(t, f.ns, "dns-tcp", addr)
+	create(t, accepting(sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)), other.ns))
+	waitAddress(t, f.ns, "dns-udp", addr)
+	create(t, accepting(sharingService(other, "mdns", "dns", "", svcPort("mdns", corev1.ProtocolUDP, 5353)), f.ns))
+	waitAddress(t, other.ns, "mdns", addr)
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, addr)).To(ConsistOf("dns-tcp:TCP/53", "dns-udp:UDP/53", "mdns:UDP/5353"))
+		g.Expect(strings.Split(getIP(g, addr).Status.Members, ",")).To(ConsistOf("dns-tcp", "dns-udp", other.ns+"/mdns"))
+	}, timeout, interval).Should(Succeed())
+
+	name := lbobjects.SharedObjectName(addr)
+	g.Eventually(func() error {
+		return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &appsv1.Deployment{})
+	}, timeout, interval).Should(Succeed())
+	bindings := func(g Gomega) []string {
+		var rbs rbacv1.RoleBindingList
+		g.Expect(k8s.List(ctx, &rbs, client.MatchingLabels{lbv1.SharedIPLabel: addr})).To(Succeed())
+		var out []string
+		for _, rb := range rbs.Items {
+			g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: system}}))
+			out = append(out, rb.Namespace)
+		}
+		return out
+	}
+	saNote := func(g Gomega) string {
+		sa := &corev1.ServiceAccount{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, sa)).To(Succeed())
+		return sa.Annotations[lbv1.MemberNamespacesAnnotation]
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(bindings(g)).To(ConsistOf(f.ns, other.ns, system))
+		g.Expect(saNote(g)).To(Equal(other.ns))
+	}, timeout, interval).Should(Succeed())
+
+	// A namespace the members do not name: an address of its own; asking for the shared one is
+	// refused, naming no Service there.
+	create(t, accepting(sharingService(stranger, "dns-c", "dns", "", svcPort("dns", corev1.ProtocolTCP, 5354)), "*"))
+	waitAddress(t, stranger.ns, "dns-c", f.ip("7"))
+	create(t, accepting(sharingService(stranger, "dns-d", "dns", addr, svcPort("dns", corev1.ProtocolTCP, 5355)), "*"))
+	refused := waitRefused(t, stranger.ns, "dns-d", decide.ReasonSharingConflict)
 	msg := findCondition(refused.Status.Conditions, decide.ConditionAddressAllocated).Message
-	g.Expect(msg).To(ContainSubstring("sharing across namespaces is not served"))
+	g.Expect(msg).To(MatchRegexp(": a Service of namespace (" + f.ns + "|" + other.ns + ") shares the address and does not accept namespace " + stranger.ns + "$"))
 	g.Expect(msg).NotTo(ContainSubstring("dns-tcp"))
+
+	// The other namespace's member leaves: its RoleBinding goes, and the ServiceAccount's list.
+	g.Expect(k8s.Delete(ctx, getService(g, other.ns, "mdns"))).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(bindings(g)).To(ConsistOf(f.ns, system))
+		g.Expect(saNote(g)).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
 
 	// A standing lb pod of the address (no kubelet here: a pod object stands in) keeps it draining
 	// after the last member left; the drain deletes the objects in the lb pod namespace.
 	pod := lbPodObjectIn(t, system, a, "lb-shared", addr, "")
-	update(t, pod, func(p *corev1.Pod) {
-		p.Labels[lbv1.SharedIPLabel] = addr
-		delete(p.Labels, lbv1.ServiceLabel)
-	})
+	update(t, pod, func(p *corev1.Pod) { p.Labels[lbv1.SharedIPLabel] = addr })
 	for _, s := range []string{"dns-tcp", "dns-udp"} {
 		g.Expect(k8s.Delete(ctx, getService(g, f.ns, s))).To(Succeed())
 	}
 	waitDraining(t, addr)
 	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: system, Name: name}})
-	waitGone(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name}})
+	g.Eventually(bindings, timeout, interval).Should(BeEmpty())
 	g.Consistently(func(g Gomega) { g.Expect(getIP(g, addr).DeletionTimestamp).NotTo(BeNil()) }, time.Second, interval).Should(Succeed())
 	forceDelete(t, pod)
-	// Drained: the Service of the other namespace that asked for it gets it.
-	waitAddress(t, other.ns, "dns-b", addr)
-	g.Expect(getIP(g, addr).Spec.Service.Namespace).To(Equal(other.ns))
+	// Drained: the Service that asked for it gets it.
+	waitAddress(t, stranger.ns, "dns-d", addr)
+	g.Expect(getIP(g, addr).Spec.Service.Namespace).To(Equal(stranger.ns))
 }
