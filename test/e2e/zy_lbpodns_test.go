@@ -13,10 +13,12 @@ import (
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -56,6 +58,30 @@ func setOperatorArg(t *testing.T, arg string, present bool) {
 	}
 }
 
+// manualEndpoints gives Service name of namespace ns, which has no selector, the seed's backend
+// pods as endpoints of its port portName (the tenant runs no pod of its own).
+func manualEndpoints(t *testing.T, ns, name, portName string, proto corev1.Protocol) {
+	t.Helper()
+	g := NewWithT(t)
+	ctx := context.Background()
+	var backends corev1.PodList
+	g.Expect(k8s.List(ctx, &backends, client.InNamespace(seedNamespace), client.MatchingLabels{"app": backendApp})).To(Succeed())
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-manual", Namespace: ns,
+			Labels: map[string]string{discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "e2e"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(portName), Port: ptr.To[int32](80), Protocol: ptr.To(proto)}},
+	}
+	for _, p := range backends.Items {
+		if p.Status.PodIP != "" && podReady(&p) {
+			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.Status.PodIP},
+				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+		}
+	}
+	g.Expect(slice.Endpoints).NotTo(BeEmpty())
+	g.Expect(k8s.Create(ctx, slice)).To(Succeed())
+}
+
 // TestLBPodNamespaceRestrictedTenant: with --lb-pod-namespace=lbsvc-system the seed's story works
 // for a Service whose namespace enforces Pod Security "restricted": its lb pod runs in
 // lbsvc-system, nothing runs in the tenant's namespace, and the address answers from the client.
@@ -82,22 +108,7 @@ func TestLBPodNamespaceRestrictedTenant(t *testing.T) {
 	svc.Spec.Ports = []corev1.ServicePort{servicePort(80)}
 	g.Expect(k8s.Create(ctx, svc)).To(Succeed())
 	deleteServiceOnCleanup(t, svc)
-	var backends corev1.PodList
-	g.Expect(k8s.List(ctx, &backends, client.InNamespace(seedNamespace), client.MatchingLabels{"app": backendApp})).To(Succeed())
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-manual", Namespace: tenant,
-			Labels: map[string]string{discoveryv1.LabelServiceName: "web", discoveryv1.LabelManagedBy: "e2e"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("p80"), Port: ptr.To[int32](80), Protocol: ptr.To(corev1.ProtocolTCP)}},
-	}
-	for _, p := range backends.Items {
-		if p.Status.PodIP != "" && podReady(&p) {
-			slice.Endpoints = append(slice.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.Status.PodIP},
-				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
-		}
-	}
-	g.Expect(slice.Endpoints).NotTo(BeEmpty())
-	g.Expect(k8s.Create(ctx, slice)).To(Succeed())
+	manualEndpoints(t, tenant, "web", "p80", corev1.ProtocolTCP)
 
 	addr := waitIngress(t, tenant, "web")
 	took := timeUntilCurl(t, "http://"+addr+":80/", time.Now(), 2*time.Minute)
@@ -134,4 +145,31 @@ func TestLBPodNamespaceRestrictedTenant(t *testing.T) {
 		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: addr}, ip)).To(Succeed())
 		g.Expect(ip.Status.Active).To(Equal(operatorNamespace + "/" + *l.Spec.HolderIdentity))
 	}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
+
+	// Sharing across namespaces: TCP 53 of the tenant's Service and UDP 53 of one in the seed's
+	// namespace, each naming the other's namespace, on one address served from lbsvc-system.
+	key := "xns-" + suffix()
+	tcp := newLBService("dns-tcp", "")
+	tcp.Namespace, tcp.Spec.Selector = tenant, nil
+	tcp.Spec.Ports = []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(80)}}
+	tcp.Annotations[lbv1.AllowSharedIPAnnotation], tcp.Annotations[lbv1.SharedIPNamespacesAnnotation] = key, seedNamespace
+	g.Expect(k8s.Create(ctx, tcp)).To(Succeed())
+	deleteServiceOnCleanup(t, tcp)
+	manualEndpoints(t, tenant, "dns-tcp", "dns", corev1.ProtocolTCP)
+	shared := waitIngress(t, tenant, "dns-tcp")
+	udp := newLBService("e2e-xns-udp-"+suffix(), "")
+	udp.Spec.Ports = []corev1.ServicePort{{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(80)}}
+	udp.Annotations[lbv1.AllowSharedIPAnnotation], udp.Annotations[lbv1.SharedIPNamespacesAnnotation] = key, tenant
+	joined := time.Now()
+	g.Expect(k8s.Create(ctx, udp)).To(Succeed())
+	deleteServiceOnCleanup(t, udp)
+	g.Expect(waitIngress(t, udp.Namespace, udp.Name)).To(Equal(shared), "the member of the other namespace shares the address")
+	timeUntilCurl(t, "http://"+shared+":53/", joined, 2*time.Minute)
+	g.Eventually(udpFromClient).WithArguments(shared, 53).WithTimeout(time.Minute).WithPolling(50 * time.Millisecond).
+		Should(BeElementOf(backendNames(t)))
+	t.Logf("figure: shared across namespaces, member of the second namespace created -> TCP and UDP 53 answered: %v", time.Since(joined).Round(10*time.Millisecond))
+	var deps appsv1.DeploymentList
+	g.Expect(k8s.List(ctx, &deps, client.MatchingLabels{lbv1.SharedIPLabel: shared})).To(Succeed())
+	g.Expect(deps.Items).To(HaveLen(1))
+	g.Expect(deps.Items[0].Namespace).To(Equal(operatorNamespace))
 }
