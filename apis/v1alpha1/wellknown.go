@@ -74,6 +74,11 @@ const (
 	// EnvLease names the Service's Lease (in EnvNamespace), where the replica that takes the
 	// address over records itself; set only with standbys.
 	EnvLease = "LBPOD_LEASE"
+	// EnvPodNamespace is the lb pod's own namespace (downward API metadata.namespace): where its
+	// ServiceAccount (named EnvLease) is, which differs from EnvNamespace with
+	// --lb-pod-namespace. Unset (older Deployments): the pod's service account namespace file,
+	// else EnvNamespace.
+	EnvPodNamespace = "LBPOD_POD_NAMESPACE"
 	// EnvHAInterval is the election's advert interval (a Go duration, "100ms"); set only with
 	// standbys and only when --lb-ha-interval is not the lb pod's own default.
 	EnvHAInterval = "LBPOD_HA_INTERVAL"
@@ -175,4 +180,12 @@ const (
 	// a label: they serve only those whose status, which only the operator writes, shows the
 	// address).
 	SharedIPLabelPrefix = "ip.lbsvc.io/"
+	// MemberNamespacesAnnotation, on the ServiceAccount of a shared address's lb pods (named
+	// EnvLease, in the lb pods' namespace), lists the namespaces of the address's members other
+	// than EnvNamespace, comma-separated and sorted (absent or empty: none). The operator writes
+	// it; the lb pods watch the labelled Services of EnvNamespace and of these. Only who may edit
+	// ServiceAccounts in the lb pod namespace can change it, and it only widens what the lb pods
+	// try to watch: the RoleBindings the operator creates in member namespaces, and each
+	// member's status, decide what they serve.
+	MemberNamespacesAnnotation = "lbsvc.io/member-namespaces"
 )
