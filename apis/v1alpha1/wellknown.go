@@ -46,8 +46,9 @@ const (
 	// EnvService is the Service name, from the pod label ServiceLabel via the downward API.
 	EnvService = "LBPOD_SERVICE"
 	// EnvSharedIP, instead of EnvService, makes the lb pod serve every member of a shared address:
-	// the address's IP object name. The members are the Services of EnvNamespace labelled
-	// SharedIPLabelPrefix+<name> whose status.loadBalancer.ingress shows the address.
+	// the address's IP object name. The members are the Services of EnvNamespace (and of the
+	// namespaces MemberNamespacesAnnotation lists) labelled SharedIPLabelPrefix+<name> whose
+	// status.loadBalancer.ingress shows the address.
 	EnvSharedIP = "LBPOD_SHARED_IP"
 	// EnvSharedIPUID is the shared address's IP object UID and EnvOwnerUID its owner's
 	// (spec.service.uid): the lb pods' Lease carries them (an owner reference to the IP object,
