@@ -46,16 +46,15 @@ const (
 	// EnvService is the Service name, from the pod label ServiceLabel via the downward API.
 	EnvService = "LBPOD_SERVICE"
 	// EnvSharedIP, instead of EnvService, makes the lb pod serve every member of a shared address:
-	// the address's IP object name. The members are the Services of EnvNamespace labelled
-	// SharedIPLabelPrefix+<name> whose status.loadBalancer.ingress shows the address.
+	// the address's IP object name. The members are the Services of EnvNamespace (and of the
+	// namespaces MemberNamespacesAnnotation lists) labelled SharedIPLabelPrefix+<name> whose
+	// status.loadBalancer.ingress shows the address.
 	EnvSharedIP = "LBPOD_SHARED_IP"
 	// EnvSharedIPUID is the shared address's IP object UID and EnvOwnerUID its owner's
 	// (spec.service.uid): the lb pods' Lease carries them (an owner reference to the IP object,
 	// so it goes with the address, and the UID label the operator trusts).
 	EnvSharedIPUID = "LBPOD_SHARED_IP_UID"
 	EnvOwnerUID    = "LBPOD_OWNER_UID"
-	// EnvPodNamespace is the lb pod's own namespace (downward API), where its ServiceAccount is.
-	EnvPodNamespace = "LBPOD_POD_NAMESPACE"
 	// EnvAddresses is the LB address with the subnet prefix length, e.g. "172.18.0.18/16";
 	// for Dual one per family, comma-separated.
 	EnvAddresses = "LBPOD_ADDRESSES"
@@ -76,6 +75,11 @@ const (
 	// EnvLease names the Service's Lease (in EnvNamespace), where the replica that takes the
 	// address over records itself; set only with standbys.
 	EnvLease = "LBPOD_LEASE"
+	// EnvPodNamespace is the lb pod's own namespace (downward API metadata.namespace): where its
+	// ServiceAccount (named EnvLease) is, which differs from EnvNamespace with
+	// --lb-pod-namespace. Unset (older Deployments): the pod's service account namespace file,
+	// else EnvNamespace.
+	EnvPodNamespace = "LBPOD_POD_NAMESPACE"
 	// EnvHAInterval is the election's advert interval (a Go duration, "100ms"); set only with
 	// standbys and only when --lb-ha-interval is not the lb pod's own default.
 	EnvHAInterval = "LBPOD_HA_INTERVAL"
@@ -177,10 +181,12 @@ const (
 	// a label: they serve only those whose status, which only the operator writes, shows the
 	// address).
 	SharedIPLabelPrefix = "ip.lbsvc.io/"
-	// MemberNamespacesAnnotation, on the ServiceAccount of a shared address's lb pods, lists the
-	// namespaces of its members other than its owner's, comma-separated: the lb pods watch the
-	// Services there too. Written by the operator; only who may edit ServiceAccounts in the lb pod
-	// namespace can change it, and it only widens what the lb pods try to watch (their
-	// RoleBindings, created by the operator in member namespaces, and the status proof decide).
+	// MemberNamespacesAnnotation, on the ServiceAccount of a shared address's lb pods (named
+	// EnvLease, in the lb pods' namespace), lists the namespaces of the address's members other
+	// than EnvNamespace, comma-separated and sorted (absent or empty: none). The operator writes
+	// it; the lb pods watch the labelled Services of EnvNamespace and of these. Only who may edit
+	// ServiceAccounts in the lb pod namespace can change it, and it only widens what the lb pods
+	// try to watch: the RoleBindings the operator creates in member namespaces, and each
+	// member's status, decide what they serve.
 	MemberNamespacesAnnotation = "lbsvc.io/member-namespaces"
 )

@@ -33,7 +33,9 @@ import (
 type options struct {
 	namespace, service, serviceFile, kubeconfig string
 	// sharedIP is --shared-ip: the IP object name of a shared address, whose members are served.
-	sharedIP                       string
+	sharedIP string
+	// podNamespace is --pod-namespace: the lb pod's own namespace (see podNamespace).
+	podNamespace                   string
 	serviceFilePoll                time.Duration
 	addresses, gateways, subnets   string
 	iface, uplink                  string
@@ -59,6 +61,7 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.StringVar(&o.namespace, "namespace", os.Getenv(v1alpha1.EnvNamespace), "namespace of the Service (env "+v1alpha1.EnvNamespace+")")
 	fs.StringVar(&o.service, "service", os.Getenv(v1alpha1.EnvService), "name of the Service (env "+v1alpha1.EnvService+")")
 	fs.StringVar(&o.sharedIP, "shared-ip", os.Getenv(v1alpha1.EnvSharedIP), "serve the Services sharing this address (its IP object name): those of the namespace labelled "+v1alpha1.SharedIPLabelPrefix+"<it> whose status.loadBalancer.ingress lists the address; excludes --service (env "+v1alpha1.EnvSharedIP+")")
+	fs.StringVar(&o.podNamespace, "pod-namespace", os.Getenv(v1alpha1.EnvPodNamespace), "the lb pod's own namespace, where its ServiceAccount (named --lease-name) lists a shared address's other member namespaces; default: the service account's namespace file, else --namespace (env "+v1alpha1.EnvPodNamespace+")")
 	fs.StringVar(&o.serviceFile, "service-file", "", "read the Service from this YAML/JSON file (re-read when it changes) instead of the API; with --shared-ip, any number of Services (a List, or documents separated by ---)")
 	fs.DurationVar(&o.serviceFilePoll, "service-file-poll", 150*time.Millisecond, "how often --service-file is re-read")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig to reach the API from outside a cluster (default: in-cluster config)")

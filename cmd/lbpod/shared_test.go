@@ -4,11 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"sigs.k8s.io/yaml"
 
@@ -176,4 +178,80 @@ func TestFileSourceSharedMembers(t *testing.T) {
 	wait("n/a", "n/b")
 	write()
 	wait()
+}
+
+// The ServiceAccount's annotation lists the other member namespaces: own dropped (always
+// watched), duplicates and empty items dropped, what is no namespace name set aside.
+func TestMemberNamespaces(t *testing.T) {
+	for _, tc := range []struct {
+		annotation      string
+		want, malformed []string
+	}{
+		{"", nil, nil},
+		{" , ,", nil, nil},
+		{"b,a", []string{"a", "b"}, nil},
+		{"tenant", nil, nil},
+		{"a, tenant ,a,b,a", []string{"a", "b"}, nil},
+		{"a,Upper,b/c,-x,*," + strings.Repeat("n", 64) + ",ok-1", []string{"a", "ok-1"}, []string{"Upper", "b/c", "-x", "*", strings.Repeat("n", 64)}},
+	} {
+		got, malformed := memberNamespaces(tc.annotation, "tenant")
+		if !slices.Equal(got, tc.want) || !slices.Equal(malformed, tc.malformed) {
+			t.Errorf("%q: got %q malformed %q, want %q malformed %q", tc.annotation, got, malformed, tc.want, tc.malformed)
+		}
+	}
+}
+
+// Members come from every watched namespace, each with the status proof, sorted by
+// namespace/name; a Service of a namespace not watched is none.
+func TestMembershipAcrossNamespaces(t *testing.T) {
+	m, err := newMembership("tenant", "172.18.0.18", sharedNetwork(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := corev1.ServiceTypeLoadBalancer
+	svcs := []*corev1.Service{
+		svcFor("tenant", "z", lb, true, "172.18.0.18"),
+		svcFor("b", "y", lb, true, "172.18.0.18"),
+		svcFor("b", "label-only", lb, true),
+		svcFor("a", "x", lb, true, "fd18::18"),
+		svcFor("c", "not-watched", lb, true, "172.18.0.18"),
+	}
+	if got, want := names(m.members(svcs)), []string{"tenant/z"}; !slices.Equal(got, want) {
+		t.Fatalf("own namespace only: %v, want %v", got, want)
+	}
+	got := names(m.in(sets.New("tenant", "a", "b")).members(svcs))
+	if want := []string{"a/x", "b/y", "tenant/z"}; !slices.Equal(got, want) {
+		t.Fatalf("three namespaces: %v, want %v", got, want)
+	}
+	if got := names(m.members(svcs)); !slices.Equal(got, []string{"tenant/z"}) {
+		t.Fatalf("in changed m: %v", got)
+	}
+}
+
+// The ServiceAccount's namespace: LBPOD_POD_NAMESPACE, else the mounted namespace file, else
+// LBPOD_NAMESPACE.
+func TestPodNamespace(t *testing.T) {
+	file := func(data string, err error) func(string) ([]byte, error) {
+		return func(path string) ([]byte, error) {
+			if path != serviceAccountNamespaceFile {
+				t.Fatalf("read %s", path)
+			}
+			return []byte(data), err
+		}
+	}
+	o := options{namespace: "tenant", podNamespace: "lbsvc-system"}
+	if got := podNamespace(o, file("other", nil)); got != "lbsvc-system" {
+		t.Errorf("env: %q", got)
+	}
+	o.podNamespace = ""
+	if got := podNamespace(o, file("lbsvc-system\n", nil)); got != "lbsvc-system" {
+		t.Errorf("file: %q", got)
+	}
+	if got := podNamespace(o, file("", os.ErrNotExist)); got != "tenant" {
+		t.Errorf("no file: %q", got)
+	}
+	t.Setenv(v1alpha1.EnvPodNamespace, "lbsvc-system")
+	if o, err := parseFlags("lbpod", []string{"--service-file", "/x"}); err != nil || o.podNamespace != "lbsvc-system" {
+		t.Errorf("env: %v %q", err, o.podNamespace)
+	}
 }

@@ -57,9 +57,26 @@ func newServiceSource(o options, network lbpod.Network, log *slog.Logger) (servi
 		return nil, err
 	}
 	if shared != nil {
-		return &sharedSource{client: cs, membership: *shared, log: log}, nil
+		return &sharedSource{client: cs, membership: *shared, own: o.namespace, log: log,
+			podNamespace: podNamespace(o, os.ReadFile), serviceAccount: o.leaseName}, nil
 	}
 	return &apiSource{client: cs, namespace: o.namespace, name: o.service, log: log}, nil
+}
+
+// serviceAccountNamespaceFile is where Kubernetes mounts the pod's namespace with its token.
+const serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// podNamespace is the lb pod's own namespace, where its ServiceAccount is: LBPOD_POD_NAMESPACE
+// (--pod-namespace), else (an older Deployment) the service account's namespace file, else
+// LBPOD_NAMESPACE.
+func podNamespace(o options, readFile func(string) ([]byte, error)) string {
+	if o.podNamespace != "" {
+		return o.podNamespace
+	}
+	if data, err := readFile(serviceAccountNamespaceFile); err == nil && len(bytes.TrimSpace(data)) > 0 {
+		return string(bytes.TrimSpace(data))
+	}
+	return o.namespace
 }
 
 // newClient is the API client of the lb pod (in-cluster, or --kubeconfig).

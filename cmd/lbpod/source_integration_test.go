@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"os"
 	"testing"
@@ -135,13 +136,7 @@ func TestSharedSourceStatusIsTheProof(t *testing.T) {
 	}
 	podClient, tenant := client("lb-pod"), client("tenant")
 	create := func(c kubernetes.Interface, name string) *corev1.Service {
-		svc, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{label: ""}},
-			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
-				Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolTCP}}},
-		}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		return svc
+		return createLabelled(ctx, g, c, ns, name, label)
 	}
 	prove := func(c kubernetes.Interface, svc *corev1.Service) error {
 		svc = svc.DeepCopy()
@@ -156,7 +151,7 @@ func TestSharedSourceStatusIsTheProof(t *testing.T) {
 
 	m, err := newMembership(ns, "172.18.0.18", network)
 	g.Expect(err).NotTo(HaveOccurred())
-	src := &sharedSource{client: podClient, membership: m, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	src := &sharedSource{client: podClient, membership: m, own: ns, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	got, err := src.Get(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(names(got)).To(Equal([]string{ns + "/a"}))
@@ -172,4 +167,125 @@ func TestSharedSourceStatusIsTheProof(t *testing.T) {
 	g.Expect(admin.CoreV1().Services(ns).Delete(ctx, "a", metav1.DeleteOptions{})).To(Succeed())
 	g.Eventually(members).WithTimeout(5 * time.Second).WithPolling(10 * time.Millisecond).Should(Equal([]string{ns + "/b"}))
 	g.Consistently(members).WithTimeout(300*time.Millisecond).WithPolling(20*time.Millisecond).Should(Equal([]string{ns + "/b"}), "the intruder never joins")
+}
+
+// A shared address with members in several namespaces, against a real kube-apiserver, with the
+// RBAC the lb pods get: the ClusterRole lbsvc-lbpod as shipped, bound by RoleBindings to the
+// address's ServiceAccount (in the lb pod namespace) where the operator binds it. The namespaces
+// watched are LBPOD_NAMESPACE and those the ServiceAccount's annotation lists; a namespace not yet
+// bound holds nothing back and joins when its RoleBinding comes; a ServiceAccount the pod cannot
+// read yet leaves it with LBPOD_NAMESPACE alone; the annotation dropping a namespace drops its
+// members; a bound namespace the annotation does not list, and a labelled Service without the
+// status proof, give no member.
+func TestSharedSourceAcrossNamespaces(t *testing.T) {
+	g := NewWithT(t)
+	const nsA, nsB, nsC, podNS, saName = "xns-a", "xns-b", "xns-c", "xns-lb", "lb-172-18-0-18"
+	env, admin, ctx := startAPIServer(t, nsA)
+	for _, ns := range []string{nsB, nsC, podNS} {
+		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	var role rbacv1.ClusterRole
+	readYAML(t, "../../config/rbac/lbpod_role.yaml", &role)
+	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	bind := func(ns string) {
+		t.Helper()
+		_, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: saName, Namespace: ns},
+			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
+			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: podNS, Name: saName}},
+		}, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+	_, err = admin.CoreV1().ServiceAccounts(podNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: saName, Namespace: podNS,
+		Annotations: map[string]string{v1alpha1.MemberNamespacesAnnotation: nsB + ",Not_A_Namespace"}}}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	label := v1alpha1.SharedIPLabelPrefix + "172.18.0.18"
+	service := func(ns, name string, proven bool) {
+		t.Helper()
+		svc := createLabelled(ctx, g, admin, ns, name, label)
+		if proven {
+			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.18"}}
+			_, err := admin.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
+			g.Expect(err).NotTo(HaveOccurred())
+		}
+	}
+	for _, ns := range []string{nsA, nsB, nsC} {
+		service(ns, "member", true)
+		service(ns, "label-only", false)
+	}
+	bind(nsA)
+	bind(nsC)
+	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + podNS + ":" + saName}, nil)
+	g.Expect(err).NotTo(HaveOccurred())
+	podClient := kubernetes.NewForConfigOrDie(user.Config())
+	network, err := lbpod.ParseNetwork("172.18.0.18/16", "172.18.0.1", "172.18.0.0/16")
+	g.Expect(err).NotTo(HaveOccurred())
+	m, err := newMembership(nsA, "172.18.0.18", network)
+	g.Expect(err).NotTo(HaveOccurred())
+	start := func() func() []string {
+		src := &sharedSource{client: podClient, membership: m, own: nsA, podNamespace: podNS, serviceAccount: saName,
+			log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+		box := newServiceBox()
+		go src.Run(ctx, box)
+		return func() []string { n, _ := box.members(); return n }
+	}
+	const a, b, c = nsA + "/member", nsB + "/member", nsC + "/member"
+
+	// No RoleBinding in the lb pod namespace yet: the ServiceAccount cannot be read, and the lb
+	// pod serves LBPOD_NAMESPACE's members.
+	_, err = podClient.CoreV1().ServiceAccounts(podNS).Get(ctx, saName, metav1.GetOptions{})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "read the ServiceAccount unbound: %v", err)
+	unreadSA := start()
+	g.Eventually(unreadSA).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]string{a}))
+
+	// Bound in the lb pod namespace: a source started now reads B in the annotation, may not list
+	// B's Services yet, and publishes A's members at once all the same.
+	bind(podNS)
+	g.Eventually(func() error {
+		_, err := podClient.CoreV1().ServiceAccounts(podNS).Get(ctx, saName, metav1.GetOptions{})
+		return err
+	}).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Succeed())
+	_, err = podClient.CoreV1().Services(nsB).List(ctx, metav1.ListOptions{LabelSelector: label})
+	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "list B's Services unbound: %v", err)
+	members := start()
+	g.Eventually(members).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]string{a}))
+	g.Consistently(members).WithTimeout(300*time.Millisecond).WithPolling(20*time.Millisecond).Should(Equal([]string{a}), "C is bound but not listed")
+
+	// B's RoleBinding: its member joins, on both (the first now reads the ServiceAccount too).
+	bind(nsB)
+	for _, src := range []func() []string{members, unreadSA} {
+		g.Eventually(src).WithTimeout(20 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]string{a, b}))
+	}
+
+	// The annotation lists C instead of B: B's member leaves, C's joins (its RoleBinding is there).
+	sa, err := admin.CoreV1().ServiceAccounts(podNS).Get(ctx, saName, metav1.GetOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	sa.Annotations[v1alpha1.MemberNamespacesAnnotation] = nsC
+	sa, err = admin.CoreV1().ServiceAccounts(podNS).Update(ctx, sa, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, src := range []func() []string{members, unreadSA} {
+		g.Eventually(src).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]string{a, c}))
+	}
+
+	// No annotation: A alone again.
+	delete(sa.Annotations, v1alpha1.MemberNamespacesAnnotation)
+	_, err = admin.CoreV1().ServiceAccounts(podNS).Update(ctx, sa, metav1.UpdateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	for _, src := range []func() []string{members, unreadSA} {
+		g.Eventually(src).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]string{a}))
+	}
+	g.Consistently(members).WithTimeout(300 * time.Millisecond).WithPolling(20 * time.Millisecond).Should(Equal([]string{a}))
+}
+
+// createLabelled creates, as c, a LoadBalancer Service (TCP 53) carrying label, without status.
+func createLabelled(ctx context.Context, g Gomega, c kubernetes.Interface, ns, name, label string) *corev1.Service {
+	svc, err := c.CoreV1().Services(ns).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{label: ""}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer,
+			Ports: []corev1.ServicePort{{Name: "dns", Port: 53, Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	return svc
 }
