@@ -83,6 +83,11 @@ func TestRBACTable(t *testing.T) {
 		{"lb pod", lbPodSA, other, []string{"create", "leases.coordination.k8s.io"}, "no"},
 		{"lb pod", lbPodSA, "kube-system", []string{"update", "leases.coordination.k8s.io"}, "no"},
 		{"lb pod", lbPodSA, other, []string{"get", "services"}, "no"},
+		// Its own ServiceAccount (a shared address's lists the member namespaces), only where bound.
+		{"lb pod", lbPodSA, seedNamespace, []string{"watch", "serviceaccounts"}, "yes"},
+		{"lb pod", lbPodSA, seedNamespace, []string{"update", "serviceaccounts"}, "no"},
+		{"lb pod", lbPodSA, other, []string{"get", "serviceaccounts"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"update", "ips.lbsvc.io"}, "yes"},
 	} {
 		got := canI(c.user, c.ns, c.args...)
 		t.Logf("%-8s -n %-12s can-i %-70s %s", c.who, c.ns, strings.Join(c.args, " "), got)
