@@ -3,6 +3,7 @@ package decide
 import (
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -219,17 +220,27 @@ func TestDecideService(t *testing.T) {
 }
 
 // A plan never keeps and drains the same address, and what it keeps is always a bound address
-// the Service owns in the chosen Subnet.
+// the Service owns in the chosen Subnet; with sharing (share's low bit: the Service has key "k";
+// other bits: which owned addresses are shared, under "k" or "j", with another member whose port
+// may clash), it keeps only addresses of its own key whose other members it does not clash with,
+// rejoins only kept ones, and claims as a member exactly when it shares.
 func FuzzDecideService(f *testing.F) {
-	f.Add("10.0.0.0/24", "", uint8(3), uint8(1), false, "")
-	f.Add("10.1.0.0/24,fd00::/64", "10.1.0.9", uint8(7), uint8(2), true, "10.0.0.0/24")
-	f.Fuzz(func(t *testing.T, cidr, lbIP string, nOwned, mask uint8, del bool, other string) {
+	f.Add("10.0.0.0/24", "", uint8(3), uint8(1), false, "", uint8(0))
+	f.Add("10.1.0.0/24,fd00::/64", "10.1.0.9", uint8(7), uint8(2), true, "10.0.0.0/24", uint8(0))
+	f.Add("10.0.0.0/24", "", uint8(4), uint8(0), false, "", uint8(0xff))
+	f.Fuzz(func(t *testing.T, cidr, lbIP string, nOwned, mask uint8, del bool, other string, share uint8) {
 		subnets := []lbv1.Subnet{planSubnet("sn", cidr, 1)}
 		if other != "" {
 			subnets = append(subnets, planSubnet("other", other, 0))
 		}
 		svc := planService(static(lbIP))
 		svc.Annotations[planProvider+".kubernetes.io/logical_switch"] = "sn"
+		key := ""
+		if share&1 != 0 {
+			key = "k"
+			svc.Annotations[lbv1.AllowSharedIPAnnotation] = key
+		}
+		me := MemberRecord(MemberOf(svc, Sharing{Key: "k"}))
 		if del {
 			deleting(svc)
 		}
@@ -243,6 +254,14 @@ func FuzzDecideService(f *testing.F) {
 			o := OwnedIP{Name: a.String(), Addr: a, Subnet: sub, Draining: i == 6}
 			if i == 4 || i == 5 {
 				o.Conflict = &lbv1.IPConflictStatus{MAC: "02:00:00:00:00:09"}
+			}
+			if share&(1<<(i%7+1)) != 0 {
+				o.SharingKey, o.Member = "k", string(svc.UID)
+				if i%3 == 0 {
+					o.SharingKey = "j"
+				}
+				port := []string{"TCP/80", "UDP/80", "TCP/443"}[i%3] // TCP/80 clashes with the Service's
+				o.Members = []lbv1.IPMember{me, {Namespace: svc.Namespace, Name: "other", UID: "u-other", Ports: []string{port}}}
 			}
 			own = append(own, o)
 		}
@@ -260,6 +279,27 @@ func FuzzDecideService(f *testing.F) {
 		for _, d := range p.Drain {
 			if d.Draining || d.Conflict != nil {
 				t.Fatalf("drains %s (draining %v, conflict %v)", d.Name, d.Draining, d.Conflict != nil)
+			}
+		}
+		for _, k := range p.Keep {
+			if p.HoldObjects {
+				break // an invalid Subnet: the Service keeps what it holds, whatever its kind
+			}
+			if k.SharingKey != key {
+				t.Fatalf("a Service of key %q kept %s of key %q", key, k.Name, k.SharingKey)
+			}
+			if key != "" && SharingClash(key, MembersOf(key, k.Members), *p.Share, false) != nil {
+				t.Fatalf("kept %s whose other member clashes: %+v", k.Name, k.Members)
+			}
+		}
+		for _, r := range p.Rejoin {
+			if !slices.ContainsFunc(p.Keep, func(k OwnedIP) bool { return k.Name == r.Name }) {
+				t.Fatalf("rejoins %s, which it does not keep", r.Name)
+			}
+		}
+		for _, c := range p.Claims {
+			if (c.Share != nil) != (key != "") {
+				t.Fatalf("claim %+v of a Service of key %q", c, key)
 			}
 		}
 		if p.Action != PlanServe && (len(p.Keep) > 0 || len(p.Claims) > 0) {
