@@ -204,9 +204,9 @@ func (r *IPReconciler) forgetForeign(name string) {
 // the owner Service svc, as its Lease records it (decide.ActiveHolder), or "" when none is known.
 // Only a Lease with the Service's UID label counts (the operator's cache holds only Leases with our
 // component label, which the lb pods' admission policy requires).
-func (r *IPReconciler) activePod(lease *coordinationv1.Lease, svc *corev1.Service, pods []corev1.Pod) string {
+func (r *IPReconciler) activePod(ip *lbv1.IP, lease *coordinationv1.Lease, svc *corev1.Service, pods []corev1.Pod) string {
 	replicas := decide.ServiceReplicas(svc, r.LBReplicas)
-	if len(pods) > 0 && pods[0].Labels[lbv1.SharedIPLabel] != "" {
+	if ip.Spec.SharingKey != "" {
 		replicas = max(r.LBReplicas, 1) // a shared address's lb pods: the default, not a member's
 	}
 	if p := decide.ActiveHolder(lease, pods, replicas); p != nil {
@@ -267,8 +267,6 @@ func holderList(pods []corev1.Pod, active string, kept []lbv1.IPHolder) []lbv1.I
 	return out
 }
 
-// reconcileBound records the holders, and drains the address when its owner Service is gone or
-// is another Service now (same name, new UID).
 // liveService is the Service ns/name of that UID, nil when it is gone. The cache may not have a
 // Service created a moment ago: then the API server is asked.
 func (r *IPReconciler) liveService(ctx context.Context, ns, name, uid string) (*corev1.Service, error) {
@@ -311,6 +309,8 @@ func (r *IPReconciler) liveOwners(ctx context.Context, ip *lbv1.IP) ([]*corev1.S
 	return out, nil
 }
 
+// reconcileBound records the holders, and drains the address when its owner Service is gone or
+// is another Service now (same name, new UID); of a shared address, when no member is left.
 func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 	svcs, err := r.liveOwners(ctx, ip)
 	if err != nil {
@@ -363,7 +363,7 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 	}
 	active := ""
 	if cp.Phase != lbv1.IPConflict {
-		active = r.activePod(lease, svc, pods)
+		active = r.activePod(ip, lease, svc, pods)
 	}
 	if err := r.patchStatus(ctx, ip, cp, holderList(pods, active, kept), ""); err != nil {
 		return err
@@ -463,7 +463,7 @@ func (r *IPReconciler) drainingActive(ctx context.Context, ip *lbv1.IP, pods []c
 	if err != nil {
 		return "", err
 	}
-	return r.activePod(lease, svc, pods), nil
+	return r.activePod(ip, lease, svc, pods), nil
 }
 
 // confirmNoHolder asks the API server for the pods, ReplicaSets and Deployments that carry the
@@ -571,9 +571,15 @@ func boolRank(b bool) int {
 func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) error {
 	name := lbobjects.SharedObjectName(ip.Name)
 	podNS := lbobjects.PodNamespace(r.LBPodNamespace, ip.Spec.Service.Namespace)
-	objects := []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &policyv1.PodDisruptionBudget{}}
-	for _, o := range objects {
-		o.SetNamespace(podNS)
+	var objects []client.Object
+	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &policyv1.PodDisruptionBudget{}} {
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: podNS, Name: name}, o); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("get %s %s/%s: %w", lbobjects.KindOf(o), podNS, name, err)
+		}
+		objects = append(objects, o)
 	}
 	// Its RoleBindings: beside the owner, and in every member namespace and the lb pod namespace.
 	var rbs rbacv1.RoleBindingList
@@ -581,18 +587,11 @@ func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) err
 		return fmt.Errorf("list the RoleBindings of %s: %w", name, err)
 	}
 	for i := range rbs.Items {
-		objects = append(objects, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: rbs.Items[i].Namespace}})
+		objects = append(objects, &rbs.Items[i])
 	}
 	for _, o := range objects {
-		o.SetName(name)
-		if err := r.Client.Get(ctx, client.ObjectKeyFromObject(o), o); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return fmt.Errorf("get %s %s/%s: %w", lbobjects.KindOf(o), o.GetNamespace(), name, err)
-		}
 		l := o.GetLabels()
-		if l[lbv1.SharedIPLabel] != ip.Name || l[lbv1.ServiceUIDLabel] != ip.Spec.Service.UID || !o.GetDeletionTimestamp().IsZero() {
+		if o.GetName() != name || l[lbv1.SharedIPLabel] != ip.Name || l[lbv1.ServiceUIDLabel] != ip.Spec.Service.UID || !o.GetDeletionTimestamp().IsZero() {
 			continue
 		}
 		if err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground),
@@ -608,14 +607,10 @@ func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) err
 // finalizer yet) never leaves by itself, and its ports would stay taken. The update that follows
 // brings the next pass.
 func (r *IPReconciler) pruneMembers(ctx context.Context, ip *lbv1.IP, live []*corev1.Service) error {
-	keep := ip.Spec.Members[:0:0]
-	for _, m := range ip.Spec.Members {
-		if slices.ContainsFunc(live, func(s *corev1.Service) bool { return string(s.UID) == m.UID }) {
-			keep = append(keep, m)
-		}
-	}
 	upd := ip.DeepCopy()
-	upd.Spec.Members = keep
+	upd.Spec.Members = slices.DeleteFunc(upd.Spec.Members, func(m lbv1.IPMember) bool {
+		return !slices.ContainsFunc(live, func(s *corev1.Service) bool { return string(s.UID) == m.UID })
+	})
 	if err := r.Client.Update(ctx, upd); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("take the members whose Service is gone off %s: %w", ip.Name, err)
 	}

@@ -26,13 +26,6 @@ import (
 // holding it; a Service of another namespace is never named (its existence is not the joiner's
 // business).
 
-// SharedIPNamespacesAnnotation and AllowSharedIPAnnotation are read here; their names live with
-// the other annotations.
-const (
-	allowSharedIP      = lbv1.AllowSharedIPAnnotation
-	sharedIPNamespaces = lbv1.SharedIPNamespacesAnnotation
-)
-
 // MaxSharingMembers bounds the Services on one address: each member is one more Service the lb
 // pod watches and one more entry in the IP object.
 const MaxSharingMembers = 32
@@ -74,17 +67,17 @@ type SharingMember struct {
 // shown everywhere; namespaces must be valid namespace names or "*". Refused with
 // ReasonInvalidSharing.
 func ParseSharing(svc *corev1.Service) (*Sharing, *Refusal) {
-	key, ok := svc.Annotations[allowSharedIP]
-	nsList, hasNS := svc.Annotations[sharedIPNamespaces]
+	key, ok := svc.Annotations[lbv1.AllowSharedIPAnnotation]
+	nsList, hasNS := svc.Annotations[lbv1.SharedIPNamespacesAnnotation]
 	if !ok {
 		if hasNS {
-			return nil, refusal(ReasonInvalidSharing, "annotation %s is set without %s: name the sharing key too", sharedIPNamespaces, allowSharedIP)
+			return nil, refusal(ReasonInvalidSharing, "annotation %s is set without %s: name the sharing key too", lbv1.SharedIPNamespacesAnnotation, lbv1.AllowSharedIPAnnotation)
 		}
 		return nil, nil
 	}
 	key = strings.TrimSpace(key)
 	if key == "" || len(validation.IsValidLabelValue(key)) > 0 {
-		return nil, refusal(ReasonInvalidSharing, "annotation %s=%s: want a key of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", allowSharedIP, quote(key))
+		return nil, refusal(ReasonInvalidSharing, "annotation %s=%s: want a key of at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit", lbv1.AllowSharedIPAnnotation, quote(key))
 	}
 	s := &Sharing{Key: key}
 	for _, ns := range strings.Split(nsList, ",") {
@@ -93,14 +86,14 @@ func ParseSharing(svc *corev1.Service) (*Sharing, *Refusal) {
 		case ns == "" || ns == svc.Namespace:
 			continue
 		case ns != AnyNamespace && len(validation.IsDNS1123Label(ns)) > 0:
-			return nil, refusal(ReasonInvalidSharing, "annotation %s: %s is not a namespace name or %q", sharedIPNamespaces, quote(ns), AnyNamespace)
+			return nil, refusal(ReasonInvalidSharing, "annotation %s: %s is not a namespace name or %q", lbv1.SharedIPNamespacesAnnotation, quote(ns), AnyNamespace)
 		}
 		if !slices.Contains(s.Namespaces, ns) {
 			s.Namespaces = append(s.Namespaces, ns)
 		}
 	}
 	if len(s.Namespaces) > MaxSharingNamespaces {
-		return nil, refusal(ReasonInvalidSharing, "annotation %s names %d namespaces: at most %d (or %q for all)", sharedIPNamespaces, len(s.Namespaces), MaxSharingNamespaces, AnyNamespace)
+		return nil, refusal(ReasonInvalidSharing, "annotation %s names %d namespaces: at most %d (or %q for all)", lbv1.SharedIPNamespacesAnnotation, len(s.Namespaces), MaxSharingNamespaces, AnyNamespace)
 	}
 	slices.Sort(s.Namespaces)
 	return s, nil
@@ -153,7 +146,7 @@ func SharingClash(key string, members []SharingMember, m SharingMember, crossNam
 				return refusal(ReasonSharingConflict, "the address is shared with a Service of another namespace, which needs --lb-pod-namespace (lb pods outside every tenant)")
 			}
 			if !m.accepts(o.Namespace) {
-				return refusal(ReasonSharingConflict, "the address is shared with a Service of namespace %s, which annotation %s does not name", o.Namespace, sharedIPNamespaces)
+				return refusal(ReasonSharingConflict, "the address is shared with a Service of namespace %s, which annotation %s does not name", o.Namespace, lbv1.SharedIPNamespacesAnnotation)
 			}
 			if !o.accepts(m.Namespace) {
 				return refusal(ReasonSharingConflict, "a Service of namespace %s shares the address and does not accept namespace %s", o.Namespace, m.Namespace)
@@ -258,11 +251,6 @@ func WithoutMember(recs []lbv1.IPMember, uid string) (out []lbv1.IPMember, found
 		return recs, false
 	}
 	return slices.Delete(slices.Clone(recs), i, i+1), true
-}
-
-// IsMember tells whether uid is among recs.
-func IsMember(recs []lbv1.IPMember, uid string) bool {
-	return slices.ContainsFunc(recs, func(r lbv1.IPMember) bool { return r.UID == uid })
 }
 
 func equalMember(a, b lbv1.IPMember) bool {
