@@ -135,10 +135,33 @@ func (r *ServiceReconciler) ensureSet(ctx context.Context, owner *corev1.Service
 			return nil, "", err
 		}
 	}
+	if err := r.retire(ctx, owner, objects, cur); err != nil {
+		return nil, "", err
+	}
 	if cur.Name == "" {
 		return objects.Deployment, "", nil
 	}
 	return cur, "", nil
+}
+
+// retire deletes the Service's own ServiceAccount and RoleBinding of an earlier release once its
+// Deployment, as read before this pass wrote it (cur), already had the template that runs the
+// lb pods under the namespace's shared identity and had rolled out: until then, lb pods under
+// the old ServiceAccount still need its rights.
+func (r *ServiceReconciler) retire(ctx context.Context, owner *corev1.Service, objects lbobjects.Set, cur *appsv1.Deployment) error {
+	if len(objects.Retired) == 0 || cur.Name == "" || !lbobjects.RolledOut(cur) {
+		return nil
+	}
+	current, err := r.upToDate(ctx, objects.Deployment, cur)
+	if err != nil || !current {
+		return err
+	}
+	for _, o := range objects.Retired {
+		if err := r.deleteOwned(ctx, owner, o, false); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errServiceGone: the API server no longer has the Service this pass read from the cache.
@@ -362,10 +385,16 @@ func (r *ServiceReconciler) deleteOwned(ctx context.Context, svc *corev1.Service
 func ptrUID(u types.UID) *types.UID { return &u }
 
 // ownedBy tells whether obj was built by us for svc: the owner reference, the UID label or the
-// UID annotation (any one survives a hand edit of the others).
+// UID annotation (any one survives a hand edit of the others), or the shared lb pod identity of
+// svc's namespace.
 func ownedBy(obj client.Object, svc *corev1.Service) bool {
 	if metav1.IsControlledBy(obj, svc) {
 		return true
+	}
+	if lbobjects.IsIdentity(obj) {
+		// The namespace's shared lb pod identity serves every Service there (never deleted as
+		// one Service's: it is at none of their names, lbobjects.At).
+		return obj.GetLabels()[lbv1.ServiceNamespaceLabel] == svc.Namespace
 	}
 	uid := string(svc.UID)
 	return obj.GetLabels()[lbv1.ServiceUIDLabel] == uid || obj.GetAnnotations()[lbobjects.ServiceUIDAnnotation] == uid

@@ -223,6 +223,8 @@ func (r *ServiceReconciler) servicesOf(o client.Object) []types.NamespacedName {
 		members = ip.Spec.Members
 	case !ok && o.GetLabels()[lbv1.SharedIPLabel] != "":
 		members = r.Book.Members(o.GetLabels()[lbv1.SharedIPLabel])
+	case !ok && lbobjects.IsIdentity(o):
+		return r.servicesUsing(o.GetLabels()[lbv1.ServiceNamespaceLabel])
 	default:
 		if k, ok := serviceOf(o); ok {
 			return []types.NamespacedName{k}
@@ -232,6 +234,26 @@ func (r *ServiceReconciler) servicesOf(o client.Object) []types.NamespacedName {
 	out := make([]types.NamespacedName, len(members))
 	for i, m := range members {
 		out[i] = types.NamespacedName{Namespace: m.Namespace, Name: m.Name}
+	}
+	return out
+}
+
+// servicesUsing lists the Services of namespace whose lb pods run under the namespace's shared
+// identity (their Deployments, as cached): the passes that put it back when it is deleted or
+// edited.
+func (r *ServiceReconciler) servicesUsing(namespace string) []types.NamespacedName {
+	var deps appsv1.DeploymentList
+	if err := r.Client.List(context.Background(), &deps, client.InNamespace(lbobjects.PodNamespace(r.Options.LBPodNamespace, namespace)),
+		client.MatchingLabels{lbv1.ServiceNamespaceLabel: namespace}); err != nil {
+		return nil
+	}
+	var out []types.NamespacedName
+	for i := range deps.Items {
+		if d := &deps.Items[i]; d.Labels[lbv1.SharedIPLabel] == "" {
+			if k, ok := serviceOf(d); ok {
+				out = append(out, k)
+			}
+		}
 	}
 	return out
 }

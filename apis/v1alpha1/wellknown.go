@@ -37,6 +37,17 @@ const (
 
 	// DeploymentPrefix is prepended to the Service name to name its Deployment.
 	DeploymentPrefix = "lb-svc-"
+
+	// LBPodIdentity names the ServiceAccount and RoleBinding that the lb pods of every Service of
+	// a namespace share (with --lb-pod-namespace, "<LBPodIdentity>-<Service namespace>" in the lb
+	// pod namespace). Which Lease each pod may write is narrowed by the Lease admission policy,
+	// from the pod name its token carries.
+	LBPodIdentity = "lbsvc-lbpod"
+	// IdentityLabel marks that ServiceAccount and RoleBinding (value "namespace"): they belong to
+	// no one Service, and no Service's teardown deletes them.
+	IdentityLabel = "lbsvc.io/identity"
+	// IdentityNamespace is IdentityLabel's value.
+	IdentityNamespace = "namespace"
 )
 
 // Environment of the lb pod's containers, set by the operator and read by cmd/lbpod.

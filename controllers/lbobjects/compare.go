@@ -178,3 +178,15 @@ type Object interface {
 	metav1.Object
 	runtime.Object
 }
+
+// RolledOut tells whether a Deployment that was up to date as read (cur) has no pod left of an
+// earlier template: the controller saw its latest generation and every replica it runs is an
+// updated one.
+func RolledOut(cur *appsv1.Deployment) bool {
+	want := int32(1)
+	if cur.Spec.Replicas != nil {
+		want = *cur.Spec.Replicas
+	}
+	s := cur.Status
+	return cur.Name != "" && s.ObservedGeneration >= cur.Generation && s.UpdatedReplicas == want && s.Replicas == want
+}

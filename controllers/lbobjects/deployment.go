@@ -133,7 +133,7 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: templateLabels, Annotations: podAnnotations},
 				Spec: corev1.PodSpec{
-					ServiceAccountName:            p.name(),
+					ServiceAccountName:            p.identityName(),
 					AutomountServiceAccountToken:  ptr.To(true),
 					TerminationGracePeriodSeconds: ptr.To[int64](terminationGraceSeconds),
 					Tolerations:                   failoverTolerations(),

@@ -82,7 +82,7 @@ func TestBuildDeploymentSeed(t *testing.T) {
 		t.Errorf("pod labels %v, want %v", d.Spec.Template.Labels, wantPodLabels)
 	}
 	spec := d.Spec.Template.Spec
-	if spec.ServiceAccountName != "lb-svc-test-service" || !*spec.AutomountServiceAccountToken {
+	if spec.ServiceAccountName != "lbsvc-lbpod" || !*spec.AutomountServiceAccountToken {
 		t.Errorf("service account %q automount %v", spec.ServiceAccountName, *spec.AutomountServiceAccountToken)
 	}
 	wantPodSC := &corev1.PodSecurityContext{SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}}
@@ -195,8 +195,8 @@ func TestBuildDeploymentVariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if d.Name != tc.wantName || d.Spec.Template.Spec.ServiceAccountName != tc.wantName {
-				t.Errorf("name %q sa %q, want %q", d.Name, d.Spec.Template.Spec.ServiceAccountName, tc.wantName)
+			if d.Name != tc.wantName || d.Spec.Template.Spec.ServiceAccountName != "lbsvc-lbpod" {
+				t.Errorf("name %q sa %q, want %q and the namespace's lbsvc-lbpod", d.Name, d.Spec.Template.Spec.ServiceAccountName, tc.wantName)
 			}
 			if d.Labels["lbsvc.io/service"] != p.ServiceName || d.Spec.Selector.MatchLabels["lbsvc.io/service"] != p.ServiceName {
 				t.Errorf("service label %q", d.Labels["lbsvc.io/service"])
@@ -254,7 +254,8 @@ func TestDeploymentTemplateInputs(t *testing.T) {
 }
 
 // With --lb-pod-namespace the Deployment and ServiceAccount move there, named after the Service's
-// namespace too, without owner references; the RoleBinding stays beside the Service.
+// namespace too, without owner references; the RoleBinding stays beside the Service. The
+// ServiceAccount is the one every lb pod of the Service's namespace shares there.
 func TestSharedPodNamespace(t *testing.T) {
 	p := seedParams()
 	p.PodNamespace = "lbsvc-system"
@@ -267,7 +268,10 @@ func TestSharedPodNamespace(t *testing.T) {
 	if sa.Namespace != "lbsvc-system" || d.Spec.Template.Spec.ServiceAccountName != sa.Name {
 		t.Errorf("service account %s/%s, pod uses %q", sa.Namespace, sa.Name, d.Spec.Template.Spec.ServiceAccountName)
 	}
-	if rb.Namespace != "default" || len(rb.OwnerReferences) != 1 || rb.Name != sa.Name {
+	if sa.Name != "lbsvc-lbpod-default" {
+		t.Errorf("service account %q, want lbsvc-lbpod-default", sa.Name)
+	}
+	if rb.Namespace != "default" || len(rb.OwnerReferences) != 0 || rb.Name != sa.Name {
 		t.Errorf("binding %s/%s, owners %v", rb.Namespace, rb.Name, rb.OwnerReferences)
 	}
 	if s := rb.Subjects[0]; s.Namespace != "lbsvc-system" || s.Name != sa.Name {
@@ -290,20 +294,45 @@ func TestSharedPodNamespace(t *testing.T) {
 	}
 }
 
+// The lb pods of a namespace's Services share one ServiceAccount and RoleBinding, which carry no
+// Service's UID or owner (they outlive any one Service) and are the same for every Service there;
+// the Service's own pair of earlier releases is retired.
 func TestBuildRBAC(t *testing.T) {
 	p := seedParams()
 	sa := BuildServiceAccount(p)
 	rb := BuildRoleBinding(p)
+	wantLabels := map[string]string{"app.kubernetes.io/component": "lb-svc", "app.kubernetes.io/managed-by": "lbsvc-operator",
+		"lbsvc.io/identity": "namespace", "lbsvc.io/service-namespace": "default"}
 	for _, m := range []metav1.ObjectMeta{sa.ObjectMeta, rb.ObjectMeta} {
-		if m.Name != "lb-svc-test-service" || m.Namespace != "default" || len(m.OwnerReferences) != 1 ||
-			m.OwnerReferences[0].UID != p.ServiceUID || !*m.OwnerReferences[0].Controller || !*m.OwnerReferences[0].BlockOwnerDeletion {
+		if m.Name != "lbsvc-lbpod" || m.Namespace != "default" || len(m.OwnerReferences) != 0 ||
+			!reflect.DeepEqual(m.Labels, wantLabels) || len(m.Annotations) != 0 {
 			t.Errorf("metadata %+v", m)
 		}
 	}
+	if !IsIdentity(sa) || !IsIdentity(rb) {
+		t.Errorf("IsIdentity false on the namespace's identity")
+	}
 	wantRef := rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "lbsvc-lbpod"}
-	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "lb-svc-test-service", Namespace: "default"}}
+	wantSubj := []rbacv1.Subject{{Kind: "ServiceAccount", Name: "lbsvc-lbpod", Namespace: "default"}}
 	if rb.RoleRef != wantRef || !reflect.DeepEqual(rb.Subjects, wantSubj) {
 		t.Errorf("binding %+v %+v", rb.RoleRef, rb.Subjects)
+	}
+	other := seedParams()
+	other.ServiceName, other.ServiceUID = "other", "uid-other"
+	if !reflect.DeepEqual(BuildServiceAccount(other), sa) || !reflect.DeepEqual(BuildRoleBinding(other), rb) {
+		t.Errorf("another Service of the namespace has another identity")
+	}
+	set, err := Build(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Retired) != 2 || KindOf(set.Retired[0]) != "ServiceAccount" || KindOf(set.Retired[1]) != "RoleBinding" ||
+		set.Retired[0].GetName() != "lb-svc-test-service" || set.Retired[1].GetName() != "lb-svc-test-service" ||
+		set.Retired[0].GetNamespace() != "default" || set.Retired[1].GetNamespace() != "default" {
+		t.Errorf("retired %v", set.Retired)
+	}
+	if IsIdentity(set.Retired[0]) {
+		t.Errorf("a retired per-Service ServiceAccount taken for the namespace's identity")
 	}
 }
 
@@ -497,8 +526,8 @@ func TestBuildStandbys(t *testing.T) {
 			}
 		}
 	}
-	if got := LeaseName("", "default", "test-service"); got != "lb-svc-test-service" || got != BuildServiceAccount(p).Name {
-		t.Errorf("lease name %q, want the ServiceAccount's, lb-svc-test-service", got)
+	if got := LeaseName("", "default", "test-service"); got != "lb-svc-test-service" || got != d.Name {
+		t.Errorf("lease name %q, want the Deployment's, lb-svc-test-service", got)
 	}
 	pdb := BuildPodDisruptionBudget(p)
 	if pdb == nil || pdb.Name != "lb-svc-test-service" || pdb.Namespace != "default" ||

@@ -19,18 +19,69 @@ import (
 // instead of a Role per Service: the operator may bind it (the `bind` verb, on this one name)
 // without holding what it grants, so its own token needs no Lease writes anywhere. Which Lease an
 // lb pod may write is narrowed by the admission policy config/rbac/lbpod_lease_policy.yaml: only
-// the one named like its ServiceAccount, carrying our component label.
+// its own Service's (named like the lb Deployment its pod name begins with; a shared address's
+// lb pods, the one named like their ServiceAccount), carrying our component label.
 const LBPodClusterRole = "lbsvc-lbpod"
 
-// BuildServiceAccount returns the lb pod's ServiceAccount. Its name is the Service's object name,
-// which is also the name of the Lease the lb pods record the holder in: the admission policy
-// allows an lb pod's Lease writes on that name only.
+// IdentityName is the name of the ServiceAccount (in the lb pod namespace) and the RoleBinding
+// (in the Service's namespace) that the lb pods of every Service of a namespace share:
+// LBPodIdentity, or with --lb-pod-namespace LBPodIdentity-<Service namespace>, so that an lb pod
+// there reads the Services of its own Service's namespace only. One per namespace, not one per
+// Service: a new Service costs no ServiceAccount or RoleBinding write, and the RoleBindings of a
+// namespace (which the API server's authorizer walks on every request there) do not grow with
+// its Services. The Lease each pod may write is still its own Service's only: the admission
+// policy matches the Lease's name against the pod name in the pod's token (PodMayWriteLease).
+func IdentityName(lbPodNamespace, namespace string) string {
+	if PodNamespace(lbPodNamespace, namespace) == namespace {
+		return lbv1.LBPodIdentity
+	}
+	return lbv1.LBPodIdentity + "-" + namespace
+}
+
+// identityName is the lb pods' ServiceAccount: the namespace's shared one, or a shared
+// address's own (whose annotation lists the member namespaces its lb pods read).
+func (p Params) identityName() string {
+	if p.Shared != nil {
+		return p.name()
+	}
+	return IdentityName(p.PodNamespace, p.ServiceNamespace)
+}
+
+// identityMeta is the metadata of the namespace's shared identity objects: our component label
+// (so the operator's cache holds them), IdentityLabel, and the Service namespace they serve; no
+// Service's UID and no owner, since they outlive any one Service.
+func (p Params) identityMeta(ns string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: p.identityName(), Namespace: ns, Labels: map[string]string{
+		lbv1.ComponentLabel:        lbv1.ComponentLBPod,
+		ManagedByLabel:             ManagedByValue,
+		lbv1.IdentityLabel:         lbv1.IdentityNamespace,
+		lbv1.ServiceNamespaceLabel: p.ServiceNamespace,
+	}}
+}
+
+// IsIdentity tells whether o is a namespace's shared lb pod ServiceAccount or RoleBinding, by
+// its labels and name.
+func IsIdentity(o metav1.Object) bool {
+	l := o.GetLabels()
+	return l[lbv1.IdentityLabel] == lbv1.IdentityNamespace && l[lbv1.ComponentLabel] == lbv1.ComponentLBPod &&
+		strings.HasPrefix(o.GetName(), lbv1.LBPodIdentity)
+}
+
+// BuildServiceAccount returns the lb pods' ServiceAccount: the namespace's shared one
+// (IdentityName), or a shared address's own, named like its Lease and annotated with the
+// namespaces of its members.
 func BuildServiceAccount(p Params) *corev1.ServiceAccount {
+	if p.Shared == nil {
+		return &corev1.ServiceAccount{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+			ObjectMeta: p.identityMeta(p.podNamespace()),
+		}
+	}
 	sa := &corev1.ServiceAccount{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
 		ObjectMeta: p.objectMeta(p.podNamespace()),
 	}
-	if p.Shared != nil && len(p.MemberNamespaces) > 0 {
+	if len(p.MemberNamespaces) > 0 {
 		sa.Annotations[lbv1.MemberNamespacesAnnotation] = strings.Join(p.MemberNamespaces, ",")
 	}
 	return sa
@@ -58,12 +109,13 @@ func BuildMemberRoleBindings(p Params) []*rbacv1.RoleBinding {
 	return out
 }
 
-// BuildRoleBinding binds the lb pod's ServiceAccount to the ClusterRole LBPodClusterRole in the
-// Service's namespace (where its Service and Lease are), and nowhere else.
+// BuildRoleBinding binds the lb pods' ServiceAccount to the ClusterRole LBPodClusterRole in the
+// Service's namespace (where its Service and Lease are), and nowhere else: the namespace's shared
+// binding, or a shared address's own.
 func BuildRoleBinding(p Params) *rbacv1.RoleBinding {
 	rb := &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
-		ObjectMeta: p.objectMeta(p.ServiceNamespace),
+		ObjectMeta: p.identityMeta(p.ServiceNamespace),
 		RoleRef: rbacv1.RoleRef{
 			APIGroup: rbacv1.GroupName,
 			Kind:     "ClusterRole",
@@ -71,9 +123,12 @@ func BuildRoleBinding(p Params) *rbacv1.RoleBinding {
 		},
 		Subjects: []rbacv1.Subject{{
 			Kind:      rbacv1.ServiceAccountKind,
-			Name:      p.name(),
+			Name:      p.identityName(),
 			Namespace: p.podNamespace(),
 		}},
+	}
+	if p.Shared != nil {
+		rb.ObjectMeta = p.objectMeta(p.ServiceNamespace)
 	}
 	return rb
 }

@@ -7,9 +7,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 )
 
-// Set is every per-Service object of one Service, as it should be. PodDisruptionBudget is nil
-// for a single lb pod (only standbys need it). The Lease is not among them: the lb pods create it
-// at their first takeover, so the operator needs no Lease writes.
+// Set is every object of one Service's lb pods, as it should be. PodDisruptionBudget is nil
+// for a single lb pod (only standbys need it). ServiceAccount and RoleBinding are the
+// namespace's shared identity (IdentityName), but for a shared address. The Lease is not among
+// them: the lb pods create it at their first takeover, so the operator needs no Lease writes.
 type Set struct {
 	ServiceAccount      *corev1.ServiceAccount
 	RoleBinding         *rbacv1.RoleBinding
@@ -21,6 +22,10 @@ type Set struct {
 	// HAKeySecret is the election key's Secret, nil without standbys. Created once, never
 	// compared or updated (see BuildHAKeySecret); not in Stages.
 	HAKeySecret *corev1.Secret
+	// Retired are the Service's own ServiceAccount and RoleBinding of earlier releases, empty,
+	// at their names: deleted once the Deployment has rolled out to the shared identity (the
+	// lb pods still running under them need them until then).
+	Retired []Object
 }
 
 // Build builds the whole Set of p.
@@ -29,15 +34,22 @@ func Build(p Params) (Set, error) {
 	if err != nil {
 		return Set{}, err
 	}
-	return Set{ServiceAccount: BuildServiceAccount(p), RoleBinding: BuildRoleBinding(p),
+	set := Set{ServiceAccount: BuildServiceAccount(p), RoleBinding: BuildRoleBinding(p),
 		Deployment: deploy, PodDisruptionBudget: BuildPodDisruptionBudget(p), HAKeySecret: BuildHAKeySecret(p),
-		MemberRoleBindings: BuildMemberRoleBindings(p)}, nil
+		MemberRoleBindings: BuildMemberRoleBindings(p)}
+	if p.Shared == nil {
+		all := At(p.PodNamespace, p.ServiceNamespace, p.ServiceName)
+		set.Retired = []Object{all[1], all[2]}
+	}
+	return set, nil
 }
 
 // Stages orders the Set for writing: each stage's objects may be written in parallel, a stage
 // only after the one before it. One stage: the RoleBinding refers to the installed ClusterRole
 // LBPodClusterRole, which the API server does not look up when the creator holds `bind` on it,
-// so nothing waits for anything (a pod starts long after the binding's create returns).
+// so nothing waits for anything (a pod starts long after the binding's create returns). The
+// namespace's shared identity is written only by the first Service there (and when it differs):
+// for every other it is a read of the cache.
 func (s Set) Stages() [][]Object {
 	stage := []Object{s.ServiceAccount, s.RoleBinding, s.Deployment}
 	if s.PodDisruptionBudget != nil {
@@ -62,12 +74,14 @@ func (s Set) Unwanted() []Object {
 	return []Object{pdb}
 }
 
-// At lists a Service's per-Service objects the operator writes, empty, at their names: the three
-// every Service has (Deployment, ServiceAccount, RoleBinding), then the budget only standbys
-// need. The RoleBinding stays in the Service's namespace, since it grants reading the Service and
-// writing its Lease; the rest live where the lb pods run. Neither the lb pods' Lease nor the
-// per-Service Role of earlier releases is listed: the operator may write neither, and both carry
-// the Service's owner reference, so the garbage collector removes them with the Service.
+// At lists a Service's per-Service objects the operator writes, empty, at their names: its
+// Deployment, the ServiceAccount and RoleBinding of its own that earlier releases made (now
+// Retired; the namespace's shared identity is never one Service's to delete), then the budget
+// only standbys need. The RoleBinding was in the Service's namespace, since it granted reading
+// the Service and writing its Lease; the rest live where the lb pods run. Neither the lb pods'
+// Lease nor the per-Service Role of earlier releases is listed: the operator may write neither,
+// and both carry the Service's owner reference, so the garbage collector removes them with the
+// Service.
 func At(lbPodNamespace, namespace, service string) []Object {
 	name := ObjectNameIn(lbPodNamespace, namespace, service)
 	podNS := PodNamespace(lbPodNamespace, namespace)

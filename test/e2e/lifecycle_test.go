@@ -188,9 +188,9 @@ func TestServiceDeletedReleasesAddress(t *testing.T) {
 }
 
 // TestLBPodLeastPrivilege: the lb pod (one container) is not privileged, holds only NET_ADMIN and
-// NET_RAW, and its ServiceAccount can read the Services of its Service's namespace (the
-// ClusterRole lbsvc-lbpod, bound there; it cannot name one Service) and nothing else but its
-// Lease (TestRBACTable).
+// NET_RAW, and its ServiceAccount (the namespace's lbsvc-lbpod) can read the Services of its
+// Service's namespace (the ClusterRole lbsvc-lbpod, bound there; it cannot name one Service) and
+// nothing else but its Lease (TestRBACTable).
 func TestLBPodLeastPrivilege(t *testing.T) {
 	g := NewWithT(t)
 	pod := waitLBPod(t, seedNamespace, seedService)
@@ -211,7 +211,9 @@ func TestLBPodLeastPrivilege(t *testing.T) {
 		g.Expect(added).To(Equal([]string{"NET_ADMIN", "NET_RAW"}), "capabilities of container %s", c.Name)
 	}
 
-	sa := "system:serviceaccount:" + seedNamespace + ":" + lbv1.DeploymentPrefix + seedService
+	// The namespace's one lb pod ServiceAccount.
+	g.Expect(pod.Spec.ServiceAccountName).To(Equal(lbv1.LBPodIdentity))
+	sa := "system:serviceaccount:" + seedNamespace + ":" + pod.Spec.ServiceAccountName
 	canI := func(verb, resource string) string {
 		// can-i exits 1 on "no": the answer is the output, not the status.
 		out, _ := run(kubectl, "auth", "can-i", verb, resource, "-n", seedNamespace, "--as="+sa)

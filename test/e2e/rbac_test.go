@@ -42,9 +42,11 @@ func canI(user, namespace string, args ...string) string {
 func TestRBACTable(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	lbPodSA := "system:serviceaccount:" + seedNamespace + ":" + lbobjects.ObjectName(seedService)
+	// Every lb pod of the namespace's Services runs as its one identity.
+	lbPodSA := "system:serviceaccount:" + seedNamespace + ":" + lbobjects.IdentityName("", seedNamespace)
 	// The seed is up (the test may run alone, first): its lb pod and its backends.
-	waitLBPod(t, seedNamespace, seedService)
+	seedPod := waitLBPod(t, seedNamespace, seedService)
+	g.Expect(seedPod.Spec.ServiceAccountName).To(Equal("lbsvc-lbpod"))
 	g.Eventually(backendNames, time.Minute).WithArguments(t).Should(HaveLen(backendReplicas))
 	backends := backendNames(t)
 	other := "e2e-rbac-" + suffix()
@@ -124,14 +126,20 @@ func TestRBACTable(t *testing.T) {
 
 	// The lb pod: can-i does not run admission. Its own Lease (written by the pod that took the
 	// address over) may be updated; another Lease of its namespace, ours by its labels, may be
-	// neither updated nor created (the ValidatingAdmissionPolicy lbsvc-lbpod-lease).
-	asLBPod := "--as=" + lbPodSA
+	// neither updated nor created (the ValidatingAdmissionPolicy lbsvc-lbpod-lease, which reads
+	// the pod's name from its token): asked with a token the API server binds to the seed's lb
+	// pod, as the kubelet's is, and sent without the admin's client certificate.
+	token := strings.TrimSpace(kube(t, "create", "token", "lbsvc-lbpod", "-n", seedNamespace, "--bound-object-kind=Pod",
+		"--bound-object-name="+seedPod.Name, "--bound-object-uid="+string(seedPod.UID), "--duration=10m"))
+	server := strings.TrimSpace(kube(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
+	asLBPod := []string{"--kubeconfig=/dev/null", "--server=" + server, "--insecure-skip-tls-verify", "--token=" + token}
+	asPod := func(args ...string) (string, error) { return run(kubectl, append(args, asLBPod...)...) }
 	own := &coordinationv1.Lease{}
 	g.Eventually(func() error {
 		return k8s.Get(ctx, client.ObjectKey{Namespace: seedNamespace, Name: lbobjects.ObjectName(seedService)}, own)
 	}).WithTimeout(2*time.Minute).WithPolling(time.Second).Should(Succeed(), "the seed's lb pods created their Lease")
 	ownJSON := kube(t, "get", "lease", own.Name, "-n", seedNamespace, "-o", "json")
-	out, err = run(kubectl, "replace", "-f", write("own.json", ownJSON), "--dry-run=server", asLBPod)
+	out, err = asPod("replace", "-f", write("own.json", ownJSON), "--dry-run=server")
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(Equal("lease.coordination.k8s.io/" + own.Name + " replaced (server dry run)\n"))
 
@@ -139,17 +147,17 @@ func TestRBACTable(t *testing.T) {
 	kube(t, "create", "-f", write("another.yaml", leaseYAML(seedNamespace, another)))
 	t.Cleanup(func() { _, _ = run(kubectl, "delete", "lease", another, "-n", seedNamespace) })
 	denied := "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: " +
-		"an lb pod may write only its own Service's Lease " + own.Name + ", not " + another
+		"an lb pod may write only its own Service's Lease (the one its pod name " + seedPod.Name + " begins with), not " + another
 	anotherJSON := kube(t, "get", "lease", another, "-n", seedNamespace, "-o", "json")
-	out, err = run(kubectl, "replace", "-f", write("another.json", anotherJSON), "--dry-run=server", asLBPod)
+	out, err = asPod("replace", "-f", write("another.json", anotherJSON), "--dry-run=server")
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(out).To(ContainSubstring(denied))
 	fresh := "e2e-rbac-" + suffix()
-	out, err = run(kubectl, "create", "-f", write("fresh.yaml", leaseYAML(seedNamespace, fresh)), "--dry-run=server", asLBPod)
+	out, err = asPod("create", "-f", write("fresh.yaml", leaseYAML(seedNamespace, fresh)), "--dry-run=server")
 	g.Expect(err).To(HaveOccurred())
-	g.Expect(out).To(ContainSubstring("an lb pod may write only its own Service's Lease " + own.Name + ", not " + fresh))
+	g.Expect(out).To(ContainSubstring("an lb pod may write only its own Service's Lease (the one its pod name " + seedPod.Name + " begins with), not " + fresh))
 	// And nothing in another namespace (no binding there).
-	out, err = run(kubectl, "create", "-f", write("elsewhere.yaml", leaseYAML(other, own.Name)), "--dry-run=server", asLBPod)
+	out, err = asPod("create", "-f", write("elsewhere.yaml", leaseYAML(other, own.Name)), "--dry-run=server")
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(out).To(ContainSubstring(`cannot create resource "leases" in API group "coordination.k8s.io" in the namespace "` + other + `"`))
 }

@@ -132,9 +132,10 @@ func TestLBPodNamespaceRestrictedTenant(t *testing.T) {
 		g.Expect(ip.Status.Holders).To(ContainElement(HaveField("Pod", operatorNamespace+"/"+pods.Items[0].Name)))
 	}).WithTimeout(time.Minute).WithPolling(250 * time.Millisecond).Should(Succeed())
 	// The lb pod that took the address over created the Service's Lease in the tenant's namespace
-	// (its ServiceAccount lives in lbsvc-system: the RoleBinding beside the Service and the
-	// admission policy let it write that one Lease, named like the ServiceAccount), and the IP
-	// object shows that pod active.
+	// (it runs as lbsvc-lbpod-<tenant> in lbsvc-system: the RoleBinding beside the Service and
+	// the admission policy, which reads its pod name from its token, let it write that one
+	// Lease), and the IP object shows that pod active.
+	g.Expect(pods.Items[0].Spec.ServiceAccountName).To(Equal(lbobjects.IdentityName(operatorNamespace, tenant)))
 	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(svc), svc)).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		l := &coordinationv1.Lease{}

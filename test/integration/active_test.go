@@ -183,7 +183,7 @@ func TestReplicasObjects(t *testing.T) {
 		g.Expect(pdb.Spec.MaxUnavailable.IntValue()).To(Equal(1))
 		g.Expect(pdb.Labels[lbv1.ServiceUIDLabel]).To(Equal(string(getService(g, f.ns, "ha").UID)))
 		rb := &rbacv1.RoleBinding{}
-		g.Expect(k8s.Get(ctx, key, rb)).To(Succeed())
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: "lbsvc-lbpod"}, rb)).To(Succeed())
 		g.Expect(rb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "lbsvc-lbpod"}))
 	}, timeout, interval).Should(Succeed())
 	// The operator creates neither a Lease (the lb pods do) nor a Role (they are bound to the

@@ -429,14 +429,19 @@ func TestLBPodNamespace(t *testing.T) {
 	d := &appsv1.Deployment{}
 	g.Eventually(func() error { return k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, d) }, timeout, interval).Should(Succeed())
 	g.Expect(d.OwnerReferences).To(BeEmpty())
-	g.Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal(name))
+	// The lb pods of f.ns's Services share the ServiceAccount lbsvc-lbpod-<f.ns> in the lb pod
+	// namespace, bound in f.ns only, owned by no Service.
+	identity := lbobjects.IdentityName(system, f.ns)
+	g.Expect(identity).To(Equal("lbsvc-lbpod-" + f.ns))
+	g.Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal(identity))
 	g.Expect(d.Spec.Template.Labels).To(HaveKeyWithValue(lbv1.IPv4Label, f.ip("6")))
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &corev1.ServiceAccount{})).To(Succeed())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: identity}, &corev1.ServiceAccount{})).To(Succeed())
 	rb := &rbacv1.RoleBinding{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, rb)).To(Succeed())
-	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: system}}))
-	g.Expect(rb.OwnerReferences).To(HaveLen(1))
-	g.Expect(rb.OwnerReferences[0].UID).To(Equal(svc.UID))
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: identity}, rb)).To(Succeed())
+	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: identity, Namespace: system}}))
+	g.Expect(rb.OwnerReferences).To(BeEmpty())
+	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &corev1.ServiceAccount{}))).
+		To(BeTrue(), "no ServiceAccount of the Service's own")
 
 	// The moved Service: its old Deployment goes, and the new one waits until the old pod is
 	// gone, since both would hold the same address.
@@ -457,9 +462,9 @@ func TestLBPodNamespace(t *testing.T) {
 	g.Eventually(func(g Gomega) {
 		err := k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &appsv1.Deployment{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "deployment: %v", err)
-		err = k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, &corev1.ServiceAccount{})
-		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "service account: %v", err)
 	}, timeout, interval).Should(Succeed())
+	// The namespace's identity stays for its next Service.
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: identity}, &corev1.ServiceAccount{})).To(Succeed())
 }
 
 // The operator's metrics follow the story: a Subnet's used, available and draining gauges, the
@@ -708,7 +713,11 @@ func TestTeardownRemovesObjectsInPreviousLBPodNamespace(t *testing.T) {
 	f := newFixture(t)
 	addr := f.ip("91")
 	key, pod := servedFromLBPodNamespace(t, f, addr)
-	g.Eventually(func() error { return k8s.Get(ctx, key, &corev1.ServiceAccount{}) }, timeout, interval).Should(Succeed())
+	g.Eventually(func() error { return k8s.Get(ctx, key, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	// A ServiceAccount of the Service's own, as an earlier release left it there.
+	create(t, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: key.Name, Namespace: key.Namespace, Labels: map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
+		lbv1.ServiceUIDLabel: string(getService(g, f.ns, "web").UID), lbv1.ServiceNamespaceLabel: f.ns, lbv1.ServiceLabel: "web"}}})
 
 	stopOperator()
 	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) {

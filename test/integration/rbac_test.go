@@ -9,14 +9,19 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -63,55 +68,78 @@ func operatorConfig(ctx context.Context, env *envtest.Environment, c client.Clie
 	return user.Config(), nil
 }
 
-// An upgrade from a release with a Role per Service: the Service's RoleBinding names that Role,
-// and a roleRef cannot be changed. The operator (as its own ServiceAccount, which may neither
-// write Roles nor grant what it does not hold, only bind lbsvc-lbpod) deletes that binding and
-// creates it again bound to the ClusterRole lbsvc-lbpod, with the same subject; the old Role is
-// left alone (it goes with the Service, by its owner reference).
-func TestUpgradeRebindsToLBPodClusterRole(t *testing.T) {
+// An upgrade from a release with a ServiceAccount and RoleBinding per Service (here bound to a
+// Role per Service, as the release before that did): the Deployment moves to the namespace's
+// identity at once; the Service's own ServiceAccount and RoleBinding stay while the Deployment has
+// not rolled out (its old pods still run under them) and go, as the operator's own
+// ServiceAccount, once it has. The old Role is left alone (it goes with the Service, by its owner
+// reference). The identity has exactly the ClusterRole's rights, in the namespace only.
+func TestUpgradeToNamespaceIdentity(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	f := newFixture(t)
 	stopOperator()
 	svc := lbService(f.ns, "up", f.provider, f.ip("90"))
 	create(t, svc)
-	p := lbobjects.Params{ServiceName: "up", ServiceNamespace: f.ns, ServiceUID: svc.UID}
-	old := lbobjects.BuildRoleBinding(p)
-	old.RoleRef = rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "lb-svc-up"}
-	oldRole := &rbacv1.Role{ObjectMeta: *old.ObjectMeta.DeepCopy(), Rules: []rbacv1.PolicyRule{{APIGroups: []string{""},
+	own := metav1.ObjectMeta{Name: "lb-svc-up", Namespace: f.ns, Labels: map[string]string{lbv1.ComponentLabel: lbv1.ComponentLBPod,
+		lbv1.ServiceLabel: "up", lbv1.ServiceNamespaceLabel: f.ns, lbv1.ServiceUIDLabel: string(svc.UID)},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "up", UID: svc.UID, Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}}
+	oldSA := &corev1.ServiceAccount{ObjectMeta: *own.DeepCopy()}
+	oldRole := &rbacv1.Role{ObjectMeta: *own.DeepCopy(), Rules: []rbacv1.PolicyRule{{APIGroups: []string{""},
 		Resources: []string{"services"}, ResourceNames: []string{"up"}, Verbs: []string{"get", "list", "watch"}}}}
-	create(t, oldRole)
-	create(t, old)
+	oldRB := &rbacv1.RoleBinding{ObjectMeta: *own.DeepCopy(), RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "lb-svc-up"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "lb-svc-up", Namespace: f.ns}}}
+	for _, o := range []client.Object{oldSA, oldRole, oldRB} {
+		create(t, o)
+	}
 	startOperator(true)
 	waitAddress(t, f.ns, "up", f.ip("90"))
 
 	key := client.ObjectKey{Namespace: f.ns, Name: "lb-svc-up"}
+	identity := client.ObjectKey{Namespace: f.ns, Name: "lbsvc-lbpod"}
+	d := &appsv1.Deployment{}
 	g.Eventually(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+		g.Expect(d.Spec.Template.Spec.ServiceAccountName).To(Equal("lbsvc-lbpod"))
 		rb := &rbacv1.RoleBinding{}
-		g.Expect(k8s.Get(ctx, key, rb)).To(Succeed())
-		g.Expect(rb.UID).NotTo(Equal(old.UID), "a new binding")
+		g.Expect(k8s.Get(ctx, identity, rb)).To(Succeed())
 		g.Expect(rb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "lbsvc-lbpod"}))
-		g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "lb-svc-up", Namespace: f.ns}}))
-		g.Expect(rb.OwnerReferences).To(HaveLen(1))
-		g.Expect(rb.OwnerReferences[0].UID).To(Equal(svc.UID))
+		g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "lbsvc-lbpod", Namespace: f.ns}}))
+		g.Expect(k8s.Get(ctx, identity, &corev1.ServiceAccount{})).To(Succeed())
 	}, timeout, interval).Should(Succeed())
+	// No Deployment controller runs here: the Deployment has not rolled out, the old pair stays.
+	g.Consistently(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, key, &corev1.ServiceAccount{})).To(Succeed())
+		g.Expect(k8s.Get(ctx, key, &rbacv1.RoleBinding{})).To(Succeed())
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// The Deployment controller's report of a finished rollout.
+	g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+	n := *d.Spec.Replicas
+	d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: n, UpdatedReplicas: n, ReadyReplicas: n, AvailableReplicas: n}
+	g.Expect(k8s.Status().Update(ctx, d)).To(Succeed())
+	for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+		g.Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, key, o)) }, timeout, interval).Should(BeTrue(), "%T retired", o)
+	}
 	r := &rbacv1.Role{}
 	g.Expect(k8s.Get(ctx, key, r)).To(Succeed())
 	g.Expect(r.UID).To(Equal(oldRole.UID), "the old Role is left as it was")
+	g.Expect(k8s.Get(ctx, identity, &corev1.ServiceAccount{})).To(Succeed())
 
-	// The lb pod's ServiceAccount now has exactly the ClusterRole's rights in the namespace.
-	sa := "system:serviceaccount:" + f.ns + ":lb-svc-up"
+	// The identity now has exactly the ClusterRole's rights in the namespace, and none elsewhere.
+	sa := "system:serviceaccount:" + f.ns + ":lbsvc-lbpod"
 	for _, c := range []struct {
-		verb, group, resource, name string
-		allowed                     bool
-	}{{"get", "", "services", "up", true}, {"update", "coordination.k8s.io", "leases", "lb-svc-up", true},
-		{"delete", "coordination.k8s.io", "leases", "lb-svc-up", false}, {"get", "", "secrets", "", false}, {"patch", "", "pods", "", false}} {
+		ns, verb, group, resource, name string
+		allowed                         bool
+	}{{f.ns, "get", "", "services", "up", true}, {f.ns, "update", "coordination.k8s.io", "leases", "lb-svc-up", true},
+		{f.ns, "delete", "coordination.k8s.io", "leases", "lb-svc-up", false}, {f.ns, "get", "", "secrets", "", false},
+		{f.ns, "patch", "", "pods", "", false}, {"default", "get", "", "services", "", false}} {
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: sa,
 			Groups:             []string{"system:serviceaccounts", "system:serviceaccounts:" + f.ns},
-			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: f.ns, Verb: c.verb, Group: c.group, Resource: c.resource, Name: c.name}}}
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: c.ns, Verb: c.verb, Group: c.group, Resource: c.resource, Name: c.name}}}
 		g.Eventually(func(g Gomega) {
 			g.Expect(k8s.Create(ctx, sar)).To(Succeed())
-			g.Expect(sar.Status.Allowed).To(Equal(c.allowed), "%s %s %s", c.verb, c.resource, c.name)
+			g.Expect(sar.Status.Allowed).To(Equal(c.allowed), "%s %s %s in %s", c.verb, c.resource, c.name, c.ns)
 		}, timeout, interval).Should(Succeed())
 	}
 }

@@ -82,7 +82,7 @@ func TestSeedFlow(t *testing.T) {
 		"lb-svc-attachment.kube-system.kubernetes.io/gateway":        "172.18.0.1",
 		"lb-svc-attachment.kube-system.kubernetes.io/logical_switch": "attach-subnet",
 	}))
-	g.Expect(tpl.Spec.ServiceAccountName).To(Equal("lb-svc-test-service"))
+	g.Expect(tpl.Spec.ServiceAccountName).To(Equal("lbsvc-lbpod"))
 	g.Expect(*tpl.Spec.AutomountServiceAccountToken).To(BeTrue())
 	g.Expect(tpl.Spec.InitContainers).To(BeEmpty())
 	g.Expect(tpl.Spec.Containers).To(HaveLen(1))
@@ -118,16 +118,25 @@ func TestSeedFlow(t *testing.T) {
 	g.Expect(tpl.Spec.SecurityContext.SeccompProfile.Type).To(Equal(corev1.SeccompProfileTypeRuntimeDefault))
 	g.Expect(tpl.Spec.SecurityContext.Sysctls).To(BeEmpty()) // IPv4 under --forwarding-sysctls=ipv6
 
-	// No Role per Service: the lb pod is bound to the installed ClusterRole lbsvc-lbpod.
-	g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, &rbacv1.Role{}))).To(BeTrue())
+	// No Role, RoleBinding or ServiceAccount per Service: the lb pods of the namespace share the
+	// ServiceAccount lbsvc-lbpod, bound to the installed ClusterRole lbsvc-lbpod, owned by no
+	// Service.
+	for _, o := range []client.Object{&rbacv1.Role{}, &rbacv1.RoleBinding{}, &corev1.ServiceAccount{}} {
+		err := k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, o)
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "%T of the Service's own: %v", o, err)
+	}
+	identityLabels := map[string]string{"app.kubernetes.io/component": "lb-svc", "app.kubernetes.io/managed-by": "lbsvc-operator",
+		"lbsvc.io/identity": "namespace", "lbsvc.io/service-namespace": "default"}
 	rb := &rbacv1.RoleBinding{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, rb)).To(Succeed())
-	g.Expect(rb.OwnerReferences).To(Equal([]metav1.OwnerReference{owner}))
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lbsvc-lbpod"}, rb)).To(Succeed())
+	g.Expect(rb.OwnerReferences).To(BeEmpty())
+	g.Expect(rb.Labels).To(Equal(identityLabels))
 	g.Expect(rb.RoleRef).To(Equal(rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "lbsvc-lbpod"}))
-	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "lb-svc-test-service", Namespace: "default"}}))
+	g.Expect(rb.Subjects).To(Equal([]rbacv1.Subject{{Kind: "ServiceAccount", Name: "lbsvc-lbpod", Namespace: "default"}}))
 	sa := &corev1.ServiceAccount{}
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lb-svc-test-service"}, sa)).To(Succeed())
-	g.Expect(sa.OwnerReferences).To(Equal([]metav1.OwnerReference{owner}))
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: "lbsvc-lbpod"}, sa)).To(Succeed())
+	g.Expect(sa.OwnerReferences).To(BeEmpty())
+	g.Expect(sa.Labels).To(Equal(identityLabels))
 
 	// The lb pod condition follows the Deployment's Available condition, never a pod.
 	c = findCondition(svc.Status.Conditions, decide.ConditionLBPodAvailable)
@@ -403,7 +412,7 @@ func TestCleanup(t *testing.T) {
 			svc.Spec.LoadBalancerClass = ptr.To(lbv1.LoadBalancerClass)
 			create(t, svc)
 			svc = waitAddress(t, f.ns, "gone", f.ip("40"))
-			owned := []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &rbacv1.RoleBinding{}}
+			owned := []client.Object{&appsv1.Deployment{}}
 			for _, o := range owned {
 				g.Eventually(func(g Gomega) {
 					g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "lb-svc-gone"}, o)).To(Succeed())
@@ -419,6 +428,11 @@ func TestCleanup(t *testing.T) {
 
 			for _, o := range owned {
 				waitGone(t, o)
+			}
+			// The namespace's lb pod identity is no one Service's: it stays for the next.
+			for _, o := range []client.Object{&corev1.ServiceAccount{}, &rbacv1.RoleBinding{}} {
+				g.Expect(k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "lbsvc-lbpod"}, o)).To(Succeed())
+				g.Expect(o.GetOwnerReferences()).To(BeEmpty())
 			}
 			waitSubnetCounters(t, f.subnet, 0, 249)
 			if name == "deleted" {

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -20,8 +21,9 @@ import (
 // measureDesignFloor is the API server alone doing, for each of n Services, every write the
 // operator makes for a new Service with two lb pods, with the objects the operator's own builders
 // return: create the Service and its IP object and patch the Service's status (createAddressed);
-// patch its metadata (the mirror annotations); create the ServiceAccount, RoleBinding,
-// Deployment, PodDisruptionBudget and Event; patch the IP's status (the Lease is the lb pods'). No operator runs,
+// patch its metadata (the mirror annotations); create the election key's Secret, the namespace's
+// ServiceAccount and RoleBinding (the first Service only), Deployment, PodDisruptionBudget and
+// Event; patch the IP's status (the Lease is the lb pods'). No operator runs,
 // no reads or watches are served, and the writes go as the bench's admin (system:masters: no RBAC
 // or escalation checks, no priority and fairness), so it is a lower bound on what any operator
 // making these objects costs the API server here. It ends with the same list as measureFloor;
@@ -62,7 +64,8 @@ func measureDesignFloor(ctx context.Context, c client.Client, cfg config, timed 
 }
 
 // designObjects returns what the operator creates for the i-th Service of ns with two lb pods, in
-// its order: ServiceAccount, RoleBinding, Deployment, PodDisruptionBudget, and the Event it
+// its order: the election key's Secret, the namespace's ServiceAccount and RoleBinding (for the
+// first Service only: the rest share them), Deployment, PodDisruptionBudget, and the Event it
 // records.
 func designObjects(ns string, i int, uid types.UID) ([]client.Object, error) {
 	name := "svc-" + strconv.Itoa(i)
@@ -84,10 +87,16 @@ func designObjects(ns string, i int, uid types.UID) ([]client.Object, error) {
 		Type:           corev1.EventTypeNormal, Reason: "Allocated", Message: addr.String() + " from subnet bench-floor",
 		Source: corev1.EventSource{Component: "lbsvc-operator"}, Count: 1, FirstTimestamp: now, LastTimestamp: now,
 	}
-	var objs []client.Object
+	// The election key as the operator writes it (BuildHAKeySecret's, which names it after the
+	// claim's IP objects, with its 32 random bytes).
+	key := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-ha"}, Immutable: ptr.To(true),
+		Data: map[string][]byte{"key": make([]byte, 32)}}
+	objs := []client.Object{key}
 	for _, stage := range set.Stages() {
 		for _, o := range stage {
-			objs = append(objs, o)
+			if i == 0 || !lbobjects.IsIdentity(o) {
+				objs = append(objs, o)
+			}
 		}
 	}
 	return append(objs, event), nil
