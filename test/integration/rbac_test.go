@@ -126,6 +126,16 @@ func TestUpgradeToNamespaceIdentity(t *testing.T) {
 	g.Expect(r.UID).To(Equal(oldRole.UID), "the old Role is left as it was")
 	g.Expect(k8s.Get(ctx, identity, &corev1.ServiceAccount{})).To(Succeed())
 
+	// The namespace's binding deleted by hand wakes the Services it serves: it is back.
+	gone := &rbacv1.RoleBinding{}
+	g.Expect(k8s.Get(ctx, identity, gone)).To(Succeed())
+	g.Expect(k8s.Delete(ctx, gone)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		rb := &rbacv1.RoleBinding{}
+		g.Expect(k8s.Get(ctx, identity, rb)).To(Succeed())
+		g.Expect(rb.UID).NotTo(Equal(gone.UID))
+	}, timeout, interval).Should(Succeed())
+
 	// The identity now has exactly the ClusterRole's rights in the namespace, and none elsewhere.
 	sa := "system:serviceaccount:" + f.ns + ":lbsvc-lbpod"
 	for _, c := range []struct {
