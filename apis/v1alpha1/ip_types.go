@@ -173,7 +173,12 @@ type IP struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   IPSpec   `json:"spec"`
+	Spec IPSpec `json:"spec"`
+	// Status defaults to phase Bound (the API server fills it in when it reads an object stored
+	// without one): the claim that creates an IP object binds it, so that state costs no status
+	// write of its own; the IP controller writes only what differs (holders, Draining,
+	// Conflict, the members of a shared address).
+	// +kubebuilder:default={phase: Bound}
 	Status IPStatus `json:"status,omitempty"`
 }
 

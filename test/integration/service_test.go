@@ -62,6 +62,18 @@ func TestSeedFlow(t *testing.T) {
 	g.Expect(c.Reason).To(Equal(decide.ReasonAllocated))
 	g.Expect(c.Message).To(Equal("172.18.0.18 from subnet attach-subnet"))
 
+	// The IP object is Bound without a status write of its own (the CRD's default, filled in as
+	// the API server reads it): no pod holds it yet here, so the IP controller has nothing to
+	// write, and no manager ever wrote its status subresource.
+	ip := &lbv1.IP{}
+	g.Consistently(func(g Gomega) {
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Name: "172.18.0.18"}, ip)).To(Succeed())
+		g.Expect(ip.Status).To(Equal(lbv1.IPStatus{Phase: lbv1.IPBound}))
+		for _, m := range ip.ManagedFields {
+			g.Expect(m.Subresource).NotTo(Equal("status"), "status written by %s", m.Manager)
+		}
+	}, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
 	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: "test-service", UID: svc.UID,
 		Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}
 	d := &appsv1.Deployment{}
