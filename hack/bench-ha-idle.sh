@@ -2,8 +2,9 @@
 # Steady-state API writes of standby lb pods, on the running local cluster (make demo): creates N
 # Services (default 50) with two lb pods each, waits until every one has an active and a standby,
 # then counts for WINDOW seconds (default 60):
-#   - the writes of the lb pods: their Role allows exactly one write, an update of their
-#     Service's Lease, so every write shows as a new resourceVersion of a lb-svc-* Lease;
+#   - the writes of the lb pods: their rights (ClusterRole lbsvc-lbpod, narrowed by the Lease
+#     admission policy) allow only creating and updating their Service's Lease, so every write
+#     shows as a new resourceVersion of a lb-svc-* Lease;
 #   - every write the API server served, from its apiserver_request_total counters, for scale
 #     (node heartbeats, the operator's leader election, the scheduler's and controller manager's);
 #   - per lb pod process, by role (active: it holds an address on net1): RSS, PSS and private
