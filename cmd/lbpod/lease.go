@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -46,7 +45,7 @@ import (
 // When the Lease is absent the recorder creates it (the same name, labels and owner as the
 // operator builds), as one of those writes.
 type leaseRecorder struct {
-	client                             kubernetes.Interface
+	client                             apiClient
 	namespace, service, name, identity string
 	log                                *slog.Logger
 	kick                               chan struct{}
@@ -91,7 +90,7 @@ type heldTwice struct {
 	at       time.Time
 }
 
-func newLeaseRecorder(client kubernetes.Interface, namespace, service, name, identity string, log *slog.Logger) *leaseRecorder {
+func newLeaseRecorder(client apiClient, namespace, service, name, identity string, log *slog.Logger) *leaseRecorder {
 	return &leaseRecorder{client: client, namespace: namespace, service: service, name: name, identity: identity,
 		log: log.With("lease", namespace+"/"+name), kick: make(chan struct{}, 1), claims: make(chan ha.Claim, 1),
 		retryMax: 10 * time.Second, now: time.Now}
@@ -186,7 +185,7 @@ func (r *leaseRecorder) run(ctx context.Context) {
 // the election, and a record older than our claim while we hold (a Lease recreated empty), or
 // the Lease deleted while we hold, asks for a write. Its store is what annotations reads.
 func (r *leaseRecorder) watch() cache.Controller {
-	leases := r.client.CoordinationV1().Leases(r.namespace)
+	leases := r.client.Leases(r.namespace)
 	lw := oneByName(r.name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return leases.List(ctx, o)
 	}, leases.Watch)
@@ -258,7 +257,7 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 	if probing || (want == (ha.Claim{}) && note == nil && announce == nil && conflicts == nil) {
 		return nil // while the probe runs, its outcome is awaited: one write for both
 	}
-	leases := r.client.CoordinationV1().Leases(r.namespace)
+	leases := r.client.Leases(r.namespace)
 	l, err := leases.Get(ctx, r.name, metav1.GetOptions{})
 	absent := apierrors.IsNotFound(err)
 	switch {
@@ -351,7 +350,7 @@ func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, er
 		}
 		return lbobjects.BuildSharedLease(r.name, r.namespace, r.shared.ownerUID, r.shared.ip), nil
 	}
-	svc, err := r.client.CoreV1().Services(r.namespace).Get(ctx, r.service, metav1.GetOptions{})
+	svc, err := r.client.Services(r.namespace).Get(ctx, r.service, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("the Lease is absent; reading Service %s/%s to create it: %w", r.namespace, r.service, err)
 	}
@@ -378,7 +377,7 @@ func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, boo
 			return maps.Clone(obj.(*coordinationv1.Lease).Annotations), true, nil
 		}
 	}
-	l, err := r.client.CoordinationV1().Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})
+	l, err := r.client.Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil
 	}

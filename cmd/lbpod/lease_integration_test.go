@@ -22,7 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -67,8 +67,8 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 		}
 		return []any{ptr.Deref(l.Spec.HolderIdentity, ""), ptr.Deref(l.Spec.LeaseTransitions, -1), l.Annotations[v1alpha1.HAClaimAnnotation]}
 	}
-	a := newLeaseRecorder(podClient, ns, "web", name, podA, log)
-	b := newLeaseRecorder(podClient, ns, "web", name, podB, log)
+	a := newLeaseRecorder(podClient.api, ns, "web", name, podA, log)
+	b := newLeaseRecorder(podClient.api, ns, "web", name, podB, log)
 	go a.run(ctx)
 	go b.run(ctx)
 
@@ -129,7 +129,7 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 	// Another Lease of the namespace, ours by its labels, is out of reach: neither created nor
 	// updated (the admission policy).
 	otherRecorder := func() *leaseRecorder {
-		r := newLeaseRecorder(podClient, ns, "web", "lb-svc-other", podA, log)
+		r := newLeaseRecorder(podClient.api, ns, "web", "lb-svc-other", podA, log)
 		r.Claimed(ha.Claim{Term: 9, Priority: 100, Sender: macA})
 		return r
 	}
@@ -180,7 +180,7 @@ func TestLeaseRecorderConflict(t *testing.T) {
 	_, err := admin.CoordinationV1().Leases(ns).Create(ctx, lbobjects.BuildLease(name, serviceOf(params)), metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	b := newLeaseRecorder(podClient, ns, "web", name, podB, log)
+	b := newLeaseRecorder(podClient.api, ns, "web", name, podB, log)
 
 	for _, tc := range []struct {
 		name     string
@@ -195,7 +195,7 @@ func TestLeaseRecorderConflict(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := NewWithT(t)
 			updates := 0
-			hooked := &hookedClient{Interface: podClient, beforeUpdate: func() {
+			hooked := &hookedClient{apiClient: podClient.api, beforeUpdate: func() {
 				if updates++; updates == 1 {
 					b.Claimed(ha.Claim{Term: tc.between, Priority: 100, Sender: macB})
 					g.Expect(b.sync(ctx)).To(Succeed())
@@ -217,36 +217,43 @@ func TestLeaseRecorderConflict(t *testing.T) {
 
 // hookedClient runs beforeUpdate before each Lease Update, to land another write in between.
 type hookedClient struct {
-	kubernetes.Interface
+	apiClient
 	beforeUpdate func()
 }
 
-func (c *hookedClient) CoordinationV1() coordinationv1client.CoordinationV1Interface {
-	return hookedCoordination{c.Interface.CoordinationV1(), c.beforeUpdate}
-}
-
-type hookedCoordination struct {
-	coordinationv1client.CoordinationV1Interface
-	beforeUpdate func()
-}
-
-func (c hookedCoordination) Leases(ns string) coordinationv1client.LeaseInterface {
-	return hookedLeases{c.CoordinationV1Interface.Leases(ns), c.beforeUpdate}
+func (c *hookedClient) Leases(ns string) objectClient[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return hookedLeases{c.apiClient.Leases(ns), c.beforeUpdate}
 }
 
 type hookedLeases struct {
-	coordinationv1client.LeaseInterface
+	objectClient[*coordinationv1.Lease, *coordinationv1.LeaseList]
 	beforeUpdate func()
 }
 
 func (l hookedLeases) Update(ctx context.Context, lease *coordinationv1.Lease, o metav1.UpdateOptions) (*coordinationv1.Lease, error) {
 	l.beforeUpdate()
-	return l.LeaseInterface.Update(ctx, lease, o)
+	return l.objectClient.Update(ctx, lease, o)
+}
+
+// lbPodClients are two clients with one identity (an lb pod's): api, the client the lb pod itself
+// uses, for the code under test; and a clientset, for the checks of what that identity may do.
+type lbPodClients struct {
+	kubernetes.Interface
+	api apiClient
+}
+
+func newLBPodClients(t *testing.T, cfg *rest.Config) lbPodClients {
+	t.Helper()
+	api, err := newAPIClient(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lbPodClients{Interface: kubernetes.NewForConfigOrDie(cfg), api: api}
 }
 
 // startWithService starts the API server with Service "web" in namespace ns, and returns an admin
 // client, the Service's Params (two lb pods) and a client as its lb pod (lbPodClient).
-func startWithService(t *testing.T, ns string) (kubernetes.Interface, context.Context, lbobjects.Params, kubernetes.Interface) {
+func startWithService(t *testing.T, ns string) (kubernetes.Interface, context.Context, lbobjects.Params, lbPodClients) {
 	t.Helper()
 	g := NewWithT(t)
 	env, admin, ctx := startAPIServer(t, ns)
@@ -260,7 +267,7 @@ func startWithService(t *testing.T, ns string) (kubernetes.Interface, context.Co
 // lbPodClient is a client as the lb pod's ServiceAccount (its username, which the RoleBinding
 // names) with what the operator gives it: the RoleBinding to the ClusterRole lbsvc-lbpod, and the
 // Lease admission policy, both as shipped (installLBPodRBAC).
-func lbPodClient(t *testing.T, env *envtest.Environment, admin kubernetes.Interface, ctx context.Context, params lbobjects.Params) kubernetes.Interface {
+func lbPodClient(t *testing.T, env *envtest.Environment, admin kubernetes.Interface, ctx context.Context, params lbobjects.Params) lbPodClients {
 	t.Helper()
 	g := NewWithT(t)
 	ns := params.ServiceNamespace
@@ -268,7 +275,7 @@ func lbPodClient(t *testing.T, env *envtest.Environment, admin kubernetes.Interf
 	g.Expect(err).NotTo(HaveOccurred())
 	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + ns + ":" + lbobjects.BuildServiceAccount(params).Name}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	pod := kubernetes.NewForConfigOrDie(user.Config())
+	pod := newLBPodClients(t, user.Config())
 	installLBPodRBAC(t, admin, pod, ns)
 	return pod
 }

@@ -46,7 +46,7 @@ func TestLeaseRecordsProbe(t *testing.T) {
 	}
 
 	// A single lb pod: nothing running, it writes the outcome itself.
-	single := newLeaseRecorder(podClient, ns, "web", name, podA, log)
+	single := newLeaseRecorder(podClient.api, ns, "web", name, podA, log)
 	single.addrs = []netip.Addr{addr}
 	ann, found, err := single.annotations(ctx)
 	g.Expect([]any{ann, found, err}).To(Equal([]any{map[string]string(nil), false, nil}))
@@ -61,7 +61,7 @@ func TestLeaseRecordsProbe(t *testing.T) {
 	w, err := admin.CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 	g.Expect(err).NotTo(HaveOccurred())
 	defer w.Stop()
-	a := newLeaseRecorder(podClient, ns, "web", name, podA, log)
+	a := newLeaseRecorder(podClient.api, ns, "web", name, podA, log)
 	a.addrs = []netip.Addr{addr}
 	go a.run(ctx)
 	a.startProbe()
@@ -85,7 +85,7 @@ func TestLeaseRecordsProbe(t *testing.T) {
 	// A conflict goes with the claim too, and the list stays as it was.
 	mac, _ := net.ParseMAC("02:42:ac:12:00:05")
 	at := time.Date(2026, 11, 25, 1, 2, 3, 0, time.UTC)
-	b := newLeaseRecorder(podClient, ns, "web", name, podB, log)
+	b := newLeaseRecorder(podClient.api, ns, "web", name, podB, log)
 	b.addrs = []netip.Addr{addr}
 	go b.run(ctx)
 	b.startProbe()

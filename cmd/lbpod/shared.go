@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -132,7 +131,7 @@ func memberNamespaces(annotation, own string) (namespaces, malformed []string) {
 // member's status (membership) decide what it serves. A namespace whose Services it may not list
 // yet is retried with a bounded backoff, logged once, and holds nothing else back.
 type sharedSource struct {
-	client kubernetes.Interface
+	client apiClient
 	membership
 	// own is LBPOD_NAMESPACE, always watched.
 	own string
@@ -150,7 +149,7 @@ const cannotReadServiceAccount = "cannot read the ServiceAccount listing the mem
 
 // serviceAccounts lists and watches the lb pod's ServiceAccount by name.
 func (s *sharedSource) serviceAccounts() *cache.ListWatch {
-	sas := s.client.CoreV1().ServiceAccounts(s.podNamespace)
+	sas := s.client.ServiceAccounts(s.podNamespace)
 	return oneByName(s.serviceAccount, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return sas.List(ctx, o)
 	}, sas.Watch)
@@ -186,7 +185,7 @@ func (s *sharedSource) others(annotation string) []string {
 // labelled lists the labelled Services of a namespace.
 func (s *sharedSource) labelled(ctx context.Context, ns string, o metav1.ListOptions) (*corev1.ServiceList, error) {
 	o.LabelSelector = s.label
-	return s.client.CoreV1().Services(ns).List(ctx, o)
+	return s.client.Services(ns).List(ctx, o)
 }
 
 // Get reads the members once (lbpod init): those of own, and of each namespace the
@@ -379,7 +378,7 @@ func (w *sharedWatch) run(ctx context.Context, ns string, nw *nsWatch) {
 	}) {
 		return
 	}
-	services := s.client.CoreV1().Services(ns)
+	services := s.client.Services(ns)
 	lw := &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			return s.labelled(ctx, ns, o)

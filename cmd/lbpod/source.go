@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -80,7 +79,7 @@ func podNamespace(o options, readFile func(string) ([]byte, error)) string {
 }
 
 // newClient is the API client of the lb pod (in-cluster, or --kubeconfig).
-func newClient(o options) (kubernetes.Interface, error) {
+func newClient(o options) (apiClient, error) {
 	var cfg *rest.Config
 	var err error
 	if o.kubeconfig != "" {
@@ -92,7 +91,7 @@ func newClient(o options) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("API client config: %w", err)
 	}
 	cfg.UserAgent = "lbpod"
-	cs, err := kubernetes.NewForConfig(cfg)
+	cs, err := newAPIClient(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
@@ -230,7 +229,7 @@ func (f *fileSource) Run(ctx context.Context, sink serviceSink) {
 // Service only, so list and watch are narrowed by a field selector on its name; the informer
 // relists when a watch expires.
 type apiSource struct {
-	client          kubernetes.Interface
+	client          apiClient
 	namespace, name string
 	log             *slog.Logger
 }
@@ -238,7 +237,7 @@ type apiSource struct {
 func (a *apiSource) Get(ctx context.Context) ([]*corev1.Service, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	svc, err := a.client.CoreV1().Services(a.namespace).Get(ctx, a.name, metav1.GetOptions{})
+	svc, err := a.client.Services(a.namespace).Get(ctx, a.name, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("service %s/%s: %w", a.namespace, a.name, err)
 	}
@@ -246,7 +245,7 @@ func (a *apiSource) Get(ctx context.Context) ([]*corev1.Service, error) {
 }
 
 func (a *apiSource) Run(ctx context.Context, sink serviceSink) {
-	services := a.client.CoreV1().Services(a.namespace)
+	services := a.client.Services(a.namespace)
 	lw := oneByName(a.name, func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 		return services.List(ctx, o)
 	}, services.Watch)

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -53,8 +54,8 @@ func TestAPISourceWithSingleServiceRBAC(t *testing.T) {
 
 	user, err := env.AddUser(envtest.User{Name: "lb-svc-" + name}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	podClient := kubernetes.NewForConfigOrDie(user.Config())
-	src := &apiSource{client: podClient, namespace: ns, name: name, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	podClient := newLBPodClients(t, user.Config())
+	src := &apiSource{client: podClient.api, namespace: ns, name: name, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 
 	// The RBAC is as narrow as meant: the other Service, and a list without the selector, are refused.
 	_, err = podClient.CoreV1().Services(ns).Get(ctx, "other", metav1.GetOptions{})
@@ -129,12 +130,12 @@ func TestSharedSourceStatusIsTheProof(t *testing.T) {
 		}, metav1.CreateOptions{})
 		g.Expect(err).NotTo(HaveOccurred())
 	}
-	client := func(name string) kubernetes.Interface {
+	client := func(name string) *rest.Config {
 		user, err := env.AddUser(envtest.User{Name: name}, nil)
 		g.Expect(err).NotTo(HaveOccurred())
-		return kubernetes.NewForConfigOrDie(user.Config())
+		return user.Config()
 	}
-	podClient, tenant := client("lb-pod"), client("tenant")
+	podClient, tenant := newLBPodClients(t, client("lb-pod")), kubernetes.NewForConfigOrDie(client("tenant"))
 	create := func(c kubernetes.Interface, name string) *corev1.Service {
 		return createLabelled(ctx, g, c, ns, name, label)
 	}
@@ -151,7 +152,7 @@ func TestSharedSourceStatusIsTheProof(t *testing.T) {
 
 	m, err := newMembership(ns, "172.18.0.18", network)
 	g.Expect(err).NotTo(HaveOccurred())
-	src := &sharedSource{client: podClient, membership: m, own: ns, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
+	src := &sharedSource{client: podClient.api, membership: m, own: ns, log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 	got, err := src.Get(ctx)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(names(got)).To(Equal([]string{ns + "/a"}))
@@ -219,13 +220,13 @@ func TestSharedSourceAcrossNamespaces(t *testing.T) {
 	bind(nsC)
 	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + podNS + ":" + saName}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
-	podClient := kubernetes.NewForConfigOrDie(user.Config())
+	podClient := newLBPodClients(t, user.Config())
 	network, err := lbpod.ParseNetwork("172.18.0.18/16", "172.18.0.1", "172.18.0.0/16")
 	g.Expect(err).NotTo(HaveOccurred())
 	m, err := newMembership(nsA, "172.18.0.18", network)
 	g.Expect(err).NotTo(HaveOccurred())
 	start := func() func() []string {
-		src := &sharedSource{client: podClient, membership: m, own: nsA, podNamespace: podNS, serviceAccount: saName,
+		src := &sharedSource{client: podClient.api, membership: m, own: nsA, podNamespace: podNS, serviceAccount: saName,
 			log: slog.New(slog.NewTextHandler(os.Stderr, nil))}
 		box := newServiceBox()
 		go src.Run(ctx, box)
