@@ -118,7 +118,9 @@ func TestHALBPodGroupsApart(t *testing.T) {
 
 // BenchmarkHAIdleCPU: CPU time of an active and a standby lbpod replica (one UDP port, default
 // election settings: adverts every 100 ms, a lease renewed with each) over 20 s with nothing
-// changing, scaled to 60 s to compare with BenchmarkIdleCPU. Ticks are 10 ms (USER_HZ 100).
+// changing, scaled to 60 s to compare with BenchmarkIdleCPU. Ticks are 10 ms (USER_HZ 100). After
+// the window, the memory of each (memoryOf: RSS, PSS, private and anonymous KiB; the two share the
+// binary's pages, so PSS counts half of those in each). LBPOD_BIN=<a build> measures another one.
 func BenchmarkHAIdleCPU(b *testing.B) {
 	for range b.N {
 		tp := newHATopologyTB(b)
@@ -145,6 +147,8 @@ func BenchmarkHAIdleCPU(b *testing.B) {
 		time.Sleep(20 * time.Second) // the measurement window itself, not a wait for a condition
 		b.ReportMetric(float64(ticks(a)-a0)*10*3, "active-cpu-ms-per-60s")
 		b.ReportMetric(float64(ticks(s)-s0)*10*3, "standby-cpu-ms-per-60s")
+		reportMemory(b, "active", a.cmd.Process.Pid)
+		reportMemory(b, "standby", s.cmd.Process.Pid)
 	}
 }
 

@@ -29,8 +29,8 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// lbpodBin is the binary under test, built once by TestMain; loopDriverBin runs lbpod.Loop with
-// SetActive driven from stdin (test/dataplane/loopdriver).
+// lbpodBin is the binary under test, built once by TestMain (or given as LBPOD_BIN); loopDriverBin
+// runs lbpod.Loop with SetActive driven from stdin (test/dataplane/loopdriver).
 var lbpodBin, loopDriverBin string
 
 // nonftBin runs a command without nf_tables (test/dataplane/nonft), built once by TestMain.
@@ -63,6 +63,10 @@ func TestMain(m *testing.M) {
 			os.RemoveAll(dir)
 			os.Exit(1)
 		}
+	}
+	// LBPOD_BIN: test a prebuilt lbpod instead (the image's stripped build, another commit's).
+	if bin := os.Getenv("LBPOD_BIN"); bin != "" {
+		lbpodBin = bin
 	}
 	code := m.Run()
 	os.RemoveAll(dir)

@@ -33,6 +33,56 @@ func cpuTicks(pid int) (int64, error) {
 	return u + s, err
 }
 
+// memory is a process's memory in KiB, from /proc/<pid>/smaps_rollup. RSS counts the binary's clean
+// file pages in every process that maps them, PSS shares them out among those processes, private
+// (clean and dirty) is what one more process costs: its anonymous memory (heap, stacks, written
+// data: anon) and the binary's pages that no other process maps.
+type memory struct{ rss, pss, private, anon int64 }
+
+func memoryOf(pid int) (memory, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return memory{}, err
+	}
+	var m memory
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 3 || f[2] != "kB" {
+			continue
+		}
+		n, err := strconv.ParseInt(f[1], 10, 64)
+		if err != nil {
+			return memory{}, fmt.Errorf("/proc/%d/smaps_rollup: %q: %w", pid, line, err)
+		}
+		switch f[0] {
+		case "Rss:":
+			m.rss = n
+		case "Pss:":
+			m.pss = n
+		case "Private_Clean:", "Private_Dirty:":
+			m.private += n
+		case "Anonymous:":
+			m.anon = n
+		}
+	}
+	if m.rss == 0 {
+		return memory{}, fmt.Errorf("/proc/%d/smaps_rollup: no Rss", pid)
+	}
+	return m, nil
+}
+
+// reportMemory reports a process's memory (memoryOf) as benchmark metrics named after who.
+func reportMemory(b *testing.B, who string, pid int) {
+	m, err := memoryOf(pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(m.rss), who+"-rss-KiB")
+	b.ReportMetric(float64(m.pss), who+"-pss-KiB")
+	b.ReportMetric(float64(m.private), who+"-private-KiB")
+	b.ReportMetric(float64(m.anon), who+"-anon-KiB")
+}
+
 // BenchmarkIdleCPU: CPU time one ready lbpod (10 ports, default resync and announce periods)
 // uses over 60 s with nothing changing. Ticks are 10 ms (USER_HZ 100). With iptables-nft the
 // resyncs read no iptables table unless the kernel announced a ruleset change.
