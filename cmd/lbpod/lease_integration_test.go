@@ -133,7 +133,7 @@ func TestLeaseRecorderWithOperatorRBAC(t *testing.T) {
 		r.Claimed(ha.Claim{Term: 9, Priority: 100, Sender: macA})
 		return r
 	}
-	denied := "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: an lb pod may write only its own Service's Lease " + name + ", not lb-svc-other"
+	denied := "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: an lb pod may write only its own Service's Lease (the one its pod name " + podA + " begins with), not lb-svc-other"
 	err = otherRecorder().sync(ctx)
 	g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "create another Lease: %v", err)
 	g.Expect(err.Error()).To(Equal("leases.coordination.k8s.io \"lb-svc-other\" is forbidden: " + denied))
@@ -273,9 +273,14 @@ func lbPodClient(t *testing.T, env *envtest.Environment, admin kubernetes.Interf
 	ns := params.ServiceNamespace
 	_, err := admin.RbacV1().RoleBindings(ns).Create(ctx, lbobjects.BuildRoleBinding(params), metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + ns + ":" + lbobjects.BuildServiceAccount(params).Name}, nil)
-	g.Expect(err).NotTo(HaveOccurred())
-	pod := newLBPodClients(t, user.Config())
+	// As the namespace's lb pod ServiceAccount, with the pod name its token carries (the API server
+	// puts it in the user's extra; here impersonation does, from the admin's credentials:
+	// test/integration/leasepolicy holds the policy to real tokens bound to pods).
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":" + lbobjects.BuildServiceAccount(params).Name,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+		Extra:  map[string][]string{"authentication.kubernetes.io/pod-name": {podA}}}
+	pod := newLBPodClients(t, cfg)
 	installLBPodRBAC(t, admin, pod, ns)
 	return pod
 }
