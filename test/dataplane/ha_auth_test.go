@@ -157,7 +157,7 @@ func (tp *haTopology) startReplicaLBPod(r, svc string, extra ...string) *haRepli
 }
 
 // writeHAKey writes a key file as the operator's Secret holds it: 32 random bytes.
-func writeHAKey(t *testing.T) string {
+func writeHAKey(t testing.TB) string {
 	t.Helper()
 	keyFile := filepath.Join(t.TempDir(), "ha.key")
 	secret := make([]byte, 32)

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHALBPod runs the failover cases with the real lbpod binary, two replicas elected over net1
@@ -118,48 +122,150 @@ func TestHALBPodGroupsApart(t *testing.T) {
 }
 
 // BenchmarkHAIdleCPU: CPU time of an active and a standby lbpod replica (one UDP port, default
-// election settings: adverts every 100 ms, a lease renewed with each) over 20 s (HA_IDLE_WINDOW)
-// with nothing changing, scaled to 60 s to compare with BenchmarkIdleCPU. Ticks are 10 ms (USER_HZ
-// 100). After the window, the memory of each (memoryOf: RSS, PSS, private and anonymous KiB; the
-// two share the binary's pages, so PSS counts half of those in each). LBPOD_BIN=<a build> measures
-// another build.
+// election settings: adverts every 100 ms, authenticated, a lease renewed with each) with nothing
+// changing, in ms per 60 s, to compare with BenchmarkIdleCPU. The CPU time is the kernel's own
+// count in ns for the whole process, exited threads included (the process CPU clock,
+// clock_getcpuclockid(3)), not the 10 ms ticks of /proc/<pid>/stat, which over a 20 s window moved
+// in steps of 30 ms per minute. wakes-per-s are the context switches of all its threads
+// (/proc/<pid>/task/*/status): how often the process is put to sleep and woken, which is most of
+// what an idle Go process costs. Then the memory of each (reportMemory).
+//
+// Environment, for comparing builds and finding where the time goes:
+//   - LBSVC_IDLE_BINS="name=path,name=path": the lbpod binaries to measure, each with its own
+//     pair of replicas, alternating round after round (default: this tree's lbpod, named "this"),
+//     so that a change is compared with its baseline in the same run.
+//   - LBSVC_IDLE_WINDOW: the measurement window (default 30s).
+//   - LBSVC_IDLE_ROUNDS: how many times each binary is measured (default 1).
+//   - LBSVC_IDLE_PROFILE: a command run (by sh) on each replica over the window, with {pid},
+//     {secs} and {out} (<name>-<round>-<active|standby>) replaced, e.g.
+//     'perf record -q -g -p {pid} -o /tmp/{out}.data -- sleep {secs}' or
+//     'timeout {secs} strace -f -c -p {pid} -o /tmp/{out}.txt'.
 func BenchmarkHAIdleCPU(b *testing.B) {
-	window := 20 * time.Second
-	if w := os.Getenv("HA_IDLE_WINDOW"); w != "" {
-		var err error
-		if window, err = time.ParseDuration(w); err != nil || window <= 0 {
-			b.Fatalf("HA_IDLE_WINDOW %q: want a duration like 60s", w)
+	bins := [][2]string{{"this", lbpodBin}}
+	if v := os.Getenv("LBSVC_IDLE_BINS"); v != "" {
+		bins = nil
+		for _, nb := range strings.Split(v, ",") {
+			name, path, ok := strings.Cut(nb, "=")
+			if !ok {
+				b.Fatalf("LBSVC_IDLE_BINS %q: want name=path,name=path", v)
+			}
+			bins = append(bins, [2]string{name, path})
 		}
 	}
-	perMinute := float64(time.Minute) / float64(window)
-	for range b.N {
-		tp := newHATopologyTB(b)
-		tp.addClusterSide()
-		svc := filepath.Join(b.TempDir(), "svc.yaml")
-		writeService(b, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
-		start := func(r string) *haReplica {
-			return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-				"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4, "--replicas", "2",
-				"--service-file-poll", "1h") // as BenchmarkIdleCPU: the harness's file polling is no lb pod's cost
+	window := 30 * time.Second
+	if v := os.Getenv("LBSVC_IDLE_WINDOW"); v != "" {
+		var err error
+		if window, err = time.ParseDuration(v); err != nil {
+			b.Fatal(err)
 		}
-		a := start("a")
-		waitFor(b, 10*time.Second, "a active", func() bool { return a.role() == "active" })
-		s := start("b")
-		waitFor(b, 10*time.Second, "b standby", func() bool { return s.role() == "standby" })
-		ticks := func(r *haReplica) int64 {
-			n, err := cpuTicks(r.cmd.Process.Pid)
-			if err != nil {
+	}
+	rounds := 1
+	if v := os.Getenv("LBSVC_IDLE_ROUNDS"); v != "" {
+		var err error
+		if rounds, err = strconv.Atoi(v); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for round := range rounds {
+		for _, nb := range bins {
+			b.Run(nb[0], func(b *testing.B) {
+				for range b.N {
+					benchHAIdleCPU(b, nb[1], window, fmt.Sprintf("%s-%d", nb[0], round))
+				}
+			})
+		}
+	}
+}
+
+func benchHAIdleCPU(b *testing.B, bin string, window time.Duration, label string) {
+	tp := newHATopologyTB(b)
+	tp.addClusterSide()
+	svc := filepath.Join(b.TempDir(), "svc.yaml")
+	writeService(b, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
+	keyFile := writeHAKey(b) // as the operator runs them: every advert sealed and verified
+	start := func(r string) *haReplica {
+		return tp.startProcess(r, bin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4, "--replicas", "2",
+			"--ha-key-file", keyFile,
+			"--service-file-poll", "1h") // as BenchmarkIdleCPU: the harness's file polling is no lb pod's cost
+	}
+	a := start("a")
+	waitFor(b, 10*time.Second, "a active", func() bool { return a.role() == "active" })
+	s := start("b")
+	waitFor(b, 10*time.Second, "b standby", func() bool { return s.role() == "standby" })
+	time.Sleep(2 * time.Second) // past the start (the first resync, the standby's first apply)
+	type sample struct{ cpu, wakes int64 }
+	take := func(r *haReplica) sample {
+		pid := r.cmd.Process.Pid
+		cpu, err := processCPU(pid)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return sample{cpu, contextSwitches(pid)}
+	}
+	var profiles []*exec.Cmd
+	if tmpl := os.Getenv("LBSVC_IDLE_PROFILE"); tmpl != "" {
+		for role, r := range map[string]*haReplica{"active": a, "standby": s} {
+			line := strings.NewReplacer("{pid}", fmt.Sprint(r.cmd.Process.Pid), "{secs}", fmt.Sprint(window.Seconds()),
+				"{out}", label+"-"+role).Replace(tmpl)
+			cmd := exec.Command("sh", "-c", line)
+			cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+			if err := cmd.Start(); err != nil {
 				b.Fatal(err)
 			}
-			return n
+			profiles = append(profiles, cmd)
 		}
-		a0, s0 := ticks(a), ticks(s)
-		time.Sleep(window) // the measurement window itself, not a wait for a condition
-		b.ReportMetric(float64(ticks(a)-a0)*10*perMinute, "active-cpu-ms-per-60s")
-		b.ReportMetric(float64(ticks(s)-s0)*10*perMinute, "standby-cpu-ms-per-60s")
-		reportMemory(b, "active", a.cmd.Process.Pid)
-		reportMemory(b, "standby", s.cmd.Process.Pid)
 	}
+	a0, s0, t0 := take(a), take(s), time.Now()
+	time.Sleep(window) // the measurement window itself, not a wait for a condition
+	a1, s1, took := take(a), take(s), time.Since(t0)
+	for _, cmd := range profiles {
+		_ = cmd.Wait()
+	}
+	if a.role() != "active" || s.role() != "standby" {
+		b.Fatalf("roles changed during the window: a %s, b %s", a.role(), s.role())
+	}
+	perMin := func(ns int64) float64 { return float64(ns) / 1e6 * float64(time.Minute) / float64(took) }
+	perSec := func(n int64) float64 { return float64(n) / took.Seconds() }
+	b.ReportMetric(perMin(a1.cpu-a0.cpu), "active-cpu-ms-per-60s")
+	b.ReportMetric(perMin(s1.cpu-s0.cpu), "standby-cpu-ms-per-60s")
+	b.ReportMetric(perSec(a1.wakes-a0.wakes), "active-wakes-per-s")
+	b.ReportMetric(perSec(s1.wakes-s0.wakes), "standby-wakes-per-s")
+	// After the window, the memory of each (memoryOf: RSS, PSS, private and anonymous KiB; the
+	// two share the binary's pages, so PSS counts half of those in each).
+	reportMemory(b, "active", a.cmd.Process.Pid)
+	reportMemory(b, "standby", s.cmd.Process.Pid)
+}
+
+// processCPU returns the CPU time a process has used so far, all its threads together (exited
+// ones too), in ns: its process CPU clock (CLOCK_SCHED of MAKE_PROCESS_CPUCLOCK(pid), what
+// clock_getcpuclockid(3) returns), which any process may read.
+func processCPU(pid int) (int64, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(int32(^pid)<<3|2, &ts); err != nil {
+		return 0, fmt.Errorf("CPU clock of %d: %w", pid, err)
+	}
+	return ts.Nano(), nil
+}
+
+// contextSwitches sums the voluntary and involuntary context switches of a process's threads
+// (those still alive).
+func contextSwitches(pid int) int64 {
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	var n int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/status", pid, t.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.HasSuffix(k, "ctxt_switches") {
+				c, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				n += c
+			}
+		}
+	}
+	return n
 }
 
 // metrics fetches replica r's /metrics ("" when it does not answer).
