@@ -5,18 +5,33 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// The election's syscalls at every wake (the adverts sent and received, the link probe) are made
+// with unix.RawSyscall, which does not tell the Go scheduler: none of them blocks (the socket is
+// non-blocking, waits go through the runtime poller), and entering a syscall the ordinary way
+// (syscall.Syscall) wakes the runtime's sysmon thread whenever it sleeps, which it does between
+// two of our wakes. Woken, sysmon polls every 20 µs until the process is idle again, and takes
+// the only P (GOMAXPROCS 1) from a thread whose syscall outlasts one poll (a sendto through the
+// underlay's bridge takes ~40 µs), which then needs another thread woken to run: with ten wakes a
+// second, those wakes were most of an idle replica's CPU (BenchmarkHAIdleCPU).
 
 // conn is an AF_PACKET socket on net1 for the adverts. AF_PACKET needs only CAP_NET_RAW, and works
 // on a standby's net1, which has no IP address to send from.
 type conn struct {
 	f       *os.File
+	raw     syscall.RawConn
 	ifindex int
-	// fd is f's descriptor, for pending: reads through f hold f's read lock while they wait, so
-	// a second reader must go to the descriptor itself. It is valid until close.
+	// fd is f's descriptor, for send and pending: reads through f hold f's read lock while they
+	// wait, so a second reader must go to the descriptor itself. It is valid until close, which
+	// the runner's goroutine calls, the one that sends and calls pending.
 	fd int
+	// to is the multicast destination, as sendto takes it.
+	to unix.RawSockaddrLinklayer
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -72,31 +87,67 @@ func listen(ifname string, g Group, maxVersion uint8) (*conn, error) {
 		return fail("join "+MulticastMAC.String(), err)
 	}
 	// Non-blocking, so the runtime poller serves reads and Close unblocks them.
-	return &conn{f: os.NewFile(uintptr(fd), "ha-"+ifname), ifindex: ifi.Index, fd: fd}, nil
+	f := os.NewFile(uintptr(fd), "ha-"+ifname)
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("advert socket on %q: %w", ifname, err)
+	}
+	c := &conn{f: f, raw: raw, ifindex: ifi.Index, fd: fd, to: unix.RawSockaddrLinklayer{
+		Family: unix.AF_PACKET, Protocol: htons(EtherType), Ifindex: int32(ifi.Index), Halen: uint8(len(MulticastMAC))}}
+	copy(c.to.Addr[:], MulticastMAC)
+	return c, nil
 }
 
-// send multicasts one advert, encoded (Advert.Marshal or Key.Seal).
+// send multicasts one advert, encoded (Advert.Marshal or Key.Seal). A full send buffer (EAGAIN)
+// waits for room through the runtime poller.
 func (c *conn) send(frame []byte) error {
-	to := &unix.SockaddrLinklayer{Protocol: htons(EtherType), Ifindex: c.ifindex, Halen: uint8(len(MulticastMAC))}
-	copy(to.Addr[:], MulticastMAC)
-	raw, err := c.f.SyscallConn()
-	if err != nil {
+	if len(frame) == 0 {
+		return nil
+	}
+	err := c.sendto(frame)
+	if err != unix.EAGAIN {
 		return err
 	}
-	var sendErr error
-	if err := raw.Write(func(fd uintptr) bool {
-		sendErr = unix.Sendto(int(fd), frame, 0, to)
-		return sendErr != unix.EAGAIN
-	}); err != nil {
-		return err
+	if werr := c.raw.Write(func(uintptr) bool {
+		err = c.sendto(frame)
+		return err != unix.EAGAIN
+	}); werr != nil {
+		return werr
 	}
-	return sendErr
+	return err
+}
+
+func (c *conn) sendto(frame []byte) error {
+	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(c.fd), uintptr(unsafe.Pointer(&frame[0])), uintptr(len(frame)),
+		0, uintptr(unsafe.Pointer(&c.to)), unsafe.Sizeof(c.to))
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// recvfrom reads one queued frame without waiting (EAGAIN when there is none).
+func recvfrom(fd uintptr, buf []byte) (int, error) {
+	n, _, e := unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)),
+		unix.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
 
 // recv reads the next advert, blocking until one comes or c is closed; a frame that does not
 // parse is returned as an error.
 func (c *conn) recv(buf []byte) (Frame, error) {
-	n, err := c.f.Read(buf)
+	var n int
+	var err error
+	if rerr := c.raw.Read(func(fd uintptr) bool {
+		n, err = recvfrom(fd, buf)
+		return err != unix.EAGAIN
+	}); rerr != nil {
+		return Frame{}, rerr
+	}
 	if err != nil {
 		return Frame{}, err
 	}
@@ -109,7 +160,7 @@ func (c *conn) recv(buf []byte) (Frame, error) {
 func (c *conn) pending(buf []byte, max int) []Frame {
 	var got []Frame
 	for range max {
-		n, _, err := unix.Recvfrom(c.fd, buf, unix.MSG_DONTWAIT)
+		n, err := recvfrom(uintptr(c.fd), buf)
 		if err != nil {
 			break // EAGAIN: nothing more queued
 		}
@@ -125,7 +176,22 @@ func (c *conn) close() error { return c.f.Close() }
 // linkProbe reads an interface's index and whether it is up with a carrier (IFF_UP and
 // IFF_RUNNING) with two ioctls on a socket kept open: it runs at every wake (an active's ten a
 // second), and a netlink dump of every link would cost more than all the election's other work.
+// The ioctls are raw syscalls (see above); they do not block.
 type linkProbe struct{ fd int }
+
+// ifreq is struct ifreq: the name, then a union of which the ioctls here read an int (the index)
+// or a short (the flags).
+type ifreq struct {
+	name [unix.IFNAMSIZ]byte
+	data [24]byte
+}
+
+func (p *linkProbe) ioctl(req uint, ifr *ifreq) error {
+	if _, _, e := unix.RawSyscall(unix.SYS_IOCTL, uintptr(p.fd), uintptr(req), uintptr(unsafe.Pointer(ifr))); e != 0 {
+		return e
+	}
+	return nil
+}
 
 func newLinkProbe() (*linkProbe, error) {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
@@ -136,18 +202,19 @@ func newLinkProbe() (*linkProbe, error) {
 }
 
 func (p *linkProbe) state(ifname string) (index int, up bool) {
-	ifr, err := unix.NewIfreq(ifname)
-	if err != nil {
+	var ifr ifreq
+	if len(ifname) >= len(ifr.name) {
 		return 0, false
 	}
-	if err := unix.IoctlIfreq(p.fd, unix.SIOCGIFINDEX, ifr); err != nil {
+	copy(ifr.name[:], ifname)
+	if err := p.ioctl(unix.SIOCGIFINDEX, &ifr); err != nil {
 		return 0, false
 	}
-	index = int(ifr.Uint32())
-	if err := unix.IoctlIfreq(p.fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+	index = int(binary.NativeEndian.Uint32(ifr.data[:]))
+	if err := p.ioctl(unix.SIOCGIFFLAGS, &ifr); err != nil {
 		return 0, false
 	}
-	flags := ifr.Uint16()
+	flags := binary.NativeEndian.Uint16(ifr.data[:])
 	return index, flags&unix.IFF_UP != 0 && flags&unix.IFF_RUNNING != 0
 }
 
