@@ -1,12 +1,15 @@
 package lbpod
 
 import (
+	"encoding/binary"
 	"errors"
-	"net"
+	"maps"
 	"net/netip"
+	"slices"
+	"syscall"
 	"testing"
 
-	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 func TestVerdict(t *testing.T) {
@@ -62,21 +65,84 @@ func TestShouldAnnounce(t *testing.T) {
 
 func TestRenewalIsNotDrift(t *testing.T) {
 	held := []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16"), netip.MustParsePrefix("fd00::18/64")}
-	upd := func(ip string, add bool) netlink.AddrUpdate {
-		return netlink.AddrUpdate{LinkAddress: net.IPNet{IP: net.ParseIP(ip)}, NewAddr: add}
-	}
 	for _, tc := range []struct {
-		u    netlink.AddrUpdate
-		want bool
+		ip    string
+		added bool
+		want  bool
 	}{
-		{upd("172.18.0.18", true), true}, // IPv4 in its 16-byte form, as net.ParseIP gives it
-		{upd("fd00::18", true), true},
-		{upd("172.18.0.18", false), false}, // lapsed or deleted: a repair
-		{upd("172.18.0.19", true), false},  // someone else's address
-		{upd("10.0.0.1", true), false},
+		{"::ffff:172.18.0.18", true, true}, // IPv4 in its 16-byte form
+		{"172.18.0.18", true, true},
+		{"fd00::18", true, true},
+		{"172.18.0.18", false, false}, // lapsed or deleted: a repair
+		{"172.18.0.19", true, false},  // someone else's address
+		{"10.0.0.1", true, false},
 	} {
-		if got := renewal(tc.u, held); got != tc.want {
-			t.Errorf("renewal(%s new=%t) = %t, want %t", tc.u.LinkAddress.IP, tc.u.NewAddr, got, tc.want)
+		if got := renewal(netip.MustParseAddr(tc.ip), tc.added, held); got != tc.want {
+			t.Errorf("renewal(%s added=%t) = %t, want %t", tc.ip, tc.added, got, tc.want)
+		}
+	}
+}
+
+// nlMessage builds a netlink message of type typ: its fixed header (hdrLen bytes of zeros but
+// for the family, first) and the attributes, as the kernel sends an event.
+func nlMessage(typ uint16, hdrLen int, family byte, attrs map[uint16][]byte) syscall.NetlinkMessage {
+	data := make([]byte, hdrLen)
+	data[0] = family
+	for _, k := range slices.Sorted(maps.Keys(attrs)) {
+		v := attrs[k]
+		a := make([]byte, (4+len(v)+3)&^3)
+		binary.NativeEndian.PutUint16(a[0:], uint16(4+len(v)))
+		binary.NativeEndian.PutUint16(a[2:], k)
+		copy(a[4:], v)
+		data = append(data, a...)
+	}
+	return syscall.NetlinkMessage{Header: syscall.NlMsghdr{Type: typ, Len: uint32(syscall.NLMSG_HDRLEN + len(data))}, Data: data}
+}
+
+// The kernel watch reads a link's name and an address's IFA_LOCAL (else IFA_ADDRESS) from the
+// events, and wakes the loop for the interfaces it serves and for global addresses but the held
+// ones' renewals.
+func TestKernelEvents(t *testing.T) {
+	held := []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16"), netip.MustParsePrefix("fd00::18/64")}
+	ifaces := []string{"net1", "eth0"}
+	addr := func(typ uint16, family byte, attrs map[uint16][]byte) syscall.NetlinkMessage {
+		return nlMessage(typ, syscall.SizeofIfAddrmsg, family, attrs)
+	}
+	link := func(typ uint16, name string) syscall.NetlinkMessage {
+		return nlMessage(typ, syscall.SizeofIfInfomsg, 0, map[uint16][]byte{unix.IFLA_IFNAME: append([]byte(name), 0), unix.IFLA_MTU: {0, 5, 0, 0}})
+	}
+	ip := func(s string) []byte { return netip.MustParseAddr(s).AsSlice() }
+	for name, tc := range map[string]struct {
+		m       syscall.NetlinkMessage
+		want    kernelEvent
+		ok      bool
+		matters bool
+	}{
+		"net1 changed": {link(unix.RTM_NEWLINK, "net1"), kernelEvent{link: "net1"}, true, true},
+		"eth0 deleted": {link(unix.RTM_DELLINK, "eth0"), kernelEvent{link: "eth0"}, true, true},
+		"another link": {link(unix.RTM_NEWLINK, "veth9"), kernelEvent{link: "veth9"}, true, false},
+		"renewal": {addr(unix.RTM_NEWADDR, unix.AF_INET, map[uint16][]byte{unix.IFA_ADDRESS: ip("172.18.0.18"), unix.IFA_LOCAL: ip("172.18.0.18")}),
+			kernelEvent{isAddr: true, addr: netip.MustParseAddr("172.18.0.18"), newAddr: true}, true, false},
+		"IPv4 with a peer": {addr(unix.RTM_NEWADDR, unix.AF_INET, map[uint16][]byte{unix.IFA_ADDRESS: ip("172.18.0.1"), unix.IFA_LOCAL: ip("172.18.0.18")}),
+			kernelEvent{isAddr: true, addr: netip.MustParseAddr("172.18.0.18"), newAddr: true}, true, false},
+		"held address removed": {addr(unix.RTM_DELADDR, unix.AF_INET, map[uint16][]byte{unix.IFA_ADDRESS: ip("172.18.0.18"), unix.IFA_LOCAL: ip("172.18.0.18")}),
+			kernelEvent{isAddr: true, addr: netip.MustParseAddr("172.18.0.18")}, true, true},
+		"IPv6 renewal": {addr(unix.RTM_NEWADDR, unix.AF_INET6, map[uint16][]byte{unix.IFA_ADDRESS: ip("fd00::18"), unix.IFA_CACHEINFO: make([]byte, 16)}),
+			kernelEvent{isAddr: true, addr: netip.MustParseAddr("fd00::18"), newAddr: true}, true, false},
+		"another address": {addr(unix.RTM_NEWADDR, unix.AF_INET6, map[uint16][]byte{unix.IFA_ADDRESS: ip("fd00::19")}),
+			kernelEvent{isAddr: true, addr: netip.MustParseAddr("fd00::19"), newAddr: true}, true, true},
+		"link-local": {addr(unix.RTM_NEWADDR, unix.AF_INET6, map[uint16][]byte{unix.IFA_ADDRESS: ip("fe80::1")}),
+			kernelEvent{isAddr: true, addr: netip.MustParseAddr("fe80::1"), newAddr: true}, true, false},
+		"a route":         {nlMessage(unix.RTM_NEWROUTE, syscall.SizeofRtMsg, unix.AF_INET, nil), kernelEvent{}, false, false},
+		"no address attr": {addr(unix.RTM_NEWADDR, unix.AF_INET, nil), kernelEvent{isAddr: true, newAddr: true}, false, false},
+	} {
+		ev, ok := parseKernelEvent(tc.m)
+		if ev != tc.want || ok != tc.ok {
+			t.Errorf("%s: parseKernelEvent = %+v, %t; want %+v, %t", name, ev, ok, tc.want, tc.ok)
+			continue
+		}
+		if got := ok && ev.matters(held, ifaces); got != tc.matters {
+			t.Errorf("%s: matters = %t, want %t", name, got, tc.matters)
 		}
 	}
 }

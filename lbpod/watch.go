@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -17,70 +19,156 @@ import (
 // watchKernel signals the link and address changes that matter (net1 or eth0 recreated, up or
 // down, a new MAC; a global address added or removed) so that they are repaired at once rather
 // than at the next resync. Link-local addresses come and go with IPv6 DAD and are not ours.
+//
+// The events come from one non-blocking netlink socket read through the runtime poller, not from
+// netlink.LinkSubscribe and AddrSubscribe: those read a blocking socket each, so every event (an
+// active's four lifetime renewals a second among them) woke a thread parked in a syscall, which
+// then had to win the only P back, and whose next read let sysmon take the P away again and wake
+// yet another thread to poll: four thread wakes or more per event. Through the poller, an event
+// that comes while the process runs is read on the same thread before it sleeps.
 func watchKernel(ctx context.Context, log *slog.Logger, held []netip.Prefix, ifaces ...string) <-chan struct{} {
 	out := make(chan struct{}, 1)
-	links := make(chan netlink.LinkUpdate, 64)
-	addrs := make(chan netlink.AddrUpdate, 64)
-	onErr := func(err error) {
-		if ctx.Err() == nil { // closing the socket on shutdown is not worth a warning
-			log.Warn("netlink subscription", "err", err)
-		}
-	}
-	if err := netlink.LinkSubscribeWithOptions(links, ctx.Done(), netlink.LinkSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		log.Warn("no netlink link events; relying on the periodic resync", "err", err)
-		close(links)
-	}
-	if err := netlink.AddrSubscribeWithOptions(addrs, ctx.Done(), netlink.AddrSubscribeOptions{ErrorCallback: onErr}); err != nil {
-		log.Warn("no netlink address events; relying on the periodic resync", "err", err)
-		close(addrs)
-	}
 	notify := func() {
 		select {
 		case out <- struct{}{}:
 		default:
 		}
 	}
+	events, err := subscribeRoute(unix.RTMGRP_LINK | unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR)
+	if err != nil {
+		log.Warn("no netlink link or address events; relying on the periodic resync", "err", err)
+		return out
+	}
 	go func() {
-		for links != nil || addrs != nil {
-			select {
-			case <-ctx.Done():
+		<-ctx.Done()
+		events.Close()
+	}()
+	raw, err := events.SyscallConn()
+	if err != nil {
+		events.Close()
+		log.Warn("no netlink link or address events; relying on the periodic resync", "err", err)
+		return out
+	}
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := readEvents(raw, buf)
+			if errors.Is(err, unix.ENOBUFS) {
+				notify() // events were lost: look
+				continue
+			}
+			if err != nil {
+				if ctx.Err() == nil { // closing the socket on shutdown is not worth a warning
+					log.Warn("netlink events ended; relying on the periodic resync", "err", err)
+				}
 				return
-			case u, ok := <-links:
-				if !ok {
-					links = nil
-					continue
-				}
-				if slices.Contains(ifaces, u.Attrs().Name) {
-					notify()
-				}
-			case u, ok := <-addrs:
-				if !ok {
-					addrs = nil
-					continue
-				}
-				if !u.LinkAddress.IP.IsLinkLocalUnicast() && !renewal(u, held) {
+			}
+			msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+			if err != nil {
+				notify() // cannot tell what changed: look
+				continue
+			}
+			for _, m := range msgs {
+				if ev, ok := parseKernelEvent(m); ok && ev.matters(held, ifaces) {
 					notify()
 				}
 			}
-		}
-		if ctx.Err() == nil {
-			log.Warn("netlink subscriptions closed; relying on the periodic resync")
 		}
 	}()
 	return out
 }
 
-// renewal says whether u is the LB address being added or replaced: with standbys the active
-// renews the address's kernel lifetime four times a second, and each renewal is an RTM_NEWADDR
-// that would otherwise wake the loop for a snapshot that finds nothing changed. Taking the
-// address is the loop's own change (it snapshots after it); a removal (lifetime lapsed, deleted
-// by hand) still wakes it.
-func renewal(u netlink.AddrUpdate, held []netip.Prefix) bool {
-	if !u.NewAddr {
-		return false
+// subscribeRoute opens a non-blocking NETLINK_ROUTE socket joined to groups, as a file the runtime
+// poller serves (Close unblocks a read).
+func subscribeRoute(groups uint32) (*os.File, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, err
 	}
-	a, ok := netip.AddrFromSlice(u.LinkAddress.IP)
-	if !ok {
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: groups}); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "netlink-route-events"), nil
+}
+
+// readEvents waits for the next datagram of events and reads it into buf.
+func readEvents(raw syscall.RawConn, buf []byte) (int, error) {
+	var n int
+	var rerr error
+	if err := raw.Read(func(fd uintptr) bool {
+		n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+		return rerr != unix.EAGAIN
+	}); err != nil {
+		return 0, err
+	}
+	return n, rerr
+}
+
+// kernelEvent is what watchKernel reads of one netlink event: a link's name, or an address added
+// or removed.
+type kernelEvent struct {
+	link    string // RTM_NEWLINK, RTM_DELLINK
+	isAddr  bool   // RTM_NEWADDR, RTM_DELADDR
+	addr    netip.Addr
+	newAddr bool
+}
+
+// parseKernelEvent decodes a link or address event; ok is false for any other message. An
+// address is IFA_LOCAL when there is one (IPv4, and IPv6 with a peer), else IFA_ADDRESS, as
+// netlink.AddrSubscribe reads it.
+func parseKernelEvent(m syscall.NetlinkMessage) (ev kernelEvent, ok bool) {
+	switch m.Header.Type {
+	case unix.RTM_NEWLINK, unix.RTM_DELLINK, unix.RTM_NEWADDR, unix.RTM_DELADDR:
+	default:
+		return ev, false
+	}
+	attrs, err := syscall.ParseNetlinkRouteAttr(&m)
+	if err != nil {
+		return ev, false
+	}
+	if m.Header.Type == unix.RTM_NEWLINK || m.Header.Type == unix.RTM_DELLINK {
+		for _, a := range attrs {
+			if a.Attr.Type == unix.IFLA_IFNAME {
+				ev.link = strings.TrimRight(string(a.Value), "\x00")
+			}
+		}
+		return ev, ev.link != ""
+	}
+	ev.isAddr, ev.newAddr = true, m.Header.Type == unix.RTM_NEWADDR
+	var local, address netip.Addr
+	for _, a := range attrs {
+		ip, ok := netip.AddrFromSlice(a.Value)
+		switch {
+		case !ok:
+		case a.Attr.Type == unix.IFA_LOCAL:
+			local = ip
+		case a.Attr.Type == unix.IFA_ADDRESS:
+			address = ip
+		}
+	}
+	if ev.addr = local; !ev.addr.IsValid() {
+		ev.addr = address
+	}
+	return ev, ev.addr.IsValid()
+}
+
+// matters says whether the event may need a repair: a change of one of ifaces, or a global
+// address added or removed that is not a renewal of a held address.
+func (ev kernelEvent) matters(held []netip.Prefix, ifaces []string) bool {
+	if !ev.isAddr {
+		return slices.Contains(ifaces, ev.link)
+	}
+	return !ev.addr.Unmap().IsLinkLocalUnicast() && !renewal(ev.addr, ev.newAddr, held)
+}
+
+// renewal says whether an address event is the LB address being added or replaced: with
+// standbys the active renews the address's kernel lifetime four times a second, and each renewal
+// is an RTM_NEWADDR that would otherwise wake the loop for a snapshot that finds nothing changed.
+// Taking the address is the loop's own change (it snapshots after it); a removal (lifetime
+// lapsed, deleted by hand) still wakes it.
+func renewal(a netip.Addr, added bool, held []netip.Prefix) bool {
+	if !added {
 		return false
 	}
 	for _, p := range held {
