@@ -170,8 +170,10 @@ func (r *runner) run(ctx context.Context) error {
 	out := r.handle(Event{Kind: Start, Now: r.now()})
 	r.linkUp, r.ready = true, true
 	out = r.pollLink(out)
-	timer := time.NewTimer(time.Until(r.origin.Add(out.Wake)))
-	defer timer.Stop()
+	wake := newWaker()
+	defer wake.close()
+	at := r.origin.Add(out.Wake)
+	wake.reset(time.Until(at))
 	done := ctx.Done()
 	var claims <-chan Claim
 	if r.opts.Record != nil {
@@ -189,7 +191,11 @@ func (r *runner) run(ctx context.Context) error {
 			out = r.received(out, a)
 		case c := <-claims:
 			out = r.handle(Event{Kind: Superseded, Now: r.now(), Claim: c})
-		case <-timer.C:
+		case <-wake.C:
+			if early := time.Until(at); early > 0 {
+				wake.reset(early) // a fire from before the last reset
+				continue
+			}
 			out = r.pollLink(out)
 			if !out.Done && r.m.ClaimDue(r.now()) {
 				out = r.drain(out)
@@ -211,7 +217,8 @@ func (r *runner) run(ctx context.Context) error {
 				out = r.handle(Event{Kind: Verified, Now: r.now()})
 			}
 		}
-		timer.Reset(time.Until(r.origin.Add(out.Wake)))
+		at = r.origin.Add(out.Wake)
+		wake.reset(time.Until(at))
 	}
 	return nil
 }

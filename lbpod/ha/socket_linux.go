@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -219,3 +220,84 @@ func (p *linkProbe) state(ifname string) (index int, up bool) {
 }
 
 func (p *linkProbe) close() { unix.Close(p.fd) }
+
+// waker is the runner's timer: a timerfd that the runtime poller serves, rather than a time.Timer.
+// sysmon sleeps until the next Go timer: with the runner's timer, it woke with each of an
+// active's ten wakes a second, and again up to 10 ms later, before it saw the process idle and
+// slept on. A timerfd wakes only the thread waiting in the poller (BenchmarkHAIdleCPU). Where no
+// timerfd can be made, it is a time.Timer.
+type waker struct {
+	// C receives when the timer fires; a receive may be stale (a fire just before reset), so the
+	// runner checks the time.
+	C     chan struct{}
+	f     *os.File
+	fd    int
+	timer *time.Timer // the fallback
+}
+
+func newWaker() *waker {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return newTimerWaker()
+	}
+	w := &waker{C: make(chan struct{}, 1), f: os.NewFile(uintptr(fd), "ha-timer"), fd: fd}
+	raw, err := w.f.SyscallConn()
+	if err != nil {
+		w.f.Close()
+		return newTimerWaker()
+	}
+	go func() {
+		var n [8]byte // the expirations since the last read
+		for {
+			if err := raw.Read(func(fd uintptr) bool {
+				_, _, e := unix.RawSyscall(unix.SYS_READ, fd, uintptr(unsafe.Pointer(&n[0])), uintptr(len(n)))
+				return e != unix.EAGAIN
+			}); err != nil {
+				return // closed
+			}
+			w.fire()
+		}
+	}()
+	return w
+}
+
+// newTimerWaker is the fallback waker, on a time.Timer.
+func newTimerWaker() *waker {
+	w := &waker{C: make(chan struct{}, 1)}
+	w.timer = time.AfterFunc(time.Hour, w.fire)
+	w.timer.Stop()
+	return w
+}
+
+func (w *waker) fire() {
+	select {
+	case w.C <- struct{}{}:
+	default:
+	}
+}
+
+// reset (re)arms the timer to fire once after d, at once when d is not positive; a fire already
+// waiting in C is dropped first (a fire of the timer as it was armed before may still follow).
+func (w *waker) reset(d time.Duration) {
+	select {
+	case <-w.C:
+	default:
+	}
+	d = max(d, time.Nanosecond) // 0 would disarm a timerfd
+	if w.timer != nil {
+		w.timer.Reset(d)
+	} else {
+		spec := unix.ItimerSpec{Value: unix.NsecToTimespec(int64(d))}
+		if _, _, e := unix.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(w.fd), 0, uintptr(unsafe.Pointer(&spec)), 0, 0, 0); e != 0 {
+			w.fire() // cannot happen with a valid spec; wake at once rather than never
+		}
+	}
+}
+
+func (w *waker) close() {
+	if w.timer != nil {
+		w.timer.Stop()
+		return
+	}
+	w.f.Close()
+}
