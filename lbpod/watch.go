@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -92,17 +93,22 @@ func subscribeRoute(groups uint32) (*os.File, error) {
 	return os.NewFile(uintptr(fd), "netlink-route-events"), nil
 }
 
-// readEvents waits for the next datagram of events and reads it into buf.
+// readEvents waits for the next datagram of events and reads it into buf. The read is a raw
+// syscall (it does not block): entering the scheduler for it would wake sysmon, as ha's socket
+// explains, at each of the active's renewals.
 func readEvents(raw syscall.RawConn, buf []byte) (int, error) {
-	var n int
-	var rerr error
+	var n uintptr
+	var errno syscall.Errno
 	if err := raw.Read(func(fd uintptr) bool {
-		n, _, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
-		return rerr != unix.EAGAIN
+		n, _, errno = unix.RawSyscall6(unix.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), unix.MSG_DONTWAIT, 0, 0)
+		return errno != unix.EAGAIN
 	}); err != nil {
 		return 0, err
 	}
-	return n, rerr
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
 }
 
 // kernelEvent is what watchKernel reads of one netlink event: a link's name, or an address added
