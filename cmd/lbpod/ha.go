@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -172,12 +170,14 @@ type loopHolder struct {
 	// active not confirmed for longer may have been frozen and replaced.
 	dead time.Duration
 	now  func() time.Time // time.Now; tests step it
-	// nl is Renew's netlink socket, opened at the first renewal (Renew runs on the election's
-	// goroutine only); link is the interface it renews on, looked up once and again only after a
-	// renewal failed (net1 recreated): the lookup reads and decodes every attribute of the link,
-	// and cost the active lb pod more CPU than the renewal itself (11 % of it, 3 lookups a second).
-	nl   *netlink.Handle
-	link netlink.Link
+	// nl and renewer are Renew's netlink sockets, opened at the first renewal (Renew runs on the
+	// election's goroutine only). nl looks up link, the interface it renews on, once and again
+	// only after a renewal failed (net1 recreated): the lookup reads and decodes every attribute
+	// of the link, and cost the active lb pod more CPU than the renewal itself (11 % of it, 3
+	// lookups a second). renewer replaces the addresses (addrRenewer).
+	nl      *netlink.Handle
+	link    netlink.Link
+	renewer *addrRenewer
 	// prober, when set, probes the underlay at the first takeover (prober.check); probing says it
 	// runs now, during which the addresses stay off net1 (the loop is not made active and Renew
 	// puts nothing on). ctx bounds it.
@@ -409,12 +409,7 @@ func (h *loopHolder) replaceAddrs(secs int) error {
 	}
 	var errs []error
 	for _, p := range h.addrs {
-		a := &netlink.Addr{IPNet: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())},
-			ValidLft: secs, PreferedLft: secs}
-		if p.Addr().Is6() {
-			a.Flags = unix.IFA_F_NODAD // as the loop adds it: usable at once
-		}
-		if err := h.nl.AddrReplace(h.link, a); err != nil {
+		if err := h.renewer.replace(h.link.Attrs().Index, p, secs); err != nil {
 			errs = append(errs, fmt.Errorf("lease: %s with lifetime %ds: %w", p, secs, err))
 		}
 	}
@@ -437,7 +432,7 @@ func (h *loopHolder) renew(holdFor time.Duration) error {
 	if !due {
 		return nil
 	}
-	// One netlink socket kept for the renewals (the package functions open one per call: eight
+	// Netlink sockets kept for the renewals (the package functions open one per call: eight
 	// sockets a second per active lb pod).
 	if h.nl == nil {
 		nl, err := netlink.NewHandle()
@@ -445,6 +440,13 @@ func (h *loopHolder) renew(holdFor time.Duration) error {
 			return fmt.Errorf("lease: netlink socket: %w", err)
 		}
 		h.nl = nl
+	}
+	if h.renewer == nil {
+		r, err := newAddrRenewer()
+		if err != nil {
+			return fmt.Errorf("lease: netlink socket: %w", err)
+		}
+		h.renewer = r
 	}
 	secs := int(lifetime / time.Second)
 	cached := h.link != nil
