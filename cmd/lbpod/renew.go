@@ -41,8 +41,6 @@ func newAddrRenewer() (*addrRenewer, error) {
 	return &addrRenewer{fd: fd, req: make([]byte, 0, 128), ack: make([]byte, 4096)}, nil
 }
 
-func (r *addrRenewer) close() { unix.Close(r.fd) }
-
 // replace puts p on the interface with index, valid and preferred for secs seconds (created, or
 // replaced if there), and returns the kernel's answer.
 func (r *addrRenewer) replace(index int, p netip.Prefix, secs int) error {
