@@ -22,11 +22,11 @@ import (
 // change by anyone else has its own version and passes).
 //
 // The echo of a write often arrives before the write's answer does (measured: for most of 100
-// Services created one at a time, both Service writes' echoes came first, and each woke a second
-// pass; with many workers that pass ran before the cache held the objects the first one created,
-// and created them again: 409). So while a write to an object is in flight its events are held
-// back, and once the answer tells which version was ours, the held events of other versions wake
-// the object's Service (wake).
+// Services created one at a time, both Service writes' echoes (then two: status, metadata) came
+// first, and each woke a second pass; with many workers that pass ran before the cache held the
+// objects the first one created, and created them again: 409). So while a write to an object is in
+// flight its events are held back, and once the answer tells which version was ours, the held
+// events of other versions wake the object's Service (wake).
 type ownWrites struct {
 	mu  sync.Mutex
 	rvs map[writeKey][]string
@@ -45,8 +45,9 @@ type writeKey struct {
 	namespace, name string
 }
 
-// ownWritesKept bounds the versions kept per object: one pass writes a Service twice (status,
-// then metadata) and never more than a few times before its events come back.
+// ownWritesKept bounds the versions kept per object: one pass writes a Service once or twice
+// (status and metadata together, then the lb pod condition) and never more than a few times
+// before its events come back.
 const ownWritesKept = 4
 
 func newOwnWrites() *ownWrites {

@@ -19,13 +19,16 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
 
-// The Service pass's writes to the Service itself (status, then metadata) and its Events. Each
-// write patches only a difference, so that a pass that changes nothing writes nothing.
+// The Service pass's writes to the Service itself and its Events. Status and metadata go in one
+// patch to the status subresource: the API server keeps metadata changes made through a Service's
+// status (Kubernetes' own service controller adds this same finalizer that way), so the ingress,
+// our conditions, our finalizer and the mirror annotations land together, as one write, and a
+// pass that changes nothing writes nothing.
 
-// recordServed shows a served Service's addresses: the ingress and conditions first, then our
-// finalizer and the mirror annotations. Our condition goes in before our finalizer: it is the
-// proof (which a tenant cannot write) that lets a later pass remove the finalizer, whenever the
-// operator is killed.
+// recordServed shows a served Service's addresses: the ingress, conditions, our finalizer and the
+// mirror annotations in one write. Our condition and our finalizer going in together is the proof
+// (which a tenant cannot write: it is in status) that lets a later pass remove the finalizer,
+// whenever the operator is killed.
 func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Service, plan decide.Plan, addrs []netip.Addr) error {
 	allocated := plan.AllocatedCondition(addrs)
 	if plan.Refusal != nil {
@@ -39,10 +42,8 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 	if plan.Unplaceable != nil {
 		r.warnOnChange(svc, lbPod, actionSchedule)
 	}
-	if err := r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{allocated, lbPod}); err != nil {
-		return err
-	}
-	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
+	if err := r.patchService(ctx, svc, func(s *corev1.Service) {
+		setStatus(s, addrs, nil, []metav1.Condition{allocated, lbPod})
 		controllerutil.AddFinalizer(s, lbv1.CleanupFinalizer)
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
@@ -75,7 +76,9 @@ func (r *ServiceReconciler) reportServed(ctx context.Context, svc *corev1.Servic
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonAddressMoved, actionAllocate,
 			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", decide.BoundedMessage(previous), recorded, plan.Subnet)
 	}
-	return r.patchStatus(ctx, svc, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), plan.LBPodCondition(deploy)})
+	return r.patchService(ctx, svc, func(s *corev1.Service) {
+		setStatus(s, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), plan.LBPodCondition(deploy)})
+	})
 }
 
 // setMemberLabels puts on s the label of each shared address it is a member of (SharedIPLabelPrefix
@@ -124,29 +127,29 @@ func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Serv
 		ours[o.Addr.String()] = true
 	}
 	recorded := svc.Annotations[lbv1.AllocatedIPsAnnotation]
-	if err := r.patchMeta(ctx, svc, func(s *corev1.Service) {
+	var refused *metav1.Condition
+	if plan.Refusal != nil {
+		cond := decide.RefusedCondition(plan.Refusal)
+		r.warnOnChange(svc, cond, actionAllocate)
+		refused = &cond
+	}
+	if err := r.patchService(ctx, svc, func(s *corev1.Service) {
 		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
 		delete(s.Annotations, lbv1.AllocatedSubnetAnnotation)
 		setMemberLabels(s, nil)
 		if plan.RemoveFinalizer {
 			controllerutil.RemoveFinalizer(s, lbv1.CleanupFinalizer)
 		}
+		switch {
+		case refused != nil:
+			setStatus(s, nil, ours, []metav1.Condition{*refused})
+		case plan.Deleting:
+			// The Service goes: its status goes with it.
+		default:
+			setStatus(s, nil, ours, nil)
+		}
 	}); err != nil {
 		return client.IgnoreNotFound(err)
-	}
-	switch {
-	case plan.Refusal != nil:
-		cond := decide.RefusedCondition(plan.Refusal)
-		r.warnOnChange(svc, cond, actionAllocate)
-		if err := r.patchStatus(ctx, svc, nil, ours, []metav1.Condition{cond}); err != nil {
-			return err
-		}
-	case plan.Deleting:
-		// The Service goes: its status goes with it.
-	default:
-		if err := r.patchStatus(ctx, svc, nil, ours, nil); err != nil {
-			return err
-		}
 	}
 	if len(owned) > 0 && plan.Refusal == nil {
 		if kept := sharedWithOthers(owned); len(kept) == len(owned) {
@@ -169,24 +172,25 @@ func (r *ServiceReconciler) warnOnChange(svc *corev1.Service, cond metav1.Condit
 	}
 }
 
-// patchMeta applies mutate to the Service's metadata and patches only when something changed.
-func (r *ServiceReconciler) patchMeta(ctx context.Context, svc *corev1.Service, mutate func(*corev1.Service)) error {
+// patchService applies mutate to the Service and, when its metadata or status changed, sends the
+// difference as one patch to the status subresource (which keeps the metadata changes and ignores
+// the spec), under optimistic locking: a pass that read an old Service is sent round again.
+func (r *ServiceReconciler) patchService(ctx context.Context, svc *corev1.Service, mutate func(*corev1.Service)) error {
 	before := svc.DeepCopy()
 	mutate(svc)
-	if equalStringMaps(before.Annotations, svc.Annotations) && equalStringMaps(before.Labels, svc.Labels) && slices.Equal(before.Finalizers, svc.Finalizers) {
+	if statusEqual(before.Status, svc.Status) && equalStringMaps(before.Annotations, svc.Annotations) &&
+		equalStringMaps(before.Labels, svc.Labels) && slices.Equal(before.Finalizers, svc.Finalizers) {
 		return nil
 	}
-	if err := r.Client.Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("patch service %s/%s metadata: %w", svc.Namespace, svc.Name, err)
+	if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("patch service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
 	return nil
 }
 
-// patchStatus sets the ingress to addrs (or, with remove, only drops the entries of those
-// addresses: what another controller wrote stays) and sets conds; with no conds our conditions
-// are removed. It patches only on a difference.
-func (r *ServiceReconciler) patchStatus(ctx context.Context, svc *corev1.Service, addrs []netip.Addr, remove map[string]bool, conds []metav1.Condition) error {
-	before := svc.DeepCopy()
+// setStatus sets the ingress to addrs (or, with remove, only drops the entries of those addresses:
+// what another controller wrote stays) and sets conds; with no conds our conditions are removed.
+func setStatus(svc *corev1.Service, addrs []netip.Addr, remove map[string]bool, conds []metav1.Condition) {
 	if remove != nil {
 		svc.Status.LoadBalancer.Ingress = slices.DeleteFunc(svc.Status.LoadBalancer.Ingress, func(i corev1.LoadBalancerIngress) bool {
 			return i.Hostname == "" && remove[i.IP]
@@ -209,13 +213,6 @@ func (r *ServiceReconciler) patchStatus(ctx context.Context, svc *corev1.Service
 		// Let go or refused: there is no lb pod to report on.
 		meta.RemoveStatusCondition(&svc.Status.Conditions, decide.ConditionLBPodAvailable)
 	}
-	if statusEqual(before.Status, svc.Status) {
-		return nil
-	}
-	if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("patch service %s/%s status: %w", svc.Namespace, svc.Name, err)
-	}
-	return nil
 }
 
 // ingressFor lists the addresses as ingress points; ipMode stays unset (VIP) so that kube-proxy

@@ -73,6 +73,11 @@ func TestRBACTable(t *testing.T) {
 		{"operator", operatorUser, seedNamespace, []string{"bind", "clusterroles.rbac.authorization.k8s.io/lbsvc-lbpod"}, "yes"},
 		{"operator", operatorUser, seedNamespace, []string{"bind", "clusterroles.rbac.authorization.k8s.io/admin"}, "no"},
 		{"operator", operatorUser, seedNamespace, []string{"get", "secrets"}, "no"},
+		// No Service writes but through status (with the metadata it carries): a stolen token
+		// cannot repoint a Service's selector or ports.
+		{"operator", operatorUser, seedNamespace, []string{"patch", "services/" + seedService}, "no"},
+		{"operator", operatorUser, "kube-system", []string{"update", "services"}, "no"},
+		{"operator", operatorUser, seedNamespace, []string{"patch", "services/" + seedService, "--subresource=status"}, "yes"},
 		{"operator", operatorUser, seedNamespace, []string{"create", "pods/exec"}, "no"},
 		{"lb pod", lbPodSA, seedNamespace, []string{"get", "services/" + seedService}, "yes"},
 		{"lb pod", lbPodSA, seedNamespace, []string{"update", "services/" + seedService}, "no"},

@@ -61,6 +61,22 @@ func TestSeedFlow(t *testing.T) {
 	g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
 	g.Expect(c.Reason).To(Equal(decide.ReasonAllocated))
 	g.Expect(c.Message).To(Equal("172.18.0.18 from subnet attach-subnet"))
+	// One write carried the ingress, the condition, the finalizer and the mirror annotations: the
+	// operator's only entry in the Service's managed fields is on the status subresource, and it
+	// owns those metadata fields there (the API server keeps metadata written through a
+	// Service's status, as Kubernetes' own service controller relies on for this finalizer).
+	var ours []metav1.ManagedFieldsEntry
+	for _, m := range svc.ManagedFields {
+		if m.Manager == "lbsvc-operator" {
+			ours = append(ours, m)
+		}
+	}
+	g.Expect(ours).To(HaveLen(1), "the operator's writes on the Service: %+v", ours)
+	g.Expect(ours[0].Subresource).To(Equal("status"))
+	g.Expect(string(ours[0].FieldsV1.Raw)).To(And(
+		ContainSubstring(`"f:finalizers":{`), ContainSubstring(`"v:\"service.kubernetes.io/load-balancer-cleanup\""`),
+		ContainSubstring(`"f:lbsvc.io/allocated-ips":{}`), ContainSubstring(`"f:lbsvc.io/subnet":{}`),
+		ContainSubstring(`"f:loadBalancer":{`), ContainSubstring(`"f:conditions":{`)))
 
 	// The IP object is Bound without a status write of its own (the CRD's default, filled in as
 	// the API server reads it): no pod holds it yet here, so the IP controller has nothing to

@@ -88,7 +88,7 @@ func listBack(ctx context.Context, c client.Client, ns string, n int) error {
 func measureAddressedFloor(ctx context.Context, c client.Client, cfg config) (time.Duration, error) {
 	const ns = "bench-floor-addressed"
 	return timeFloor(ctx, c, cfg, ns,
-		func(i int) error { _, _, err := createAddressed(ctx, c, ns, i); return err },
+		func(i int) error { _, _, err := createAddressed(ctx, c, ns, i, false); return err },
 		func(i int) []client.Object {
 			return []client.Object{floorService(ns, i), &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: lbv1.IPName(floorAddr(i))}}}
 		}, nil)
@@ -101,8 +101,9 @@ func floorAddr(i int) netip.Addr {
 
 // createAddressed creates the i-th Service of ns and its IP object (floorAddr(i)), and patches the
 // Service's status with the ingress and a condition as the operator's merge patch does: the writes
-// any design that keeps one API object per address makes before the address shows.
-func createAddressed(ctx context.Context, c client.Client, ns string, i int) (*corev1.Service, *lbv1.IP, error) {
+// any design that keeps one API object per address makes before the address shows; with mirror,
+// the mirror annotations go in the same patch, as the operator's do.
+func createAddressed(ctx context.Context, c client.Client, ns string, i int, mirror bool) (*corev1.Service, *lbv1.IP, error) {
 	svc := serviceObject(ns, "svc-"+strconv.Itoa(i), "")
 	if err := c.Create(ctx, svc); err != nil {
 		return nil, nil, fmt.Errorf("create service %s: %w", svc.Name, err)
@@ -120,6 +121,11 @@ func createAddressed(ctx context.Context, c client.Client, ns string, i int) (*c
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr.String()}}
 	meta.SetStatusCondition(&svc.Status.Conditions, metav1.Condition{Type: decide.ConditionAddressAllocated, Status: metav1.ConditionTrue,
 		Reason: decide.ReasonAllocated, Message: addr.String() + " from subnet bench-floor", ObservedGeneration: svc.Generation})
+	if mirror {
+		// The operator's mirror annotations ride on the same patch of the status subresource, as
+		// the operator's do (the finalizer too; left out here so that the deletes are immediate).
+		svc.Annotations = map[string]string{lbv1.AllocatedIPsAnnotation: addr.String(), lbv1.AllocatedSubnetAnnotation: "bench-floor"}
+	}
 	if err := c.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
 		return nil, nil, fmt.Errorf("patch status of %s: %w", svc.Name, err)
 	}
