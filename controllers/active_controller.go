@@ -118,9 +118,8 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan 
 	// started costs no extra write).
 	shownBefore := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressActive) != nil
 	if plan.ActivePod == "" && !shownBefore && svc.Annotations[lbv1.ActivePodAnnotation] == "" {
-		return r.applyHeldTwice(ctx, svc, held)
+		return r.applyHeldTwice(ctx, svc, held, nil, nil)
 	}
-	before := svc.DeepCopy()
 	ann := maps.Clone(svc.Annotations)
 	for k, v := range plan.Annotations {
 		if v == "" {
@@ -129,24 +128,26 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan 
 			ann[k] = v
 		}
 	}
+	var event *decide.ActiveEvent
 	if !maps.Equal(ann, svc.Annotations) {
-		svc.Annotations = ann
-		if err := r.Client.Patch(ctx, svc, client.MergeFrom(before), client.FieldOwner(FieldOwner)); err != nil {
-			return fmt.Errorf("patch service %s/%s annotations: %w", svc.Namespace, svc.Name, err)
-		}
-		if plan.Event != nil {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, plan.Event.Reason, actionShow, "%s", plan.Event.Message)
-		}
+		event = plan.Event
 	}
-	return r.applyHeldTwice(ctx, svc, held, plan.Condition)
+	return r.applyHeldTwice(ctx, svc, held, ann, event, plan.Condition)
 }
 
-// applyHeldTwice patches the Service's conditions (AddressHeldTwice, and the others given) in one
-// write, then, only once that landed, sends the AddressHeldTwice Warning on the Service and its IP
-// objects and counts it: a failed patch is retried, and the Warning must not go out twice.
-func (r *ActiveReconciler) applyHeldTwice(ctx context.Context, svc *corev1.Service, held decide.HeldTwicePlan, others ...metav1.Condition) error {
+// applyHeldTwice patches the Service's annotations (ann, when not nil) and conditions
+// (AddressHeldTwice, and the others given) in one write to the status subresource, which keeps
+// metadata changes; then, only once that landed, it sends the active pod's Event and the
+// AddressHeldTwice Warning on the Service and its IP objects and counts it: a failed patch is
+// retried, and no Event may go out twice.
+func (r *ActiveReconciler) applyHeldTwice(ctx context.Context, svc *corev1.Service, held decide.HeldTwicePlan,
+	ann map[string]string, event *decide.ActiveEvent, others ...metav1.Condition) error {
 	beforeStatus := svc.DeepCopy()
 	changed := false
+	if ann != nil && !maps.Equal(ann, svc.Annotations) {
+		svc.Annotations = ann
+		changed = true
+	}
 	if held.Condition != nil {
 		others = append(others, *held.Condition)
 	}
@@ -156,8 +157,11 @@ func (r *ActiveReconciler) applyHeldTwice(ctx context.Context, svc *corev1.Servi
 	}
 	if changed {
 		if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(beforeStatus, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-			return fmt.Errorf("patch service %s/%s status: %w", svc.Namespace, svc.Name, err)
+			return fmt.Errorf("patch service %s/%s: %w", svc.Namespace, svc.Name, err)
 		}
+	}
+	if event != nil {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, event.Reason, actionShow, "%s", event.Message)
 	}
 	if held.Warning == "" {
 		return nil
@@ -169,7 +173,12 @@ func (r *ActiveReconciler) applyHeldTwice(ctx context.Context, svc *corev1.Servi
 		if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ip); err != nil {
 			continue // gone (released meanwhile): the Service's Event stands
 		}
-		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonAddressHeldTwice, actionShow, "%s", held.Warning)
+		// Related: the Service as just written. The events recorder folds an Event into an
+		// earlier one with the same reason, action, regarding and related object (resource
+		// versions included), whatever its message: the IP object does not change between two
+		// reports, so without the Service's new version a second split brain would only count
+		// up the first one's series and its message would never show.
+		r.Recorder.Eventf(ip, svc, corev1.EventTypeWarning, decide.ReasonAddressHeldTwice, actionShow, "%s", held.Warning)
 	}
 	return nil
 }
