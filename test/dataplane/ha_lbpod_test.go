@@ -235,6 +235,19 @@ func benchHAIdleCPU(b *testing.B, bin string, window time.Duration, label string
 	// two share the binary's pages, so PSS counts half of those in each).
 	reportMemory(b, "active", a.cmd.Process.Pid)
 	reportMemory(b, "standby", s.cmd.Process.Pid)
+	// The floor from the same run: a Go process built alike that only answers HTTP, after its
+	// first answer (test/dataplane/gofloor). It runs in the active's namespace, where the
+	// health address is free once the lb pods' is 8081.
+	floor := exec.Command("ip", "netns", "exec", tp.pod["a"], goFloorBin, "--addr", "127.0.0.1:8089")
+	if err := floor.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = floor.Process.Kill(); _ = floor.Wait() }()
+	waitFor(b, 10*time.Second, "the floor process answers", func() bool {
+		body, err := httpGetPath(tp.t, tp.pod["a"], "127.0.0.1:8089", "/healthz")
+		return err == nil && body == "ok\n"
+	})
+	reportMemory(b, "floor", floor.Process.Pid)
 }
 
 // processCPU returns the CPU time a process has used so far, all its threads together (exited

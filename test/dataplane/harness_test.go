@@ -36,6 +36,10 @@ var lbpodBin, loopDriverBin string
 // nonftBin runs a command without nf_tables (test/dataplane/nonft), built once by TestMain.
 var nonftBin string
 
+// goFloorBin is the memory floor of a Go process answering HTTP (test/dataplane/gofloor), built
+// once by TestMain as lbpodBin is.
+var goFloorBin string
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "dataplane tests need root (network namespaces, iptables)")
@@ -54,9 +58,11 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// nonft runs lbpod where nf_tables cannot be reached (the fallback tests).
-	for bin, pkg := range map[*string]string{&lbpodBin: "cmd/lbpod", &loopDriverBin: "test/dataplane/loopdriver", &nonftBin: "test/dataplane/nonft"} {
+	for bin, pkg := range map[*string]string{&lbpodBin: "cmd/lbpod", &loopDriverBin: "test/dataplane/loopdriver", &nonftBin: "test/dataplane/nonft", &goFloorBin: "test/dataplane/gofloor"} {
 		*bin = filepath.Join(dir, filepath.Base(pkg))
-		build := exec.Command("go", "build", "-o", *bin, "github.com/lbsvc/lbsvc-operator/"+pkg)
+		// Built as the image builds them (hack/images.sh): the tests run what ships, and the
+		// memory figures compare binaries built alike.
+		build := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", *bin, "github.com/lbsvc/lbsvc-operator/"+pkg)
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", pkg, err, out)
