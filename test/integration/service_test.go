@@ -73,7 +73,7 @@ func TestSeedFlow(t *testing.T) {
 	}
 	g.Expect(ours).To(HaveLen(1), "the operator's writes on the Service: %+v", ours)
 	g.Expect(ours[0].Subresource).To(Equal("status"))
-	g.Expect(string(ours[0].FieldsV1.Raw)).To(And(
+	g.Expect(ours[0].FieldsV1.GetRawString()).To(And(
 		ContainSubstring(`"f:finalizers":{`), ContainSubstring(`"v:\"service.kubernetes.io/load-balancer-cleanup\""`),
 		ContainSubstring(`"f:lbsvc.io/allocated-ips":{}`), ContainSubstring(`"f:lbsvc.io/subnet":{}`),
 		ContainSubstring(`"f:loadBalancer":{`), ContainSubstring(`"f:conditions":{`)))
