@@ -118,7 +118,7 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan 
 	// started costs no extra write).
 	shownBefore := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressActive) != nil
 	if plan.ActivePod == "" && !shownBefore && svc.Annotations[lbv1.ActivePodAnnotation] == "" {
-		return r.applyHeldTwice(ctx, svc, held, nil, nil)
+		return r.write(ctx, svc, held, nil, nil)
 	}
 	ann := maps.Clone(svc.Annotations)
 	for k, v := range plan.Annotations {
@@ -128,25 +128,24 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan 
 			ann[k] = v
 		}
 	}
-	var event *decide.ActiveEvent
-	if !maps.Equal(ann, svc.Annotations) {
-		event = plan.Event
+	if maps.Equal(ann, svc.Annotations) {
+		// The holder shown already: no annotation to write, and no Event.
+		return r.write(ctx, svc, held, nil, nil, plan.Condition)
 	}
-	return r.applyHeldTwice(ctx, svc, held, ann, event, plan.Condition)
+	return r.write(ctx, svc, held, ann, plan.Event, plan.Condition)
 }
 
-// applyHeldTwice patches the Service's annotations (ann, when not nil) and conditions
+// write patches the Service's annotations (ann, when not nil: they changed) and conditions
 // (AddressHeldTwice, and the others given) in one write to the status subresource, which keeps
 // metadata changes; then, only once that landed, it sends the active pod's Event and the
 // AddressHeldTwice Warning on the Service and its IP objects and counts it: a failed patch is
 // retried, and no Event may go out twice.
-func (r *ActiveReconciler) applyHeldTwice(ctx context.Context, svc *corev1.Service, held decide.HeldTwicePlan,
+func (r *ActiveReconciler) write(ctx context.Context, svc *corev1.Service, held decide.HeldTwicePlan,
 	ann map[string]string, event *decide.ActiveEvent, others ...metav1.Condition) error {
 	beforeStatus := svc.DeepCopy()
-	changed := false
-	if ann != nil && !maps.Equal(ann, svc.Annotations) {
+	changed := ann != nil
+	if changed {
 		svc.Annotations = ann
-		changed = true
 	}
 	if held.Condition != nil {
 		others = append(others, *held.Condition)

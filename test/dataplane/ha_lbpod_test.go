@@ -236,8 +236,8 @@ func benchHAIdleCPU(b *testing.B, bin string, window time.Duration, label string
 	reportMemory(b, "active", a.cmd.Process.Pid)
 	reportMemory(b, "standby", s.cmd.Process.Pid)
 	// The floor from the same run: a Go process built alike that only answers HTTP, after its
-	// first answer (test/dataplane/gofloor). It runs in the active's namespace, where the
-	// health address is free once the lb pods' is 8081.
+	// first answer (test/dataplane/gofloor). It runs in the active's namespace, on a port the lb
+	// pod does not use (its health and metrics answer on 8081).
 	floor := exec.Command("ip", "netns", "exec", tp.pod["a"], goFloorBin, "--addr", "127.0.0.1:8089")
 	if err := floor.Start(); err != nil {
 		b.Fatal(err)
