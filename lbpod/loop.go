@@ -15,7 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -387,7 +386,7 @@ func (l *Loop) Handler() http.Handler {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(l.metrics.registry, promhttp.HandlerOpts{}))
+	mux.Handle("/metrics", l.metrics.registry)
 	return mux
 }
 

@@ -1,7 +1,7 @@
 package lbpod
 
-import "github.com/prometheus/client_golang/prometheus"
+import "github.com/lbsvc/lbsvc-operator/lbpod/metric"
 
 // Registerer is the registry /metrics serves, for collectors that live beside the loop (the
 // election's, package lbpod/ha).
-func (l *Loop) Registerer() prometheus.Registerer { return l.metrics.registry }
+func (l *Loop) Registerer() *metric.Registry { return l.metrics.registry }

@@ -10,10 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod"
+	"github.com/lbsvc/lbsvc-operator/lbpod/metric"
 	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
@@ -36,7 +35,7 @@ type prober struct {
 	addrs         []netip.Addr
 	lease         leaseState // nil: no API (--service-file): every address is probed
 	log           *slog.Logger
-	conflictGauge *prometheus.GaugeVec
+	conflictGauge *metric.GaugeVec
 
 	// wanted, when set, says whether this replica still holds the election's active role: the
 	// outcome of a probe by a replica that stepped down meanwhile (two replicas that took over at
@@ -53,13 +52,13 @@ type prober struct {
 
 // newProber returns nil when nothing is to be probed: --conflict-probe off, or --service-file
 // without --conflict-probe (the data path tests' lb pods keep their behaviour).
-func newProber(o options, network lbpod.Network, lease leaseState, reg prometheus.Registerer, log *slog.Logger) (*prober, error) {
+func newProber(o options, network lbpod.Network, lease leaseState, reg *metric.Registry, log *slog.Logger) (*prober, error) {
 	timing, on, err := probe.TimingFor(o.conflictProbe)
 	if err != nil || !on || (o.serviceFile != "" && !o.conflictProbeSet) {
 		return nil, err
 	}
 	p := &prober{timing: timing, iface: o.iface, lease: lease, log: log,
-		conflictGauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		conflictGauge: metric.NewGaugeVec(metric.Opts{
 			Name: "lbpod_address_conflict",
 			Help: "1 for an LB address that a host on the underlay answered for before its first announcement (the lb pod holds none of its addresses then), by address and the MAC that answered.",
 		}, []string{"address", "mac"})}

@@ -1,14 +1,15 @@
 package ha
 
 import (
+	"regexp"
 	"slices"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/lbsvc/lbsvc-operator/lbpod/metric"
 )
 
 func TestMetricsRegister(t *testing.T) {
-	reg := prometheus.NewPedanticRegistry()
+	reg := metric.NewRegistry()
 	m := NewMetrics()
 	for _, c := range m.Collectors() {
 		if err := reg.Register(c); err != nil {
@@ -16,13 +17,9 @@ func TestMetricsRegister(t *testing.T) {
 		}
 	}
 	m.Transitions.WithLabelValues("active").Inc()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	var names []string
-	for _, f := range families {
-		names = append(names, f.GetName())
+	for _, match := range regexp.MustCompile(`(?m)^# TYPE (\S+) `).FindAllStringSubmatch(string(reg.Text()), -1) {
+		names = append(names, match[1])
 	}
 	want := []string{"lbpod_ha_active", "lbpod_ha_advert_send_errors_total", "lbpod_ha_adverts_received_total",
 		"lbpod_ha_adverts_rejected_total", "lbpod_ha_adverts_sent_total", "lbpod_ha_last_failover_seconds",

@@ -9,22 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 )
-
-// value reads a counter or gauge.
-func value(m prometheus.Metric) float64 {
-	var d dto.Metric
-	if err := m.Write(&d); err != nil {
-		panic(err)
-	}
-	if d.Counter != nil {
-		return d.Counter.GetValue()
-	}
-	return d.Gauge.GetValue()
-}
 
 // recordingHolder records what the runner asks of the data path; Renew fails with renewErr.
 type recordingHolder struct {
@@ -66,14 +51,14 @@ func TestRunRenewalFailure(t *testing.T) {
 	if got := strings.Join(h.calls, ","); got != "active=false,active=true,renew,active=false" {
 		t.Fatalf("holder calls %s, want release at start, take, renew, release", got)
 	}
-	if n := value(mt.RenewalFailures); n != 1 {
+	if n := mt.RenewalFailures.Value(); n != 1 {
 		t.Errorf("lbpod_ha_lifetime_renewal_failures_total %v, want 1", n)
 	}
 	// One send tried, the resignation (no socket here): the active advert never went out.
-	if n := value(mt.SendErrors) + value(mt.AdvertsSent); n != 1 {
+	if n := mt.SendErrors.Value() + mt.AdvertsSent.Value(); n != 1 {
 		t.Errorf("%v adverts tried, want 1 (the resignation)", n)
 	}
-	if n := value(mt.Active); n != 0 {
+	if n := mt.Active.Value(); n != 0 {
 		t.Errorf("lbpod_ha_active %v, want 0", n)
 	}
 	for _, want := range []string{"Link not found", "kernel lifetime could not be renewed: released them and resigned"} {
@@ -106,7 +91,7 @@ func TestRunRefused(t *testing.T) {
 	forged.Term = 3
 	r.handle(Event{Kind: Received, Now: r.now(), Advert: forged})
 	for reason, want := range map[string]float64{RefusedTerm: 3, RefusedInterval: 1, RefusedSender: 0} {
-		if n := value(mt.AdvertsRejected.WithLabelValues(reason)); n != want {
+		if n := mt.AdvertsRejected.WithLabelValues(reason).Value(); n != want {
 			t.Errorf("lbpod_ha_adverts_rejected_total{reason=%q} %v, want %v", reason, n, want)
 		}
 	}
@@ -152,11 +137,11 @@ func TestRunAuthenticated(t *testing.T) {
 		out = r.received(out, f)
 	}
 	for reason, want := range map[string]float64{RefusedAuth: 1, RefusedUnauthenticated: 1, RefusedStale: 1, RefusedReplay: 1, RefusedTerm: 0} {
-		if n := value(mt.AdvertsRejected.WithLabelValues(reason)); n != want {
+		if n := mt.AdvertsRejected.WithLabelValues(reason).Value(); n != want {
 			t.Errorf("lbpod_ha_adverts_rejected_total{reason=%q} %v, want %v", reason, n, want)
 		}
 	}
-	if n := value(mt.AdvertsReceived); n != 5 {
+	if n := mt.AdvertsReceived.Value(); n != 5 {
 		t.Errorf("lbpod_ha_adverts_received_total %v, want 5", n)
 	}
 	if r.m.Role() != Standby || r.m.Term() != 7 || !r.m.heardAuth {
@@ -171,11 +156,11 @@ func TestRunAuthenticated(t *testing.T) {
 	// Without a key: version 2 is not read at all, version 1 goes to the machine.
 	old, oldMetrics, _ := testRunner(t, &recordingHolder{})
 	old.received(Output{}, good)
-	if n := value(oldMetrics.AdvertsReceived); n != 0 || old.m.Term() != 0 {
+	if n := oldMetrics.AdvertsReceived.Value(); n != 0 || old.m.Term() != 0 {
 		t.Errorf("a keyless runner read a version-2 frame: received %v, term %d", n, old.m.Term())
 	}
 	old.received(Output{}, frame(from(idB, 7).Marshal()))
-	if n := value(oldMetrics.AdvertsReceived); n != 1 || old.m.Term() != 7 {
+	if n := oldMetrics.AdvertsReceived.Value(); n != 1 || old.m.Term() != 7 {
 		t.Errorf("a keyless runner and a version-1 frame: received %v, term %d; want 1, 7", n, old.m.Term())
 	}
 }
