@@ -87,7 +87,9 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Client.List(ctx, &pods, mine...); err != nil {
 		return ctrl.Result{}, err
 	}
-	addrs := svc.Annotations[lbv1.AllocatedIPsAnnotation]
+	// The addresses as the status shows them (only we write it): the held-twice Warning goes to
+	// the IP objects they name, so not the mirror annotation, which the Service's tenant may edit.
+	addrs := decide.IngressAddrs(svc)
 	plan := decide.DecideActive(decide.ActiveInputs{Service: svc, Lease: lease, Pods: pods.Items,
 		Replicas: replicas, Addresses: addrs})
 	now := time.Now
@@ -205,7 +207,7 @@ func (r *ActiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // activeInputs are the annotations of a Service that DecideActive and apply read or write.
-var activeInputs = []string{lbv1.AllocatedIPsAnnotation, lbv1.ActivePodAnnotation, lbv1.ActiveNodeAnnotation, lbv1.ReplicasAnnotation}
+var activeInputs = []string{lbv1.ActivePodAnnotation, lbv1.ActiveNodeAnnotation, lbv1.ReplicasAnnotation}
 
 // activeInputsChanged tells whether a Service update changes anything this controller reads:
 // whether the Service is served (our AddressAllocated condition, its deletion), the addresses,
@@ -214,7 +216,8 @@ var activeInputs = []string{lbv1.AllocatedIPsAnnotation, lbv1.ActivePodAnnotatio
 // writes, a tenant's label) would make a pass that finds nothing to do: without this filter
 // the controller made 4.00 passes per Service in make bench-operator.
 func activeInputsChanged(old, cur *corev1.Service) bool {
-	if old.Generation != cur.Generation || old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero() {
+	if old.Generation != cur.Generation || old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero() ||
+		decide.IngressAddrs(old) != decide.IngressAddrs(cur) {
 		return true
 	}
 	for _, k := range activeInputs {

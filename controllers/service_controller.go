@@ -411,7 +411,7 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 			return err
 		}
 	}
-	previous := svc.Annotations[lbv1.AllocatedIPsAnnotation]
+	previous := decide.IngressAddrs(svc) // what the last pass recorded; not the tenant-editable mirror
 	if err := r.recordServed(ctx, svc, plan, addrs); err != nil {
 		return err
 	}

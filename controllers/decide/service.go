@@ -512,6 +512,19 @@ func IngressSet(svc *corev1.Service) map[netip.Addr]bool {
 	return out
 }
 
+// IngressAddrs is the Service's addresses as its status shows them, IPv4 first ("a,b"; "" for
+// none). Only a writer of services/status (the operator; not a tenant with the edit role) sets
+// them, so, unlike the lbsvc.io/allocated-ips annotation that mirrors them, they may name the IP
+// objects an Event goes to and the address an earlier pass recorded.
+func IngressAddrs(svc *corev1.Service) string {
+	var addrs []netip.Addr
+	for a := range IngressSet(svc) {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare) // JoinAddrs sorts stably: a set's order must not leak in
+	return JoinAddrs(addrs)
+}
+
 // HasOurConditions tells whether the Service's status carries our conditions: only a writer of
 // services/status (not a tenant with the edit role) can have put them there, so they prove we
 // served it, unlike annotations.

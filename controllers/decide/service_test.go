@@ -429,3 +429,16 @@ func TestRefuse(t *testing.T) {
 		t.Errorf("condition %+v", c)
 	}
 }
+
+// TestIngressAddrs: the addresses come from the status, IPv4 first, never from the mirror
+// annotation a tenant may edit; what is not an IP is skipped.
+func TestIngressAddrs(t *testing.T) {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{lbv1.AllocatedIPsAnnotation: "10.9.9.9"}}}
+	if got := IngressAddrs(svc); got != "" {
+		t.Errorf("no ingress: %q, want none (the annotation is not read)", got)
+	}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "fd00::7"}, {Hostname: "lb.example"}, {IP: "172.18.0.7"}, {IP: "172.18.0.7"}}
+	if got := IngressAddrs(svc); got != "172.18.0.7,fd00::7" {
+		t.Errorf("IngressAddrs = %q, want 172.18.0.7,fd00::7", got)
+	}
+}
