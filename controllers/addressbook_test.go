@@ -3,7 +3,9 @@ package controllers
 import (
 	"context"
 	"net/netip"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
 
@@ -125,4 +127,49 @@ func containsName(list []types.NamespacedName, k types.NamespacedName) bool {
 		}
 	}
 	return false
+}
+
+// TestShareLocks: a key's claims run one at a time, another key's beside them, and a key's lock
+// goes once nobody holds or waits for it (keys come and go with Services).
+func TestShareLocks(t *testing.T) {
+	b := &AddressBook{}
+	locks := func() int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return len(b.shareLocks)
+	}
+	unlock := b.lockShare("dns")
+	acquired := make(chan func())
+	go func() { acquired <- b.lockShare("dns") }()
+	// The waiter counts as a user: the key's lock stays while it waits.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		b.mu.Lock()
+		users := b.shareLocks["dns"].users
+		b.mu.Unlock()
+		if users == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the second claim of dns never waited (users %d)", users)
+		}
+		runtime.Gosched()
+	}
+	b.lockShare("web")() // another key is not held up
+	select {
+	case <-acquired:
+		t.Fatal("a second claim of dns ran while the first held it")
+	default:
+	}
+	if n := locks(); n != 1 {
+		t.Errorf("%d locks while dns is held and web is done, want 1", n)
+	}
+	unlock()
+	second := <-acquired
+	if n := locks(); n != 1 {
+		t.Errorf("%d locks while the second claim of dns holds it, want 1", n)
+	}
+	second()
+	if n := locks(); n != 0 {
+		t.Errorf("%d locks after every claim ended, want 0", n)
+	}
 }

@@ -170,18 +170,34 @@ func (b *AddressBook) updateMembers(ctx context.Context, cur *lbv1.IP, members [
 	}
 }
 
-// lockShare locks the claims of a sharing key and returns the unlock.
+// lockShare locks the claims of a sharing key and returns the unlock. A key's lock lives while
+// someone holds or waits for it: keys come and go with Services, and a map of every key ever
+// claimed would only grow.
 func (b *AddressBook) lockShare(key string) func() {
 	b.mu.Lock()
 	if b.shareLocks == nil {
-		b.shareLocks = map[string]*sync.Mutex{}
+		b.shareLocks = map[string]*shareLock{}
 	}
 	l := b.shareLocks[key]
 	if l == nil {
-		l = &sync.Mutex{}
+		l = &shareLock{}
 		b.shareLocks[key] = l
 	}
+	l.users++
 	b.mu.Unlock()
 	l.Lock()
-	return l.Unlock
+	return func() {
+		l.Unlock()
+		b.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(b.shareLocks, key)
+		}
+		b.mu.Unlock()
+	}
+}
+
+// shareLock is one sharing key's lock and how many hold or wait for it (guarded by the book's mu).
+type shareLock struct {
+	sync.Mutex
+	users int
 }
