@@ -1,6 +1,6 @@
-// Package docs checks the project's Markdown: every relative link names a file that exists and,
-// with a #fragment, a heading of that file, so that moving a section between the README and docs/
-// cannot leave a dangling link behind.
+// Package docs checks the project's Markdown (the README, docs/ and the chart's README): every
+// relative link names a file that exists and, with a #fragment, a heading of that file, so that
+// moving a section between the README and docs/ cannot leave a dangling link behind.
 package docs
 
 import (
@@ -58,7 +58,7 @@ func itoa(n int) string {
 
 func TestRelativeLinks(t *testing.T) {
 	root := filepath.Join("..", "..")
-	files := []string{filepath.Join(root, "README.md")}
+	files := []string{filepath.Join(root, "README.md"), filepath.Join(root, "charts", "lbsvc-operator", "README.md")}
 	more, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil || len(more) == 0 {
 		t.Fatalf("no docs/*.md under %s: %v", root, err)
