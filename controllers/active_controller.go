@@ -131,8 +131,10 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan 
 		}
 	}
 	if maps.Equal(ann, svc.Annotations) {
-		// The holder shown already: no annotation to write, and no Event.
-		return r.write(ctx, svc, held, nil, nil, plan.Condition)
+		// The annotations show the holder already. The Event still goes when the condition named
+		// another holder (plan.Event): a tenant who wrote the new holder into the mirror first does
+		// not hide a move.
+		return r.write(ctx, svc, held, nil, plan.Event, plan.Condition)
 	}
 	return r.write(ctx, svc, held, ann, plan.Event, plan.Condition)
 }

@@ -7,6 +7,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -128,18 +129,42 @@ func DecideActive(in ActiveInputs) ActivePlan {
 	plan.Condition = metav1.Condition{Type: ConditionAddressActive, Status: metav1.ConditionTrue, Reason: ReasonActiveHolder,
 		Message: BoundedMessage(fmt.Sprintf("%s held by pod %s on node %s; %s", in.Addresses, plan.ActivePod, nodeOrUnscheduled(plan.ActiveNode), standby))}
 
-	was := ""
-	if in.Service != nil {
-		was = in.Service.Annotations[lbv1.ActivePodAnnotation]
-	}
+	was, wasNode := ShownHolder(in.Service)
 	if was != plan.ActivePod {
 		msg := fmt.Sprintf("%s now held by pod %s on node %s", in.Addresses, plan.ActivePod, nodeOrUnscheduled(plan.ActiveNode))
 		if was != "" {
-			msg += fmt.Sprintf(" (was pod %s on node %s)", was, nodeOrUnscheduled(in.Service.Annotations[lbv1.ActiveNodeAnnotation]))
+			msg += fmt.Sprintf(" (was pod %s on node %s)", was, nodeOrUnscheduled(wasNode))
 		}
 		plan.Event = &ActiveEvent{Reason: ReasonActiveHolder, Message: BoundedMessage(msg)}
 	}
 	return plan
+}
+
+// ShownHolder is the lb pod (namespace/name) and node the Service's AddressActive condition names
+// as holding its address, empty when it names none. It reads the status, which only the operator
+// writes, and not the lbsvc.io/active-pod and active-node annotations, mirrors a tenant may edit
+// (to make a move look like none, or name a pod that never held the address).
+func ShownHolder(svc *corev1.Service) (pod, node string) {
+	if svc == nil {
+		return "", ""
+	}
+	c := meta.FindStatusCondition(svc.Status.Conditions, ConditionAddressActive)
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != ReasonActiveHolder {
+		return "", ""
+	}
+	// DecideActive's message: "<addresses> held by pod <pod> on node <node>; <standbys>".
+	_, rest, ok := strings.Cut(c.Message, " held by pod ")
+	if !ok {
+		return "", ""
+	}
+	if pod, rest, ok = strings.Cut(rest, " on node "); !ok {
+		return "", ""
+	}
+	node, _, _ = strings.Cut(rest, ";")
+	if node == nodeOrUnscheduled("") {
+		node = ""
+	}
+	return pod, node
 }
 
 func nodeOrUnscheduled(n string) string {

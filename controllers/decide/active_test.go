@@ -33,12 +33,23 @@ func holderLease(id string) *coordinationv1.Lease {
 	return l
 }
 
+// shown is a Service as the operator left it showing pod on node: the mirror annotations and the
+// AddressActive condition (the one DecideActive reads).
 func shown(pod, node string) *corev1.Service {
 	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s", Annotations: map[string]string{}}}
 	if pod != "" {
 		s.Annotations["lbsvc.io/active-pod"] = pod
 		s.Annotations["lbsvc.io/active-node"] = node
+		s.Status.Conditions = []metav1.Condition{{Type: ConditionAddressActive, Status: metav1.ConditionTrue, Reason: ReasonActiveHolder,
+			Message: "172.18.0.18 held by pod " + pod + " on node " + nodeOrUnscheduled(node) + "; standby: default/x on node n9"}}
 	}
+	return s
+}
+
+// forged is shown(pod, node) with the mirror annotations then edited by the Service's tenant.
+func forged(pod, node, annotatedPod string) *corev1.Service {
+	s := shown(pod, node)
+	s.Annotations["lbsvc.io/active-pod"] = annotatedPod
 	return s
 }
 
@@ -68,6 +79,20 @@ func TestDecideActive(t *testing.T) {
 		status:  metav1.ConditionTrue,
 		message: "172.18.0.18 held by pod default/b on node n2; standby: default/a on node n1",
 		event:   "172.18.0.18 now held by pod default/b on node n2 (was pod default/a on node n1)",
+	}, {
+		name: "moved, the mirror edited to the new holder first: the event still names both",
+		in: ActiveInputs{Service: forged("default/a", "n1", "default/b"), Lease: holderLease("b"), Replicas: 2, Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", false, "active"), lbPod("b", "n2", true, "standby")}},
+		pod: "default/b", node: "n2",
+		status:  metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/b on node n2; standby: default/a on node n1",
+		event:   "172.18.0.18 now held by pod default/b on node n2 (was pod default/a on node n1)",
+	}, {
+		name: "unchanged, the mirror edited to another pod: no event (the status names the holder)",
+		in: ActiveInputs{Service: forged("default/a", "n1", "team-b/evil"), Lease: holderLease("a"), Replicas: 2, Addresses: "172.18.0.18",
+			Pods: []corev1.Pod{lbPod("a", "n1", true, "active"), lbPod("b", "n2", true, "standby")}},
+		pod: "default/a", node: "n1", status: metav1.ConditionTrue,
+		message: "172.18.0.18 held by pod default/a on node n1; standby: default/b on node n2",
 	}, {
 		name: "unchanged: nothing to write",
 		in: ActiveInputs{Service: shown("default/a", "n1"), Lease: holderLease("a"), Replicas: 2, Addresses: "172.18.0.18",
@@ -219,4 +244,36 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+func TestShownHolder(t *testing.T) {
+	cond := func(status metav1.ConditionStatus, reason, msg string) *corev1.Service {
+		s := &corev1.Service{}
+		s.Status.Conditions = []metav1.Condition{{Type: ConditionAddressActive, Status: status, Reason: reason, Message: msg}}
+		return s
+	}
+	for _, tc := range []struct {
+		name      string
+		svc       *corev1.Service
+		pod, node string
+	}{
+		{"none", nil, "", ""},
+		{"no condition", &corev1.Service{}, "", ""},
+		{"held", cond("True", ReasonActiveHolder, "172.18.0.18,fd00::12 held by pod default/a on node n1; standby: default/b on node n2"), "default/a", "n1"},
+		{"unscheduled node", cond("True", ReasonActiveHolder, "172.18.0.18 held by pod default/a on node (unscheduled); no standby"), "default/a", ""},
+		{"no holder", cond("False", ReasonNoActiveHolder, "no lb pod has reported holding 172.18.0.18 yet; standby: default/a on node n1"), "", ""},
+		{"not our wording", cond("True", ReasonActiveHolder, "something else"), "", ""},
+	} {
+		if pod, node := ShownHolder(tc.svc); pod != tc.pod || node != tc.node {
+			t.Errorf("%s: ShownHolder = %q %q, want %q %q", tc.name, pod, node, tc.pod, tc.node)
+		}
+	}
+	// The wording ShownHolder parses is DecideActive's own.
+	plan := DecideActive(ActiveInputs{Service: &corev1.Service{}, Lease: holderLease("a"), Replicas: 2, Addresses: "172.18.0.18",
+		Pods: []corev1.Pod{lbPod("a", "n1", true, ""), lbPod("b", "n2", true, "")}})
+	svc := &corev1.Service{}
+	svc.Status.Conditions = []metav1.Condition{plan.Condition}
+	if pod, node := ShownHolder(svc); pod != "default/a" || node != "n1" {
+		t.Errorf("ShownHolder of DecideActive's own condition = %q %q, want default/a n1", pod, node)
+	}
 }
