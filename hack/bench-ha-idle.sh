@@ -8,7 +8,8 @@
 #   - every write the API server served, from its apiserver_request_total counters, for scale
 #     (node heartbeats, the operator's leader election, the scheduler's and controller manager's);
 #   - per lb pod process, by role (active: it holds an address on net1): RSS, PSS and private
-#     memory, and CPU per minute over the window (from /proc: every node is this machine's).
+#     memory, and CPU per minute over the window (from /proc: every node is this machine's);
+#   - the CPU of the kubelets (which probe every lb pod) and of the API server over the window.
 # With MASS_FAIL=1 it first moves every active lb pod to node 2 (below), and after the window
 # fails node 2 (hack/cluster/node.sh fail: frozen, cables pulled) with all of them, while a client
 # loop in the client's network namespace (test/bench/probe) opens a TCP connection to every
@@ -139,14 +140,26 @@ leases() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.metadata.name
 writes() {
   "$K" get --raw /metrics | awk '/^apiserver_request_total\{/ && /verb="(POST|PUT|PATCH|DELETE|APPLY)"/ {s += $NF} END {printf "%d\n", s}'
 }
+# ticks NAME: the CPU ticks (utime + stime) used so far by every process called NAME (the nodes'
+# kubelets, the API server: every node is this machine's).
+ticks() {
+  local p s=0
+  for p in $(pgrep -x "$1"); do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
+  echo "$s"
+}
 before_leases=$(leases)
 before_writes=$(writes)
+before_kubelets=$(ticks kubelet) before_apiserver=$(ticks kube-apiserver)
 lbpod_stats >"$CLUSTER_DIR/lbpods.before"
 sleep "$WINDOW"
 lbpod_stats >"$CLUSTER_DIR/lbpods.after"
+after_kubelets=$(ticks kubelet) after_apiserver=$(ticks kube-apiserver)
 after_leases=$(leases)
 after_writes=$(writes)
 role_figures "$CLUSTER_DIR/lbpods.before" "$CLUSTER_DIR/lbpods.after" "$WINDOW"
+# The kubelets probe every lb pod (its readiness and liveness): their CPU grows with the lb pods.
+awk -v k="$((after_kubelets - before_kubelets))" -v a="$((after_apiserver - before_apiserver))" -v w="$WINDOW" -v hz="$(getconf CLK_TCK)" \
+  'BEGIN {printf "figure: ha_idle_cores kubelets=%.3f apiserver=%.3f (CPU over the window, in cores)\n", k / hz / w, a / hz / w}'
 changed=$(diff <(echo "$before_leases") <(echo "$after_leases") | grep -c '^>' || true)
 all=$((after_writes - before_writes))
 echo "figure: ha_idle_lbpod_writes_per_service_per_s=$(awk -v c="$changed" -v n="$N" -v w="$WINDOW" 'BEGIN {printf "%.4f", c / n / w}') (Leases written in ${WINDOW}s: $changed of $N)"
