@@ -116,7 +116,7 @@ func TestBuildDeploymentSeed(t *testing.T) {
 	}
 	wantMain := []corev1.Container{{Name: "lbpod", Image: "localhost/lbsvc-lbpod:dev", Command: []string{"/usr/local/bin/lbpod"},
 		Env: wantEnv, VolumeMounts: mounts, Resources: wantRes, SecurityContext: wantSC,
-		ReadinessProbe: probe("/readyz", 1, 2, 3), LivenessProbe: probe("/healthz", 10, 5, 6)}}
+		ReadinessProbe: probe("/readyz", 5, 2, 3), LivenessProbe: probe("/healthz", 10, 5, 6)}}
 	// No init container: the one container applies and announces (a second container's start
 	// delayed the first answer).
 	if len(spec.InitContainers) != 0 {
