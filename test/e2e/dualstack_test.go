@@ -305,10 +305,16 @@ func TestDualStack(t *testing.T) {
 	}).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(HaveLen(2))
 	g.Eventually(ingressIPs).WithArguments(ctx, su).WithTimeout(time.Minute).WithPolling(100 * time.Millisecond).Should(Equal(sharedIPs))
 	s4, s6 := netip.MustParseAddr(sharedIPs[0]), netip.MustParseAddr(sharedIPs[1])
-	for _, a := range []netip.Addr{s4, s6} {
+	lbDeployments := func(a netip.Addr) ([]appsv1.Deployment, error) {
 		var deps appsv1.DeploymentList
-		g.Expect(k8s.List(ctx, &deps, client.InNamespace(seedNamespace), client.MatchingLabels{lbv1.SharedIPLabel: lbv1.IPName(a)})).To(Succeed())
-		g.Expect(deps.Items).To(HaveLen(1), "lb Deployments of %s", a)
+		err := k8s.List(ctx, &deps, client.InNamespace(seedNamespace), client.MatchingLabels{lbv1.SharedIPLabel: lbv1.IPName(a)})
+		return deps.Items, err
+	}
+	for _, a := range []netip.Addr{s4, s6} {
+		// The pass writes the status before it creates the address's objects: the ingress may show
+		// a moment before the Deployment exists. Then one, not one for each member.
+		g.Eventually(lbDeployments).WithArguments(a).WithTimeout(time.Minute).WithPolling(100*time.Millisecond).Should(HaveLen(1), "lb Deployments of %s", a)
+		g.Consistently(lbDeployments).WithArguments(a).WithTimeout(time.Second).WithPolling(100*time.Millisecond).Should(HaveLen(1), "lb Deployments of %s", a)
 	}
 	g.Eventually(func() (string, error) {
 		out, err := curlFromClient6(url6(s6))
