@@ -131,10 +131,10 @@ func (r *ActiveReconciler) apply(ctx context.Context, svc *corev1.Service, plan 
 		}
 	}
 	if maps.Equal(ann, svc.Annotations) {
-		// The annotations show the holder already. The Event still goes when the condition named
-		// another holder (plan.Event): a tenant who wrote the new holder into the mirror first does
-		// not hide a move.
-		return r.write(ctx, svc, held, nil, plan.Event, plan.Condition)
+		// The annotations show the holder already: none to write. The Event still goes when the
+		// condition named another holder (plan.Event): a tenant who wrote the new holder into the
+		// mirror first does not hide a move.
+		ann = nil
 	}
 	return r.write(ctx, svc, held, ann, plan.Event, plan.Condition)
 }
@@ -219,7 +219,7 @@ var activeInputs = []string{lbv1.ActivePodAnnotation, lbv1.ActiveNodeAnnotation,
 // the controller made 4.00 passes per Service in make bench-operator.
 func activeInputsChanged(old, cur *corev1.Service) bool {
 	if old.Generation != cur.Generation || old.DeletionTimestamp.IsZero() != cur.DeletionTimestamp.IsZero() ||
-		decide.IngressAddrs(old) != decide.IngressAddrs(cur) {
+		!maps.Equal(decide.IngressSet(old), decide.IngressSet(cur)) {
 		return true
 	}
 	for _, k := range activeInputs {

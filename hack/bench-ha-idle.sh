@@ -126,7 +126,7 @@ lbpod_stats() {
     if nsenter -t "$p" -n ip -o addr show dev net1 2>/dev/null | grep -q 'scope global'; then role=active; fi
     awk -v p="$p" -v role="$role" '/^Rss:/ {r = $2} /^Pss:/ {s = $2} /^Private_(Clean|Dirty):/ {v += $2}
       END {printf "%s %s %d %d %d ", p, role, r, s, v}' "/proc/$p/smaps_rollup" 2>/dev/null || continue
-    awk '{print $14 + $15}' "/proc/$p/stat"
+    ticks "$p"
   done
 }
 # role_figures BEFORE AFTER SECONDS: per role, the mean memory (from AFTER) and CPU per minute.
@@ -140,20 +140,15 @@ leases() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.metadata.name
 writes() {
   "$K" get --raw /metrics | awk '/^apiserver_request_total\{/ && /verb="(POST|PUT|PATCH|DELETE|APPLY)"/ {s += $NF} END {printf "%d\n", s}'
 }
-# ticks NAME: the CPU ticks (utime + stime) used so far by every process called NAME (the nodes'
-# kubelets, the API server: every node is this machine's).
-ticks() {
-  local p s=0
-  for p in $(pgrep -x "$1"); do s=$((s + $(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null || echo 0))); done
-  echo "$s"
-}
 before_leases=$(leases)
 before_writes=$(writes)
-before_kubelets=$(ticks kubelet) before_apiserver=$(ticks kube-apiserver)
+# shellcheck disable=SC2046 # one argument per pid
+before_kubelets=$(ticks $(pgrep -x kubelet)) before_apiserver=$(ticks $(pgrep -x kube-apiserver))
 lbpod_stats >"$CLUSTER_DIR/lbpods.before"
 sleep "$WINDOW"
 lbpod_stats >"$CLUSTER_DIR/lbpods.after"
-after_kubelets=$(ticks kubelet) after_apiserver=$(ticks kube-apiserver)
+# shellcheck disable=SC2046 # one argument per pid
+after_kubelets=$(ticks $(pgrep -x kubelet)) after_apiserver=$(ticks $(pgrep -x kube-apiserver))
 after_leases=$(leases)
 after_writes=$(writes)
 role_figures "$CLUSTER_DIR/lbpods.before" "$CLUSTER_DIR/lbpods.after" "$WINDOW"

@@ -13,15 +13,7 @@ N=${1:-80}
 WINDOW=${WINDOW:-60}
 bench_namespace bench-probe
 
-# ticks sums utime+stime (clock ticks, HZ a second) of the given processes.
-HZ=$(getconf CLK_TCK)
-ticks() {
-  local t=0 p
-  for p in "$@"; do
-    if [ -r "/proc/$p/stat" ]; then t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); fi
-  done
-  echo "$t"
-}
+HZ=$(getconf CLK_TCK) # ticks (lib.sh) counts these a second
 
 # deploy applies the echo Deployment with the readiness probe $1 (a YAML flow mapping, or null).
 deploy() {

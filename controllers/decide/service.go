@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -517,12 +518,8 @@ func IngressSet(svc *corev1.Service) map[netip.Addr]bool {
 // them, so, unlike the lbsvc.io/allocated-ips annotation that mirrors them, they may name the IP
 // objects an Event goes to and the address an earlier pass recorded.
 func IngressAddrs(svc *corev1.Service) string {
-	var addrs []netip.Addr
-	for a := range IngressSet(svc) {
-		addrs = append(addrs, a)
-	}
-	slices.SortFunc(addrs, netip.Addr.Compare) // JoinAddrs sorts stably: a set's order must not leak in
-	return JoinAddrs(addrs)
+	// Sorted first: JoinAddrs sorts stably, and a set's order must not leak in.
+	return JoinAddrs(slices.SortedFunc(maps.Keys(IngressSet(svc)), netip.Addr.Compare))
 }
 
 // HasOurConditions tells whether the Service's status carries our conditions: only a writer of

@@ -118,6 +118,16 @@ node_ready() {
 FIXED_HOST_PATHS="/var/lib/kubelet/device-plugins /run/containerd/s /var/lib/cni /var/log/containers"
 FIXED_HOST_DIRS="/var/lib/kubelet /run/containerd /var/lib/cni /var/log/containers"
 
+# ticks PID...: the CPU ticks (utime + stime, getconf CLK_TCK a second) the given processes used so
+# far, for the bench scripts (every node of the cluster is this machine's, so /proc sees them all).
+ticks() {
+  local t=0 p
+  for p in "$@"; do
+    if [ -r "/proc/$p/stat" ]; then t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0))); fi
+  done
+  echo "$t"
+}
+
 # bench_namespace PREFIX, for the bench scripts that run on the cluster make demo left up: stops
 # when no cluster is up, exports KUBECONFIG, sets K (kubectl) and NS (PREFIX-<pid>), creates NS,
 # and deletes it without waiting when the script exits (cleanup, which a later trap may call too).

@@ -4,8 +4,8 @@
 //
 // It stands for prometheus/client_golang in the lb pod only (the operator keeps client_golang).
 // That library, its data model and the protobuf runtime under it are about 2.8 MB of binary and
-// 2.9 MiB of resident memory in a process that serves one page of a dozen series (measured with an
-// HTTP server alone and with the library's registry, Go and process collectors: docs/lbpod.md),
+// 2.8 MiB of resident memory in a process that serves one page of a dozen series (measured with an
+// HTTP server alone and with the library's registry, Go and process collectors: docs/benchmarks.md),
 // and every Service runs two lb pods. The page is what client_golang writes for the same series:
 // families sorted by name, series by label values, HELP and TYPE lines, the same escaping and
 // number format (TestTextParses reads it back with the Prometheus parser).

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -40,20 +41,13 @@ func anchors(text string) map[string]bool {
 	for _, m := range headingRE.FindAllStringSubmatch(fenceRE.ReplaceAllString(text, ""), -1) {
 		a := anchor(m[1])
 		if n := seen[a]; n > 0 {
-			out[a+"-"+itoa(n)] = true
+			out[a+"-"+strconv.Itoa(n)] = true
 		} else {
 			out[a] = true
 		}
 		seen[a]++
 	}
 	return out
-}
-
-func itoa(n int) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + itoa(n%10)
 }
 
 func TestRelativeLinks(t *testing.T) {
