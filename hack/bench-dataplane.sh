@@ -5,7 +5,9 @@
 # needs an ACCEPT before lbpod's forward filter), the time lbpod takes to apply 1, 100 and 1000
 # ports from scratch and to change one port among 1000 with the default rules back end (nftables)
 # and with --rules iptables in each variant (beside the floor: bare netlink transactions, or the
-# back end's own binaries on the same rules), and the CPU an idle lbpod uses in 60 s.
+# back end's own binaries on the same rules), the CPU an idle lbpod uses in 60 s, and what one
+# standby election advert costs a node with 100 and 200 other lb pods (group addresses against
+# the one shared address of the release before, in the same run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,7 +21,7 @@ done
 
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-go test -tags dataplane -p 1 -count=1 -run '^$' -bench '^Benchmark(Throughput|ConnRate|Apply|IdleCPU)$' -benchtime=1x \
+go test -tags dataplane -p 1 -count=1 -run '^$' -bench '^Benchmark(Throughput|ConnRate|Apply|IdleCPU|AdvertFanout)$' -benchtime=1x \
 	-timeout 10m ./test/dataplane/ | tee "$out"
 
 # Pick "<value> <unit>" pairs off the benchmark lines.
@@ -55,6 +57,13 @@ rows "nftables, the default" nftables "one transaction, table + set of 1000" "re
 for backend in nft legacy; do
 	rows "--rules iptables, $backend" "$backend" "bare iptables-restore of those rules" "bare iptables-save of them" "bare iptables-restore deleting and adding one rule"
 done
+printf '%-66s %s\n' \
+	"one advert, sender's node with 100 other lb pods (cpu ns)" "$(metric '^BenchmarkAdvertFanout/neighbours=100/group' cpu-ns/advert)" \
+	"  baseline: one address shared by every Service (the release before)" "$(metric '^BenchmarkAdvertFanout/neighbours=100/shared' cpu-ns/advert)" \
+	"  with 200 other lb pods (cpu ns)" "$(metric '^BenchmarkAdvertFanout/neighbours=200/group' cpu-ns/advert)" \
+	"  baseline: shared address, 200 other lb pods (cpu ns)" "$(metric '^BenchmarkAdvertFanout/neighbours=200/shared' cpu-ns/advert)" \
+	"  200 actives' adverts on that node (ms of CPU a second)" "$(metric '^BenchmarkAdvertFanout/neighbours=200/group' node-cpu-ms/s)" \
+	"  baseline: shared address (ms of CPU a second)" "$(metric '^BenchmarkAdvertFanout/neighbours=200/shared' node-cpu-ms/s)"
 echo "(apply times: medians of 5 runs of lbpod's own, from its log: read and plan, execute, and the verifying read-back;"
 echo " the floors are, for nftables (lbpod without --rules), bare google/nftables netlink transactions in a"
 echo " fresh namespace, and for iptables the back end's binaries alone on the same 1000 rules, timed in the same run)"

@@ -37,6 +37,8 @@ type haOptions struct {
 	keyFile                    string
 	key                        []byte
 	replayWindow, legacyWindow time.Duration
+	// groupAddress: adverts go to the group's own address (ha.Options.NoGroupAddress unset).
+	groupAddress bool
 }
 
 func (o options) haEnabled() bool { return o.ha.replicas > 1 }
@@ -108,6 +110,7 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 	go func() { loopDone <- loop.Run(loopCtx) }()
 	opts := ha.Options{
 		Interface: o.iface, Config: o.haConfig(network), Log: log, Metrics: metrics, Key: o.ha.key,
+		NoGroupAddress: !o.ha.groupAddress,
 		OnChange: func(role ha.Role, reason string) {
 			log.Info("role", "role", role.String(), "reason", reason)
 		},

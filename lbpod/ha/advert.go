@@ -17,10 +17,27 @@ import (
 // frame of it reaches exactly the hosts that ARP reaches.
 const EtherType = 0x88B5
 
-// MulticastMAC is where every advert goes: a locally administered group address (first octet
-// 0x03), spelling "lbsvc". Every replica joins it on net1; the underlay floods it like ARP
-// broadcasts, so an advert crosses exactly the L2 that the replicas' ARP replies cross.
+// MulticastMAC is the one address every advert of every Service went to before each group had an
+// address of its own (Group.MAC): a locally administered group address (first octet 0x03),
+// spelling "lbsvc". Replicas still join it, to hear replicas of that release during an upgrade
+// (see doc.go, "Upgrade to group addresses"); nothing is sent to it otherwise.
 var MulticastMAC = net.HardwareAddr{0x03, 0x6c, 0x62, 0x73, 0x76, 0x63}
+
+// MAC is the group's own multicast address, where its adverts go: 03:6c:62 ("lb", locally
+// administered, group) and the group's first three bytes. The underlay floods it like ARP
+// broadcasts, so an advert crosses exactly the L2 that the replicas' ARP replies cross; but a
+// macvlan (net1) passes up only the multicast addresses joined on it, so an advert reaches the
+// sockets of its own group's replicas and not those of every lb pod on the node. With one address
+// for all, each advert was copied to every lb pod's net1 on the parent and dropped there by the
+// socket filter: per node, a cost that grew with the square of its lb pods (BenchmarkAdvertFanout).
+// Two groups may share an address (one chance in 2^24); the socket filter still tells them apart.
+func (g Group) MAC() net.HardwareAddr {
+	m := net.HardwareAddr{0x03, 0x6c, 0x62, g[0], g[1], g[2]}
+	if m.String() == MulticastMAC.String() {
+		m[5] ^= 1 // never the shared address: a group must not get every old replica's adverts
+	}
+	return m
+}
 
 // ID names a replica on the underlay: its net1 MAC. MACs are unique on a working L2 (ARP needs
 // it), and the same value in an advert and in an ARP reply ties the two together when debugging.
@@ -68,13 +85,20 @@ type Advert struct {
 // Wire format version 1 (unauthenticated; version 2 in auth.go adds a sequence and a tag),
 // big-endian, 32 bytes (Ethernet pads to its minimum):
 //
-//	0  magic "LBHA"       4  version (1)      5  flags (bit 0: resigning)
+//	0  magic "LBHA"       4  version (1)      5  flags (below)
 //	6  priority           7  reserved (0)     8  group (8 bytes)
 //	16 term (uint64)      24 sender (6 bytes) 30 interval in ms (uint16)
+//
+// Flags: bit 0 resigning; bit 1 (flagGroupAddressed) the sender sends to its group's address
+// (Group.MAC) and listens there; bit 2 (flagLegacyCopy) this frame is the copy such a sender also
+// sends to MulticastMAC for replicas that listen only there. Replicas before bits 1 and 2 ignore
+// them.
 const (
-	advertLen     = 32
-	advertVersion = 1
-	flagResigning = 1
+	advertLen          = 32
+	advertVersion      = 1
+	flagResigning      = 1
+	flagGroupAddressed = 2
+	flagLegacyCopy     = 4
 )
 
 var advertMagic = [4]byte{'L', 'B', 'H', 'A'}
@@ -84,10 +108,14 @@ const MaxInterval = 65535 * time.Millisecond
 
 // Marshal encodes the advert as an unauthenticated version-1 frame (Key.Seal makes version 2).
 // The interval is carried in whole milliseconds.
-func (a Advert) Marshal() []byte {
+func (a Advert) Marshal() []byte { return a.marshal(0) }
+
+// marshal is Marshal with the wire flags (flagGroupAddressed, flagLegacyCopy) set.
+func (a Advert) marshal(flags byte) []byte {
 	b := make([]byte, advertLen)
 	copy(b[0:4], advertMagic[:])
 	b[4] = advertVersion
+	b[5] = flags
 	if a.Resigning {
 		b[5] |= flagResigning
 	}

@@ -74,3 +74,49 @@ func FuzzParseAdvert(f *testing.F) {
 		}
 	})
 }
+
+// Each group has its own multicast address: locally administered and group (03:6c:62 and the
+// group's first three bytes), never the shared MulticastMAC, even for a group whose bytes spell it.
+func TestGroupMAC(t *testing.T) {
+	g := GroupOf([]netip.Addr{netip.MustParseAddr("172.18.0.10")})
+	if got, want := g.MAC().String(), "03:6c:62:"+hex.EncodeToString(g[0:1])+":"+hex.EncodeToString(g[1:2])+":"+hex.EncodeToString(g[2:3]); got != want {
+		t.Errorf("MAC = %s, want %s", got, want)
+	}
+	other := GroupOf([]netip.Addr{netip.MustParseAddr("172.18.0.11")})
+	if g.MAC().String() == other.MAC().String() {
+		t.Errorf("172.18.0.10 and .11 share the address %s", g.MAC())
+	}
+	spelled := Group{0x73, 0x76, 0x63, 1, 2, 3, 4, 5}
+	if got := spelled.MAC().String(); got != "03:6c:62:73:76:62" {
+		t.Errorf("a group spelling the shared address gets %s, want 03:6c:62:73:76:62", got)
+	}
+}
+
+// The wire flags of group addresses: set by marshal and seal, read by ParseFrame, covered by the
+// tag (a flag flipped on the wire fails authentication), ignored by ParseAdvert (as by replicas
+// before them).
+func TestWireFlags(t *testing.T) {
+	a := Advert{Group: Group{1, 2, 3, 4, 5, 6, 7, 8}, Term: 3, Priority: 100, Sender: ID{0x02, 1, 2, 3, 4, 5}, Interval: 100 * time.Millisecond}
+	for _, tc := range []struct {
+		flags byte
+		want  bool
+	}{{0, false}, {flagGroupAddressed, true}, {flagGroupAddressed | flagLegacyCopy, true}} {
+		v1 := a.marshal(tc.flags)
+		if f, err := ParseFrame(v1); err != nil || f.GroupAddressed != tc.want || f.Advert != a {
+			t.Errorf("version 1, flags %b: %+v, %v; want GroupAddressed %t and the advert", tc.flags, f, err, tc.want)
+		}
+		if old, err := ParseAdvert(v1); err != nil || old != a {
+			t.Errorf("version 1, flags %b, read as before: %+v, %v; want the advert", tc.flags, old, err)
+		}
+		k, _ := NewKey(bytes.Repeat([]byte{7}, MinKeyLen))
+		sealed := k.seal(a, 42, tc.flags)
+		f, err := ParseFrame(sealed)
+		if err != nil || f.GroupAddressed != tc.want || f.Advert != a || !k.verify(&f) {
+			t.Errorf("version 2, flags %b: %+v, %v; want GroupAddressed %t, the advert, a valid tag", tc.flags, f, err, tc.want)
+		}
+		sealed[5] ^= flagGroupAddressed
+		if f, _ := ParseFrame(sealed); k.verify(&f) {
+			t.Errorf("version 2, flags %b with bit 1 flipped on the wire: the tag still verifies", tc.flags)
+		}
+	}
+}

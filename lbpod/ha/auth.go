@@ -64,6 +64,9 @@ type Frame struct {
 	// Version is 1 (unauthenticated) or 2 (sealed: Seq and the tag follow the header).
 	Version uint8
 	Seq     uint64
+	// GroupAddressed: the sender sends to its group's address (flagGroupAddressed). A frame
+	// without it comes from a replica that listens only on MulticastMAC.
+	GroupAddressed bool
 	// sealed is the version-2 frame as received (header, sequence, tag), for Key.verify.
 	sealed [sealedLen]byte
 }
@@ -75,12 +78,13 @@ func ParseFrame(b []byte) (Frame, error) {
 		if len(b) < sealedLen {
 			return Frame{}, fmt.Errorf("%w: %d bytes, want %d for version %d", errNotAdvert, len(b), sealedLen, authVersion)
 		}
-		f := Frame{Advert: decodeHeader(b), Version: authVersion, Seq: binary.BigEndian.Uint64(b[advertLen:])}
+		f := Frame{Advert: decodeHeader(b), Version: authVersion, Seq: binary.BigEndian.Uint64(b[advertLen:]),
+			GroupAddressed: b[5]&flagGroupAddressed != 0}
 		copy(f.sealed[:], b)
 		return f, nil
 	}
 	a, err := ParseAdvert(b)
-	return Frame{Advert: a, Version: advertVersion}, err
+	return Frame{Advert: a, Version: advertVersion, GroupAddressed: err == nil && b[5]&flagGroupAddressed != 0}, err
 }
 
 // Key seals and verifies adverts with the Service's secret. It keeps one HMAC state: not safe
@@ -105,9 +109,12 @@ func (k *Key) tag(dst, b []byte) {
 }
 
 // Seal encodes a as a version-2 frame with sequence seq.
-func (k *Key) Seal(a Advert, seq uint64) []byte {
+func (k *Key) Seal(a Advert, seq uint64) []byte { return k.seal(a, seq, 0) }
+
+// seal is Seal with the wire flags set (the tag covers them).
+func (k *Key) seal(a Advert, seq uint64, flags byte) []byte {
 	b := make([]byte, sealedLen)
-	copy(b, a.Marshal())
+	copy(b, a.marshal(flags))
 	b[4] = authVersion
 	binary.BigEndian.PutUint64(b[advertLen:], seq)
 	k.tag(b[advertLen+seqLen:], b)

@@ -4,16 +4,18 @@
 // # Protocol
 //
 // VRRP-like, over the underlay itself. The active multicasts an Advert every Interval (100 ms) on
-// net1, as a raw Ethernet frame of the local experimental EtherType 0x88B5 to the group MAC
-// 03:6c:62:73:76:63, through an AF_PACKET socket. Why raw Ethernet and not IP:
+// net1, as a raw Ethernet frame of the local experimental EtherType 0x88B5 to the group's own
+// multicast address (Group.MAC), through an AF_PACKET socket. Why raw Ethernet and not IP:
 //   - it crosses exactly the L2 that ARP/NDP for the addresses crosses: a standby that hears the
 //     active knows that the clients' ARP requests reach the active too, and silence means the
 //     active is gone from the L2 the clients use, whatever the cluster network says;
 //   - a standby has no address on net1 (that is what standby means), so it could not send IP
 //     from there; IPv6 link-local would work but needs DAD and a per-pod link-local address, and
 //     would behave differently for IPv4-only underlays with IPv6 filtered;
-//   - it needs only CAP_NET_RAW, which the lb pod has; the kernel filters other Services' adverts
-//     with a BPF program on the group, so 100 Services on one L2 do not wake each other.
+//   - it needs only CAP_NET_RAW, which the lb pod has; net1, a macvlan, passes up only the
+//     multicast addresses joined on it, so other Services' adverts do not even reach the socket,
+//     and a BPF program on the group drops the few that do: 100 Services on one L2 do not wake
+//     each other, and a node's lb pods do not each get a copy of every advert.
 //
 // An advert carries the group (a digest of the LB addresses: the Services' replicas elect among
 // themselves only), a term, the priority, the sender ID (its net1 MAC), the sender's interval and
@@ -152,6 +154,22 @@
 //   - Whoever holds the key (the Service's lb pods, whoever can read the Secret) can forge, and
 //     anyone on the L2 can still answer ARP for the address or drop the adverts: the key protects
 //     the election, not the L2.
+//
+// # Upgrade to group addresses
+//
+// lbpod before group addresses sends to MulticastMAC and listens only there. A replica listens
+// on both addresses and marks every frame it sends (flagGroupAddressed, covered by the tag).
+// Whenever it accepts a frame of its own wire version without that mark (an old replica's), it
+// also sends a copy of each advert to MulticastMAC until Config.LegacyWindow has passed since
+// (runner.copyToLegacy): with its own sequence number (a receiver that gets both accepts both, as
+// two adverts) and marked as a copy (flagLegacyCopy), which the socket filter of a replica that
+// hears the group's address drops, so new replicas read each advert once. An old standby thus
+// hears a new active, and a new standby an old active, for as long as a rollout runs old replicas
+// beside new ones. An old standby sends nothing, so a new active cannot know it is there: one that
+// outlives the window stops hearing the active and claims, the active hears that claim, unmarked,
+// and copies again: one extra takeover, no lasting two holders. Options.NoGroupAddress runs a
+// replica as the release before (the upgrade tests' old replicas; an underlay that passes only the
+// one address).
 //
 // # Safety
 //

@@ -82,6 +82,10 @@ type Options struct {
 	// Record, when not nil, is the Service's record of claims: the takeovers are written there and
 	// its claims fence this replica (see Record).
 	Record Record
+	// NoGroupAddress: send to MulticastMAC and listen only there, as replicas before group
+	// addresses (Group.MAC) did: for an underlay whose switches pass only that one multicast
+	// address. The upgrade tests run the replicas of the release before so.
+	NoGroupAddress bool
 }
 
 // Run elects among the replicas on Interface until ctx is done, then resigns: if active, it tells
@@ -137,6 +141,12 @@ type runner struct {
 	// refusedSeen: the refusal reasons already logged as a warning (later ones are counted and
 	// logged at debug level only: a forger on the underlay must not flood the log).
 	refusedSeen map[string]bool
+	// oldHeard is when an accepted advert of our wire version last came from a replica that
+	// listens only on MulticastMAC (no flagGroupAddressed): until Config.LegacyWindow after it,
+	// every advert is also sent there (copyToLegacy); copying says whether the last one was.
+	oldHeard time.Duration
+	heardOld bool
+	copying  bool
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
@@ -264,10 +274,38 @@ func (r *runner) received(out Output, f Frame) Output {
 			return out
 		}
 	}
+	if !f.GroupAddressed && f.Version == r.sendVersion() {
+		r.oldHeard, r.heardOld = r.now(), true
+	}
 	if out = r.pollReady(out); !out.Done {
 		out = r.handle(Event{Kind: Received, Now: r.now(), Advert: f.Advert, Authenticated: authenticated})
 	}
 	return out
+}
+
+// sendVersion is the wire version this replica sends: 2 with a key, 1 without.
+func (r *runner) sendVersion() uint8 {
+	if r.key != nil {
+		return authVersion
+	}
+	return advertVersion
+}
+
+// copyToLegacy says whether adverts also go to MulticastMAC now: within Config.LegacyWindow of
+// the last advert heard from a replica that listens only there (an upgrade from the release
+// before group addresses: its standbys must keep hearing the active, or they claim). Its first
+// and last copies are logged.
+func (r *runner) copyToLegacy() bool {
+	on := !r.opts.NoGroupAddress && r.heardOld && r.now() < r.oldHeard+r.cfg.LegacyWindow
+	if on != r.copying {
+		r.copying = on
+		if on {
+			r.log.Info("a replica that listens only on the shared multicast address is in the group: adverts also go there", "address", MulticastMAC.String(), "for", r.cfg.LegacyWindow)
+		} else {
+			r.log.Info("no replica that listens only on the shared multicast address heard lately: adverts go to the group's address only", "address", r.cfg.Group.MAC().String())
+		}
+	}
+	return on
 }
 
 // pollLink feeds LinkDown/LinkUp when net1's carrier changed, and (re)opens the socket when net1
@@ -319,7 +357,7 @@ func (r *runner) openConn() error {
 	if r.key != nil {
 		maxVersion = authVersion
 	}
-	c, err := listen(r.opts.Interface, r.cfg.Group, maxVersion)
+	c, err := listen(r.opts.Interface, r.cfg.Group, maxVersion, !r.opts.NoGroupAddress)
 	if err != nil {
 		return err
 	}
@@ -467,15 +505,24 @@ func (r *runner) record(held Claim, out Output) {
 	}
 }
 
+// sendAdvert sends a to the group's address and, while copyToLegacy, a copy (its own sequence
+// number, flagLegacyCopy) to MulticastMAC.
 func (r *runner) sendAdvert(a Advert) {
+	var flags byte
+	if !r.opts.NoGroupAddress {
+		flags = flagGroupAddressed
+	}
+	frame := func(flags byte) []byte {
+		if r.key != nil {
+			return r.key.seal(a, r.seq.Next(r.wall()), flags)
+		}
+		return a.marshal(flags)
+	}
 	var err error
-	switch {
-	case r.conn == nil:
+	if r.conn == nil {
 		err = errors.New("no socket (net1 down)")
-	case r.key != nil:
-		err = r.conn.send(r.key.Seal(a, r.seq.Next(r.wall())))
-	default:
-		err = r.conn.send(a.Marshal())
+	} else if err = r.conn.send(frame(flags), false); err == nil && r.copyToLegacy() {
+		err = r.conn.send(frame(flags|flagLegacyCopy), true)
 	}
 	mt := r.opts.Metrics
 	if err != nil {

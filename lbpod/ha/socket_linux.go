@@ -31,8 +31,10 @@ type conn struct {
 	// wait, so a second reader must go to the descriptor itself. It is valid until close, which
 	// the runner's goroutine calls, the one that sends and calls pending.
 	fd int
-	// to is the multicast destination, as sendto takes it.
-	to unix.RawSockaddrLinklayer
+	// to is where adverts go (the group's address, or MulticastMAC for a replica that does not
+	// use group addresses), legacy where the copies for replicas listening only on MulticastMAC
+	// go; as sendto takes them.
+	to, legacy unix.RawSockaddrLinklayer
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -40,28 +42,57 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // advertFilter is a classic BPF program that lets through only adverts of our group, so the
 // kernel drops every other Service's adverts before they wake us, and of wire version 1 or
 // maxVersion: a replica without a key reads version 1 only, as the replicas before version 2 did;
-// one with a key reads both (version 1 for the legacy window and to count what it refuses).
+// one with a key reads both (version 1 for the legacy window and to count what it refuses). With
+// groupAddressed it also drops the copies that replicas send to MulticastMAC for the replicas
+// listening only there (flagLegacyCopy): it hears the same advert on the group's address.
 // Offsets are from the start of the payload (SOCK_DGRAM strips the Ethernet header).
-func advertFilter(g Group, maxVersion uint8) []unix.SockFilter {
+func advertFilter(g Group, maxVersion uint8, groupAddressed bool) []unix.SockFilter {
 	const (
-		ldW = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		ldB = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
-		jeq = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		ret = unix.BPF_RET | unix.BPF_K
+		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		ldB  = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
+		ret  = unix.BPF_RET | unix.BPF_K
 	)
-	prog := []unix.SockFilter{
-		{Code: ldW, K: 0}, {Code: jeq, K: binary.BigEndian.Uint32(advertMagic[:]), Jf: 8},
-		{Code: ldW, K: 8}, {Code: jeq, K: binary.BigEndian.Uint32(g[0:4]), Jf: 6},
-		{Code: ldW, K: 12}, {Code: jeq, K: binary.BigEndian.Uint32(g[4:8]), Jf: 4},
-		{Code: ldB, K: 4}, {Code: jeq, K: advertVersion, Jt: 1}, {Code: jeq, K: uint32(maxVersion), Jf: 1},
-		{Code: ret, K: 1 << 16},
-		{Code: ret, K: 0},
+	// Jumps are filled in below: toDrop jumps to the last instruction when the test fails
+	// (jeq) or holds (jset).
+	type step struct {
+		ins    unix.SockFilter
+		toDrop bool
+	}
+	steps := []step{
+		{unix.SockFilter{Code: ldW, K: 0}, false}, {unix.SockFilter{Code: jeq, K: binary.BigEndian.Uint32(advertMagic[:])}, true},
+		{unix.SockFilter{Code: ldW, K: 8}, false}, {unix.SockFilter{Code: jeq, K: binary.BigEndian.Uint32(g[0:4])}, true},
+		{unix.SockFilter{Code: ldW, K: 12}, false}, {unix.SockFilter{Code: jeq, K: binary.BigEndian.Uint32(g[4:8])}, true},
+	}
+	if groupAddressed {
+		steps = append(steps, step{unix.SockFilter{Code: ldB, K: 5}, false}, step{unix.SockFilter{Code: jset, K: flagLegacyCopy}, true})
+	}
+	steps = append(steps,
+		step{unix.SockFilter{Code: ldB, K: 4}, false}, step{unix.SockFilter{Code: jeq, K: advertVersion, Jt: 1}, false},
+		step{unix.SockFilter{Code: jeq, K: uint32(maxVersion)}, true},
+		step{unix.SockFilter{Code: ret, K: 1 << 16}, false},
+		step{unix.SockFilter{Code: ret, K: 0}, false})
+	prog := make([]unix.SockFilter, len(steps))
+	drop := len(steps) - 1
+	for i, s := range steps {
+		prog[i] = s.ins
+		if s.toDrop {
+			off := uint8(drop - i - 1)
+			if s.ins.Code == jset {
+				prog[i].Jt = off
+			} else {
+				prog[i].Jf = off
+			}
+		}
 	}
 	return prog
 }
 
-// listen opens the socket on ifname, joined to MulticastMAC and filtered to group g.
-func listen(ifname string, g Group, maxVersion uint8) (*conn, error) {
+// listen opens the socket on ifname, filtered to group g (advertFilter). It joins MulticastMAC
+// and, with groupAddressed, the group's address (Group.MAC), where its adverts then go; without,
+// it sends to MulticastMAC and listens only there, as replicas before group addresses did.
+func listen(ifname string, g Group, maxVersion uint8, groupAddressed bool) (*conn, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, err
@@ -75,17 +106,25 @@ func listen(ifname string, g Group, maxVersion uint8) (*conn, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("%s on %q: %w", what, ifname, err)
 	}
-	filter := advertFilter(g, maxVersion)
+	filter := advertFilter(g, maxVersion, groupAddressed)
 	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
 		return fail("attach filter", err)
 	}
 	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(EtherType), Ifindex: ifi.Index}); err != nil {
 		return fail("bind", err)
 	}
-	mreq := &unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_MULTICAST, Alen: uint16(len(MulticastMAC))}
-	copy(mreq.Address[:], MulticastMAC)
-	if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, mreq); err != nil {
-		return fail("join "+MulticastMAC.String(), err)
+	to := MulticastMAC
+	join := []net.HardwareAddr{MulticastMAC}
+	if groupAddressed {
+		to = g.MAC()
+		join = append(join, to)
+	}
+	for _, mac := range join {
+		mreq := &unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_MULTICAST, Alen: uint16(len(mac))}
+		copy(mreq.Address[:], mac)
+		if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, mreq); err != nil {
+			return fail("join "+mac.String(), err)
+		}
 	}
 	// Non-blocking, so the runtime poller serves reads and Close unblocks them.
 	f := os.NewFile(uintptr(fd), "ha-"+ifname)
@@ -94,24 +133,32 @@ func listen(ifname string, g Group, maxVersion uint8) (*conn, error) {
 		f.Close()
 		return nil, fmt.Errorf("advert socket on %q: %w", ifname, err)
 	}
-	c := &conn{f: f, raw: raw, ifindex: ifi.Index, fd: fd, to: unix.RawSockaddrLinklayer{
-		Family: unix.AF_PACKET, Protocol: htons(EtherType), Ifindex: int32(ifi.Index), Halen: uint8(len(MulticastMAC))}}
-	copy(c.to.Addr[:], MulticastMAC)
-	return c, nil
+	return &conn{f: f, raw: raw, ifindex: ifi.Index, fd: fd, to: linkAddr(ifi.Index, to), legacy: linkAddr(ifi.Index, MulticastMAC)}, nil
 }
 
-// send multicasts one advert, encoded (Advert.Marshal or Key.Seal). A full send buffer (EAGAIN)
-// waits for room through the runtime poller.
-func (c *conn) send(frame []byte) error {
+// linkAddr is mac on the interface with index, for sendto.
+func linkAddr(index int, mac net.HardwareAddr) unix.RawSockaddrLinklayer {
+	sa := unix.RawSockaddrLinklayer{Family: unix.AF_PACKET, Protocol: htons(EtherType), Ifindex: int32(index), Halen: uint8(len(mac))}
+	copy(sa.Addr[:], mac)
+	return sa
+}
+
+// send multicasts one advert, encoded (Advert.Marshal or Key.Seal), to c.to, or with legacy to
+// MulticastMAC. A full send buffer (EAGAIN) waits for room through the runtime poller.
+func (c *conn) send(frame []byte, legacy bool) error {
 	if len(frame) == 0 {
 		return nil
 	}
-	err := c.sendto(frame)
+	to := &c.to
+	if legacy {
+		to = &c.legacy
+	}
+	err := c.sendto(frame, to)
 	if err != unix.EAGAIN {
 		return err
 	}
 	if werr := c.raw.Write(func(uintptr) bool {
-		err = c.sendto(frame)
+		err = c.sendto(frame, to)
 		return err != unix.EAGAIN
 	}); werr != nil {
 		return werr
@@ -119,9 +166,9 @@ func (c *conn) send(frame []byte) error {
 	return err
 }
 
-func (c *conn) sendto(frame []byte) error {
+func (c *conn) sendto(frame []byte, to *unix.RawSockaddrLinklayer) error {
 	_, _, e := unix.RawSyscall6(unix.SYS_SENDTO, uintptr(c.fd), uintptr(unsafe.Pointer(&frame[0])), uintptr(len(frame)),
-		0, uintptr(unsafe.Pointer(&c.to)), unsafe.Sizeof(c.to))
+		0, uintptr(unsafe.Pointer(to)), unsafe.Sizeof(*to))
 	if e != 0 {
 		return e
 	}

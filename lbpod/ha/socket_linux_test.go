@@ -1,9 +1,13 @@
 package ha
 
 import (
+	"bytes"
 	"net"
+	"slices"
 	"testing"
 	"time"
+
+	"golang.org/x/net/bpf"
 )
 
 // The link probe's raw ioctls read what the standard library reads: the index and the up and
@@ -66,5 +70,64 @@ func TestWaker(t *testing.T) {
 			case <-time.After(50 * time.Millisecond): // a later fire would be a fire from before the reset
 			}
 		})
+	}
+}
+
+// The socket filter, run in x/net/bpf's interpreter of classic BPF (what the kernel runs, without
+// a socket): our group's adverts of the versions read pass, whole; other groups, other protocols
+// and other versions do not; the copies for replicas listening only on MulticastMAC are dropped
+// by a replica that hears the group's address, and read by one that listens only there.
+func TestAdvertFilter(t *testing.T) {
+	g := Group{1, 2, 3, 4, 5, 6, 7, 8}
+	a := Advert{Group: g, Term: 1, Sender: ID{0x02, 1, 2, 3, 4, 5}, Interval: 100 * time.Millisecond}
+	k, _ := NewKey(bytes.Repeat([]byte{7}, MinKeyLen))
+	otherGroup := a
+	otherGroup.Group[7]++
+	frames := map[string][]byte{
+		"v1":                a.marshal(0),
+		"v1 group":          a.marshal(flagGroupAddressed),
+		"v1 copy":           a.marshal(flagGroupAddressed | flagLegacyCopy),
+		"v2":                k.seal(a, 1, 0),
+		"v2 group":          k.seal(a, 1, flagGroupAddressed),
+		"v2 copy":           k.seal(a, 1, flagGroupAddressed|flagLegacyCopy),
+		"v2 resigning copy": k.seal(Advert{Group: g, Resigning: true, Sender: a.Sender, Interval: a.Interval}, 1, flagGroupAddressed|flagLegacyCopy),
+		"other group":       k.seal(otherGroup, 1, flagGroupAddressed),
+		"v3":                append(append([]byte("LBHA"), 3), k.seal(a, 1, flagGroupAddressed)[5:]...),
+		"arp":               append([]byte{0, 1, 8, 0, 6, 4, 0, 1}, make([]byte, 48)...),
+	}
+	for _, tc := range []struct {
+		maxVersion     uint8
+		groupAddressed bool
+		pass           []string
+	}{
+		{authVersion, true, []string{"v1", "v1 group", "v2", "v2 group"}},
+		{authVersion, false, []string{"v1", "v1 group", "v1 copy", "v2", "v2 group", "v2 copy", "v2 resigning copy"}},
+		{advertVersion, true, []string{"v1", "v1 group"}},
+		{advertVersion, false, []string{"v1", "v1 group", "v1 copy"}},
+	} {
+		prog := advertFilter(g, tc.maxVersion, tc.groupAddressed)
+		raw := make([]bpf.RawInstruction, len(prog))
+		for i, ins := range prog {
+			raw[i] = bpf.RawInstruction{Op: ins.Code, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
+		}
+		insns, ok := bpf.Disassemble(raw)
+		if !ok {
+			t.Fatalf("the filter (max version %d, group addressed %t) does not disassemble: %v", tc.maxVersion, tc.groupAddressed, raw)
+		}
+		vm, err := bpf.NewVM(insns)
+		if err != nil {
+			t.Fatalf("the filter (max version %d, group addressed %t): %v", tc.maxVersion, tc.groupAddressed, err)
+		}
+		for name, frame := range frames {
+			n, err := vm.Run(frame)
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if want := slices.Contains(tc.pass, name); (n > 0) != want {
+				t.Errorf("max version %d, group addressed %t: %s passes %t, want %t", tc.maxVersion, tc.groupAddressed, name, n > 0, want)
+			} else if want && n < len(frame) {
+				t.Errorf("max version %d, group addressed %t: %s passes %d of its %d bytes", tc.maxVersion, tc.groupAddressed, name, n, len(frame))
+			}
+		}
 	}
 }

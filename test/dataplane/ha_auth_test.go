@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -174,14 +173,8 @@ func writeHAKey(t testing.TB) string {
 func (tp *haTopology) addClient(addr string) string {
 	t := tp.t
 	ns := tp.client + "-2"
-	mustRun(t, "ip", "netns", "add", ns)
-	t.Cleanup(func() {
-		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-			t.Errorf("cleanup: ip netns del %s: %v %s", ns, err, out)
-		}
-	})
+	tp.addNS(ns)
 	ip := func(ns string, args ...string) { mustRun(t, "ip", append([]string{"-n", ns}, args...)...) }
-	ip(ns, "link", "set", "lo", "up")
 	ip(tp.underlay, "link", "add", "pc2", "type", "veth", "peer", "name", "c0", "netns", ns)
 	ip(tp.underlay, "link", "set", "pc2", "master", "br0", "up")
 	ip(ns, "link", "set", "c0", "up")
@@ -250,7 +243,8 @@ func (f *forger) capture(t *testing.T, sender string, limit time.Duration) []byt
 	return nil
 }
 
-// send multicasts frame to the adverts' group MAC.
+// send multicasts frame to the shared address (ha.MulticastMAC), where replicas still listen for
+// the replicas before group addresses; the e2e forger sends to the group's own address.
 func (f *forger) send(t *testing.T, frame []byte) {
 	t.Helper()
 	to := &unix.SockaddrLinklayer{Protocol: htons(ha.EtherType), Ifindex: f.ifindex, Halen: 6}

@@ -297,25 +297,32 @@ func (tp *haTopology) addClusterSide() {
 	t := tp.t
 	mustRun(t, "ip", "-n", tp.underlay, "addr", "add", gatewayV4+"/16", "dev", "br0")
 	for _, r := range []string{"a", "b"} {
-		node, pod := tp.node[r], tp.pod[r]
-		ip := func(ns string, args ...string) { mustRun(t, "ip", append([]string{"-n", ns}, args...)...) }
-		ip(node, "link", "add", "nodeveth", "type", "veth", "peer", "name", "eth0", "netns", pod)
-		ip(node, "link", "set", "nodeveth", "up")
-		ip(node, "addr", "add", nodeV4+"/16", "dev", "nodeveth")
-		ip(pod, "link", "set", "eth0", "up")
-		ip(pod, "addr", "add", podV4+"/16", "dev", "eth0")
-		ip(pod, "route", "add", "default", "via", nodeV4, "dev", "eth0")
-		ip(node, "addr", "add", nodeV6+"/64", "dev", "nodeveth", "nodad")
-		ip(pod, "addr", "add", podV6+"/64", "dev", "eth0", "nodad")
-		ip(pod, "-6", "route", "add", "default", "via", nodeV6, "dev", "eth0")
-		for _, clusterIP := range []string{clusterIPv4, clusterIPv6} {
-			if strings.Contains(clusterIP, ":") {
-				ip(node, "addr", "add", clusterIP+"/128", "dev", "lo", "nodad") // usable at once
-			} else {
-				ip(node, "addr", "add", clusterIP+"/32", "dev", "lo")
-			}
-			serveUDP(t, node, net.JoinHostPort(clusterIP, fmt.Sprint(haEchoPort)), func(payload string) string { return r + ": " + payload })
+		tp.clusterSide(r)
+	}
+}
+
+// clusterSide gives replica r's pod its eth0 to its node, the ClusterIPs on the node and their
+// UDP backend (addClusterSide).
+func (tp *haTopology) clusterSide(r string) {
+	t := tp.t
+	node, pod := tp.node[r], tp.pod[r]
+	ip := func(ns string, args ...string) { mustRun(t, "ip", append([]string{"-n", ns}, args...)...) }
+	ip(node, "link", "add", "nodeveth", "type", "veth", "peer", "name", "eth0", "netns", pod)
+	ip(node, "link", "set", "nodeveth", "up")
+	ip(node, "addr", "add", nodeV4+"/16", "dev", "nodeveth")
+	ip(pod, "link", "set", "eth0", "up")
+	ip(pod, "addr", "add", podV4+"/16", "dev", "eth0")
+	ip(pod, "route", "add", "default", "via", nodeV4, "dev", "eth0")
+	ip(node, "addr", "add", nodeV6+"/64", "dev", "nodeveth", "nodad")
+	ip(pod, "addr", "add", podV6+"/64", "dev", "eth0", "nodad")
+	ip(pod, "-6", "route", "add", "default", "via", nodeV6, "dev", "eth0")
+	for _, clusterIP := range []string{clusterIPv4, clusterIPv6} {
+		if strings.Contains(clusterIP, ":") {
+			ip(node, "addr", "add", clusterIP+"/128", "dev", "lo", "nodad") // usable at once
+		} else {
+			ip(node, "addr", "add", clusterIP+"/32", "dev", "lo")
 		}
+		serveUDP(t, node, net.JoinHostPort(clusterIP, fmt.Sprint(haEchoPort)), func(payload string) string { return r + ": " + payload })
 	}
 }
 

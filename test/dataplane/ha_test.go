@@ -54,15 +54,8 @@ func newHATopologyTB(t testing.TB) *haTopology {
 	tp := &haTopology{t: t, underlay: "lbh-u-" + s, client: "lbh-c-" + s,
 		node: map[string]string{"a": "lbh-na-" + s, "b": "lbh-nb-" + s},
 		pod:  map[string]string{"a": "lbh-pa-" + s, "b": "lbh-pb-" + s}}
-	all := []string{tp.underlay, tp.client, tp.node["a"], tp.node["b"], tp.pod["a"], tp.pod["b"]}
-	for _, ns := range all {
-		mustRun(t, "ip", "netns", "add", ns)
-		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("cleanup: ip netns del %s: %v %s", ns, err, out)
-			}
-		})
-		mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
+	for _, ns := range []string{tp.underlay, tp.client} {
+		tp.addNS(ns)
 	}
 	ip := func(ns string, args ...string) { mustRun(t, "ip", append([]string{"-n", ns}, args...)...) }
 	ip(tp.underlay, "link", "add", "br0", "type", "bridge")
@@ -72,15 +65,35 @@ func newHATopologyTB(t testing.TB) *haTopology {
 	ip(tp.client, "link", "set", "c0", "up")
 	ip(tp.client, "addr", "add", haClient+"/16", "dev", "c0")
 	for _, r := range []string{"a", "b"} {
-		port := "p" + r
-		ip(tp.underlay, "link", "add", port, "type", "veth", "peer", "name", "up0", "netns", tp.node[r])
-		ip(tp.underlay, "link", "set", port, "master", "br0", "up")
-		ip(tp.node[r], "link", "set", "up0", "up")
-		ip(tp.node[r], "link", "add", "link", "up0", "name", "net1", "type", "macvlan", "mode", "bridge")
-		ip(tp.node[r], "link", "set", "net1", "netns", tp.pod[r])
-		ip(tp.pod[r], "link", "set", "net1", "up")
+		tp.addNodeAndPod(r, "p"+r)
 	}
 	return tp
+}
+
+// addNS adds a network namespace with lo up, deleted when the test ends.
+func (tp *haTopology) addNS(ns string) {
+	t := tp.t
+	mustRun(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			t.Errorf("cleanup: ip netns del %s: %v %s", ns, err, out)
+		}
+	})
+	mustRun(t, "ip", "-n", ns, "link", "set", "lo", "up")
+}
+
+// addNodeAndPod adds replica r's node (its uplink up0 on the underlay bridge, through port) and
+// pod (net1, a macvlan on up0), both named in tp.node and tp.pod already.
+func (tp *haTopology) addNodeAndPod(r, port string) {
+	ip := func(ns string, args ...string) { mustRun(tp.t, "ip", append([]string{"-n", ns}, args...)...) }
+	tp.addNS(tp.node[r])
+	tp.addNS(tp.pod[r])
+	ip(tp.underlay, "link", "add", port, "type", "veth", "peer", "name", "up0", "netns", tp.node[r])
+	ip(tp.underlay, "link", "set", port, "master", "br0", "up")
+	ip(tp.node[r], "link", "set", "up0", "up")
+	ip(tp.node[r], "link", "add", "link", "up0", "name", "net1", "type", "macvlan", "mode", "bridge")
+	ip(tp.node[r], "link", "set", "net1", "netns", tp.pod[r])
+	ip(tp.pod[r], "link", "set", "net1", "up")
 }
 
 // mac is net1's MAC in replica r's pod.

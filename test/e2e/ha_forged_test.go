@@ -33,7 +33,7 @@ type underlayWire struct {
 }
 
 // openUnderlayWire opens the socket on the calling goroutine, which it locks into netns.
-func openUnderlayWire(netns string) (*underlayWire, error) {
+func openUnderlayWire(netns string, group ha.Group) (*underlayWire, error) {
 	if err := enterNetns(netns); err != nil {
 		return nil, err
 	}
@@ -51,11 +51,14 @@ func openUnderlayWire(netns string) (*underlayWire, error) {
 		w.close()
 		return nil, err
 	}
-	mreq := unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_MULTICAST, Alen: 6}
-	copy(mreq.Address[:], ha.MulticastMAC)
-	if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mreq); err != nil {
-		w.close()
-		return nil, err
+	// The group's address, where its adverts go (ha.Group.MAC), and the shared one.
+	for _, mac := range []net.HardwareAddr{group.MAC(), ha.MulticastMAC} {
+		mreq := unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_MULTICAST, Alen: 6}
+		copy(mreq.Address[:], mac)
+		if err := unix.SetsockoptPacketMreq(fd, unix.SOL_PACKET, unix.PACKET_ADD_MEMBERSHIP, &mreq); err != nil {
+			w.close()
+			return nil, err
+		}
 	}
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &unix.Timeval{Sec: 1}); err != nil {
 		w.close()
@@ -88,16 +91,18 @@ func (w *underlayWire) capture(group ha.Group, timeout time.Duration) ([]byte, e
 	return nil, fmt.Errorf("no advert of group %s within %v", group, timeout)
 }
 
-// send puts payload on the wire to the adverts' group MAC, from eth0's own MAC (the forged sender
-// is inside the advert, as a forger would do).
-func (w *underlayWire) send(payload []byte) error {
+// send puts payload on the wire to the group's own address (ha.Group.MAC: a forger who knows the
+// Service's address derives it as the replicas do), from eth0's own MAC (the forged sender is
+// inside the advert, as a forger would do). The data-path tests' forger sends to the shared
+// address, where the replicas listen too.
+func (w *underlayWire) send(payload []byte, to net.HardwareAddr) error {
 	frame := make([]byte, 0, 14+len(payload))
-	frame = append(frame, ha.MulticastMAC...)
+	frame = append(frame, to...)
 	frame = append(frame, w.ifi.HardwareAddr...)
 	frame = binary.BigEndian.AppendUint16(frame, ha.EtherType)
 	frame = append(frame, payload...)
 	return unix.Sendto(w.fd, frame, 0, &unix.SockaddrLinklayer{Protocol: htons(ha.EtherType), Ifindex: w.ifi.Index, Halen: 6,
-		Addr: [8]byte(append(append([]byte(nil), ha.MulticastMAC...), 0, 0))})
+		Addr: [8]byte(append(append([]byte(nil), to...), 0, 0))})
 }
 
 // forgedKinds are the frames an attacker on the underlay sends, by the refusal reason each must
@@ -234,7 +239,7 @@ func TestForgedAdvertsChangeNothing(t *testing.T) {
 	most := maxHolders(ip, stop)
 	attacked := make(chan error, 1)
 	go func() {
-		w, err := openUnderlayWire(clientNetns)
+		w, err := openUnderlayWire(clientNetns, group)
 		if err != nil {
 			attacked <- err
 			return
@@ -252,7 +257,7 @@ func TestForgedAdvertsChangeNothing(t *testing.T) {
 		defer pace.Stop()
 		for i := 0; i < perKind; i++ {
 			for _, k := range kinds {
-				if err := w.send(k.frame(captured)); err != nil {
+				if err := w.send(k.frame(captured), group.MAC()); err != nil {
 					attacked <- fmt.Errorf("send %s: %w", k.name, err)
 					return
 				}
