@@ -164,3 +164,51 @@ func TestRunAuthenticated(t *testing.T) {
 		t.Errorf("a keyless runner and a version-1 frame: received %v, term %d; want 1, 7", n, old.m.Term())
 	}
 }
+
+// Copies to the shared address (copyToLegacy) start only with an accepted advert of our wire
+// version from a replica that does not send to group addresses: not with a marked one, not with a
+// forged one (a wrong key), not with a version-1 frame (those replicas cannot read ours anyway);
+// they stop one legacy window after the last such advert, and never with NoGroupAddress.
+func TestRunCopiesForOldReplicas(t *testing.T) {
+	r, _, logs := testRunner(t, &recordingHolder{})
+	secret := bytes.Repeat([]byte{9}, MinKeyLen)
+	key, _ := NewKey(secret)
+	r.cfg.LegacyWindow = time.Minute // Config's 0 means never; the flag's default is 2 minutes
+	r.key, r.guard, r.cfg.Authenticated = key, NewGuard(r.cfg, key), true
+	wrong, _ := NewKey(bytes.Repeat([]byte{8}, MinKeyLen))
+	var seq uint64 = uint64(time.Now().UnixMicro())
+	frame := func(k *Key, flags byte) Frame {
+		seq++
+		f, err := ParseFrame(k.seal(Advert{Group: group, Term: 1, Priority: DefaultPriority, Sender: idB, Interval: 100 * time.Millisecond}, seq, flags))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	v1, err := ParseFrame(Advert{Group: group, Term: 1, Priority: DefaultPriority, Sender: idB, Interval: 100 * time.Millisecond}.marshal(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		f    Frame
+	}{{"marked", frame(key, flagGroupAddressed)}, {"wrong key", frame(wrong, 0)}, {"version 1", v1}} {
+		r.received(Output{}, tc.f)
+		if r.copyToLegacy() {
+			t.Errorf("an advert %s starts the copies", tc.name)
+		}
+	}
+	r.received(Output{}, frame(key, 0))
+	if !r.copyToLegacy() || !strings.Contains(logs.String(), "adverts also go there") {
+		t.Fatalf("an old replica's advert does not start the copies (or is not logged):\n%s", logs)
+	}
+	r.oldHeard = r.now() - r.cfg.LegacyWindow - time.Millisecond
+	if r.copyToLegacy() || !strings.Contains(logs.String(), "adverts go to the group's address only") {
+		t.Errorf("the copies go on (or their end is not logged) one window after the last old advert:\n%s", logs)
+	}
+	r.received(Output{}, frame(key, 0))
+	r.opts.NoGroupAddress = true
+	if r.copyToLegacy() {
+		t.Error("a replica run as the release before copies its adverts")
+	}
+}
