@@ -103,8 +103,9 @@ if [ "${MASS_FAIL:-0}" = 1 ]; then
   for _ in $(seq 1 $((N / 10 + 5))); do
     pods=$(on_node1 | head -10)
     [ -n "$pods" ] || break
+    # --ignore-not-found: the active-pod annotation may still name a pod that is gone.
     # shellcheck disable=SC2086 # one argument per pod
-    "$K" -n "$NS" delete pod --wait=false $pods >/dev/null
+    "$K" -n "$NS" delete pod --wait=false --ignore-not-found $pods >/dev/null
     for _ in $(seq 1 60); do
       [ -z "$(comm -12 <(echo "$pods" | sort) <(on_node1 | sort))" ] && break
       sleep 1
