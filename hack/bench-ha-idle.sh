@@ -166,7 +166,7 @@ echo "figure: ha_idle_apiserver_writes_per_s=$(awk -v a="$all" -v w="$WINDOW" 'B
 # Mass failover: every Service's address and the node of its active lb pod.
 (cd "$HERE/.." && go build -o "$CLUSTER_DIR/probe" ./test/bench/probe)
 victim=$(node_name 2)
-active_nodes() { "$K" -n "$NS" get service -o jsonpath='{range .items[*]}{.status.loadBalancer.ingress[0].ip} {.metadata.annotations.lbsvc\.io/active-node}{"\n"}{end}'; }
+active_nodes() { "$K" -n "$NS" get service -o jsonpath='{range .items[*]}{.status.loadBalancer.ingress[0].ip} {.metadata.annotations.lbsvc\.io/active-node} {.metadata.name}{"\n"}{end}'; }
 active_nodes >"$CLUSTER_DIR/actives"
 on_victim=$(awk -v v="$victim" '$2 == v' "$CLUSTER_DIR/actives" | wc -l)
 # shellcheck disable=SC2046 # one argument per address
@@ -186,9 +186,11 @@ done
 sleep 5
 kill -TERM "$probe"
 wait "$probe" || true
-# What the lb pods on node 1 (the survivors) said about the takeovers, for the tail's causes.
-for pod in $("$K" -n "$NS" get pod -l lbsvc.io/service --field-selector "spec.nodeName=$(node_name 1)" -o name); do
-  "$K" -n "$NS" logs --request-timeout=5s --since=60s "$pod" 2>/dev/null || true
+# What the lb pods on node 1 (the survivors) said about the takeovers, for the tail's causes: each
+# line after its Service's name.
+for pod in $("$K" -n "$NS" get pod -l lbsvc.io/service --field-selector "spec.nodeName=$(node_name 1)" \
+    -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.labels.lbsvc\.io/service}{"\n"}{end}'); do
+  "$K" -n "$NS" logs --request-timeout=5s --since=60s "${pod%%=*}" 2>/dev/null | sed "s/^/${pod#*=} /" || true
 done >"$CLUSTER_DIR/survivors.log"
 recover
 # gaps victim|other: the longest_gap_ms of the Services whose active was on node 2, or of the others.
@@ -205,10 +207,51 @@ echo "lb pods on node 1 in the last minute: $(grep -c 'msg=role role=active' "$C
 # When the survivors took over, from their log lines' own times (this machine's clock), against the
 # moment node 2 was frozen.
 frozen_at=$(head -1 "$CLUSTER_DIR/fail.out" | cut -d' ' -f1)
-grep 'msg=role role=active' "$CLUSTER_DIR/survivors.log" | sed -n 's/^time=\([^ ]*\) .*/\1/p' |
+grep 'msg=role role=active' "$CLUSTER_DIR/survivors.log" | sed -n 's/^[^ ]* time=\([^ ]*\) .*/\1/p' |
   python3 -c 'import sys, datetime as d
 t0 = d.datetime.fromisoformat(sys.argv[1].replace("Z", "+00:00"))
 ms = sorted((d.datetime.fromisoformat(l.strip().replace("Z", "+00:00")) - t0).total_seconds() * 1000 for l in sys.stdin if l.strip())
 ms = [m for m in ms if m >= 0]
 print("figure: mass_failover_takeovers=%d first_ms=%s last_ms=%s (after node 2 was frozen, from the survivors logs)" % (len(ms), round(ms[0]) if ms else "-", round(ms[-1]) if ms else "-"))' "$frozen_at"
 echo "failed probes: $(awk '{ f = $3; sub("failed=", "", f); s += f } END { print s + 0 }' "$CLUSTER_DIR/probe.out") of $(awk '{ p = $4; sub("probes=", "", p); s += p } END { print s + 0 }' "$CLUSTER_DIR/probe.out")"
+# Where each failed-over Service's outage went, from the same clock: node 2 frozen → its survivor
+# turned active (log) → the survivor's loop applied the change (the address on net1; the
+# announcement follows at once, unlogged) → the client's first answer (the probe's gap_end).
+python3 - "$frozen_at" "$victim" "$CLUSTER_DIR/actives" "$CLUSTER_DIR/survivors.log" "$CLUSTER_DIR/probe.out" <<'PY'
+import re, sys, datetime as d
+t = lambda s: d.datetime.fromisoformat(s.replace("Z", "+00:00"))
+frozen, victim = t(sys.argv[1]), sys.argv[2]
+svc_of = {}  # address -> Service, for the Services whose active was on the victim
+for line in open(sys.argv[3]):
+    f = line.split()
+    if len(f) == 3 and f[1] == victim:
+        svc_of[f[0]] = f[2]
+active, applied = {}, {}
+for line in open(sys.argv[4]):
+    m = re.match(r"(\S+) time=(\S+) .*msg=(role role=active|applied)", line)
+    if not m or t(m.group(2)) < frozen:
+        continue
+    svc, at = m.group(1), t(m.group(2))
+    if m.group(3).startswith("role"):
+        active.setdefault(svc, at)
+    elif svc in active:
+        applied.setdefault(svc, at)
+rows = []
+for line in open(sys.argv[5]):
+    f = line.split()
+    addr = f[0].rsplit(":", 1)[0]
+    if addr not in svc_of:
+        continue
+    svc, end = svc_of[addr], f[4].removeprefix("gap_end=")
+    ms = lambda a, b: round((b - a).total_seconds() * 1000) if a and b else None
+    a, p, e = active.get(svc), applied.get(svc), (t(end) if end != "-" else None)
+    rows.append((ms(frozen, e) if e else 10**9, svc, ms(frozen, a), ms(a, p), ms(p, e)))
+def q(v, p):
+    v = sorted(x for x in v if x is not None)
+    return "-" if not v else v[min(len(v) - 1, int((len(v) - 1) * p / 100 + 0.5))]
+for i, name in ((2, "frozen_to_active"), (3, "active_to_applied"), (4, "applied_to_answer")):
+    v = [r[i] for r in rows]
+    print("figure: mass_failover_step_ms step=%s p50=%s p95=%s max=%s (n=%d)" % (name, q(v, 50), q(v, 95), q(v, 100), sum(x is not None for x in v)))
+for r in sorted(rows, reverse=True)[:5]:
+    print("slowest: %s answered %s ms after the freeze: active +%s, applied +%s, answered +%s" % (r[1], r[0] if r[0] < 10**9 else "never", r[2], r[3], r[4]))
+PY

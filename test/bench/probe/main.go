@@ -4,10 +4,11 @@
 // including no handshake within --timeout, is not), until it receives SIGTERM or SIGINT. It then
 // prints one line per address:
 //
-//	<address> longest_gap_ms=<ms> failed=<n> probes=<n>
+//	<address> longest_gap_ms=<ms> failed=<n> probes=<n> gap_end=<RFC 3339 time>
 //
 // where the longest gap is the longest time between two answers, or from the first answer to the
-// end, in which no probe was answered: the outage a client saw, to within one period.
+// end, in which no probe was answered: the outage a client saw, to within one period; gap_end is
+// when the probe that ended it started (the first answered after the outage; "-" when none).
 package main
 
 import (
@@ -46,7 +47,11 @@ func main() {
 	}
 	wg.Wait()
 	for _, r := range results {
-		fmt.Printf("%s longest_gap_ms=%d failed=%d probes=%d\n", r.addr, r.longestGap.Milliseconds(), r.failed, r.probes)
+		end := "-"
+		if !r.gapEnd.IsZero() {
+			end = r.gapEnd.UTC().Format(time.RFC3339Nano)
+		}
+		fmt.Printf("%s longest_gap_ms=%d failed=%d probes=%d gap_end=%s\n", r.addr, r.longestGap.Milliseconds(), r.failed, r.probes, end)
 	}
 }
 
@@ -54,6 +59,7 @@ func main() {
 type result struct {
 	addr       string
 	longestGap time.Duration
+	gapEnd     time.Time // when the answered probe that ended the longest gap started
 	failed     int
 	probes     int
 }
@@ -80,8 +86,8 @@ func probe(ctx context.Context, addr string, period, timeout, offset time.Durati
 			r.failed++
 		} else {
 			_ = c.Close()
-			if !last.IsZero() {
-				r.longestGap = max(r.longestGap, start.Sub(last))
+			if gap := start.Sub(last); !last.IsZero() && gap > r.longestGap {
+				r.longestGap, r.gapEnd = gap, start
 			}
 			last = start
 		}
@@ -93,7 +99,9 @@ func probe(ctx context.Context, addr string, period, timeout, offset time.Durati
 		break
 	}
 	if !last.IsZero() {
-		r.longestGap = max(r.longestGap, time.Since(last))
+		if gap := time.Since(last); gap > r.longestGap {
+			r.longestGap, r.gapEnd = gap, time.Time{} // no answer until the end
+		}
 	}
 	return r
 }
