@@ -236,6 +236,7 @@ for line in open(sys.argv[4]):
         active.setdefault(svc, at)
     elif svc in active:
         applied.setdefault(svc, at)
+ms = lambda a, b: round((b - a).total_seconds() * 1000) if a and b else None
 rows = []
 for line in open(sys.argv[5]):
     f = line.split()
@@ -243,7 +244,6 @@ for line in open(sys.argv[5]):
     if addr not in svc_of:
         continue
     svc, end = svc_of[addr], f[4].removeprefix("gap_end=")
-    ms = lambda a, b: round((b - a).total_seconds() * 1000) if a and b else None
     a, p, e = active.get(svc), applied.get(svc), (t(end) if end != "-" else None)
     rows.append((ms(frozen, e) if e else 10**9, svc, ms(frozen, a), ms(a, p), ms(p, e)))
 def q(v, p):

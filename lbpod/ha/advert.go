@@ -1,6 +1,7 @@
 package ha
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -33,7 +34,7 @@ var MulticastMAC = net.HardwareAddr{0x03, 0x6c, 0x62, 0x73, 0x76, 0x63}
 // Two groups may share an address (one chance in 2^24); the socket filter still tells them apart.
 func (g Group) MAC() net.HardwareAddr {
 	m := net.HardwareAddr{0x03, 0x6c, 0x62, g[0], g[1], g[2]}
-	if m.String() == MulticastMAC.String() {
+	if bytes.Equal(m, MulticastMAC) {
 		m[5] ^= 1 // never the shared address: a group must not get every old replica's adverts
 	}
 	return m

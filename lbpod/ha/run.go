@@ -142,10 +142,10 @@ type runner struct {
 	// logged at debug level only: a forger on the underlay must not flood the log).
 	refusedSeen map[string]bool
 	// oldHeard is when an accepted advert of our wire version last came from a replica that
-	// listens only on MulticastMAC (no flagGroupAddressed): until Config.LegacyWindow after it,
-	// every advert is also sent there (copyToLegacy); copying says whether the last one was.
+	// listens only on MulticastMAC (no flagGroupAddressed), 0 for never (the runner's clock is
+	// past 0 at the first advert): until Config.LegacyWindow after it, every advert is also sent
+	// there (copyToLegacy); copying says whether the last one was.
 	oldHeard time.Duration
-	heardOld bool
 	copying  bool
 }
 
@@ -275,7 +275,7 @@ func (r *runner) received(out Output, f Frame) Output {
 		}
 	}
 	if !f.GroupAddressed && f.Version == r.sendVersion() {
-		r.oldHeard, r.heardOld = r.now(), true
+		r.oldHeard = r.now()
 	}
 	if out = r.pollReady(out); !out.Done {
 		out = r.handle(Event{Kind: Received, Now: r.now(), Advert: f.Advert, Authenticated: authenticated})
@@ -296,7 +296,7 @@ func (r *runner) sendVersion() uint8 {
 // before group addresses: its standbys must keep hearing the active, or they claim). Its first
 // and last copies are logged.
 func (r *runner) copyToLegacy() bool {
-	on := !r.opts.NoGroupAddress && r.heardOld && r.now() < r.oldHeard+r.cfg.LegacyWindow
+	on := !r.opts.NoGroupAddress && r.oldHeard > 0 && r.now() < r.oldHeard+r.cfg.LegacyWindow
 	if on != r.copying {
 		r.copying = on
 		if on {
