@@ -57,8 +57,8 @@
 //     adverts) and keeps a slack of twice the worst lateness seen, at most Config.MaxSlack (3 s),
 //     decaying by a twentieth of the time that passes. The active advertises its interval
 //     stretched by its slack, so the standbys wait longer for it; a standby adds its own slack
-//     to its wait; a standby about to take over first reads every advert already queued in its
-//     socket (after a stall the timer and the socket are ready at once). The holder's frozen
+//     to its wait; a replica reads every advert already queued in its sockets at every wake
+//     before it decides (after a stall the timer and the sockets are ready at once). The holder's frozen
 //     check goes by the shortest dead interval it advertised lately, so the stretch never lets
 //     an active keep the addresses past the time a standby may take them. The price is a slower
 //     failover on a starved node (up to 3.3 s), and the sub-second figure back within a minute
@@ -72,7 +72,10 @@
 //     passing error in the data path should not cost a failover.
 //
 // Machine is the pure decision (events in, what to do out; table and model tests); Run is the thin
-// effect around it: the socket, the clock, net1's link state and the Holder (the data path).
+// effect around it: the sockets, the clock, net1's link state and the Holder (the data path). A
+// standby is not woken by the active's adverts: they wait in a queue socket with the kernel's
+// receive time until its deadline, and are fed to the machine as of that time (conn, drain); only
+// resignations wake it. It wakes about once per dead interval instead of once per advert.
 //
 // # Authentication
 //

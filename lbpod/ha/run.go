@@ -7,6 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // Holder is the data path the election drives: SetActive(true) adds the LB addresses to net1 and
@@ -109,7 +112,7 @@ func Run(ctx context.Context, o Options, holder Holder) error {
 	}
 	r := &runner{opts: o, cfg: cfg, log: log.With("id", cfg.ID.String(), "group", cfg.Group.String()),
 		holder: holder, adverts: make(chan Frame, 64), origin: time.Now(), wall: time.Now,
-		buf: make([]byte, 1500)}
+		buf: make([]byte, 1500), oob: make([]byte, unix.CmsgSpace(int(unsafe.Sizeof(unix.Timespec{}))))}
 	if err := r.authenticate(o.Key); err != nil {
 		return err
 	}
@@ -137,7 +140,11 @@ type runner struct {
 	linkUp   bool
 	ready    bool
 	links    *linkProbe
-	buf      []byte // for drain
+	buf, oob []byte // for drain
+	// drainedAt is the runner's clock when the queue socket was last read to the end (or opened),
+	// drainedOff the wall clock's offset from it then: see dated.
+	drainedAt  time.Duration
+	drainedOff time.Duration
 	// refusedSeen: the refusal reasons already logged as a warning (later ones are counted and
 	// logged at debug level only: a forger on the underlay must not flood the log).
 	refusedSeen map[string]bool
@@ -198,7 +205,11 @@ func (r *runner) run(ctx context.Context) error {
 			// The machine lets go after one interval at the latest; this bounds a stuck send.
 			hardStop = time.After(2 * r.cfg.Interval)
 		case a := <-r.adverts:
-			out = r.received(out, a)
+			// A standby's queue socket holds what came before.
+			out = r.drain(out)
+			if !out.Done {
+				out = r.received(out, a)
+			}
 		case c := <-claims:
 			out = r.handle(Event{Kind: Superseded, Now: r.now(), Claim: c})
 		case <-wake.C:
@@ -206,9 +217,11 @@ func (r *runner) run(ctx context.Context) error {
 				wake.reset(early) // a fire from before the last reset
 				continue
 			}
-			out = r.pollLink(out)
-			if !out.Done && r.m.ClaimDue(r.now()) {
-				out = r.drain(out)
+			// The adverts first: they came before now, and the link's or readiness's change
+			// (pollLink) is fed as of now, after which the machine would take them as of now.
+			out = r.drain(out)
+			if !out.Done {
+				out = r.pollLink(out)
 			}
 			if !out.Done {
 				out = r.handle(Event{Kind: Tick, Now: r.now()})
@@ -233,10 +246,11 @@ func (r *runner) run(ctx context.Context) error {
 	return nil
 }
 
-// drain feeds the adverts already waiting, in the channel and in the socket, before a standby
-// decides to take over, and before an active that was frozen speaks again. After a stall (a starved CPU) the timer and the socket are ready at once,
-// and select picks either: without this, a standby would take over from an active whose adverts
-// it has received but not read.
+// drain feeds the adverts waiting in the queue socket (conn), dated when the kernel received them,
+// and the resignations already waiting, in the channel and in the socket, at every wake before the
+// machine decides anything: a standby at its deadline learns only now of the adverts that moved it,
+// and after a stall (a starved CPU) the timer and the sockets are ready at once: without this, a
+// standby would take over from an active whose adverts it has received but not read.
 func (r *runner) drain(out Output) Output {
 	var waiting []Frame
 	for more := true; more; {
@@ -247,21 +261,63 @@ func (r *runner) drain(out Output) Output {
 			more = false
 		}
 	}
-	if r.conn != nil {
-		waiting = append(waiting, r.conn.pending(r.buf, 64)...)
+	if r.conn == nil {
+		for _, a := range waiting {
+			out = r.received(out, a)
+		}
+		return out
 	}
+	queued := r.conn.queued(r.buf, r.oob, 256)
+	waiting = append(waiting, r.conn.pending(r.buf, 64)...)
+	now, wall := r.now(), r.wall()
+	trusted := r.stable(now, wall)
+	for _, q := range queued {
+		out = r.feed(out, q.f, r.dated(q.at, now, wall, trusted))
+	}
+	r.drainedAt = now
 	for _, a := range waiting {
 		out = r.received(out, a)
 	}
 	return out
 }
 
-// received counts one advert, checks it (Guard.Open: a refused one goes no further) and feeds it
-// to the machine, after polling the readiness (see pollReady). A replica without a key drops
-// version-2 frames unread, as replicas before version 2 do (their socket filter).
+// stable says whether the wall clock kept its pace with the runner's monotonic clock since the
+// queue socket was last read (within a millisecond: a slewing clock drifts by at most half a
+// millisecond a second), and notes the offset for the next read. The kernel stamps frames with the
+// wall clock; a step of it (NTP, an admin) in between would misdate them.
+func (r *runner) stable(now time.Duration, wall time.Time) bool {
+	off := time.Duration(wall.UnixNano()) - now
+	d := off - r.drainedOff
+	r.drainedOff = off
+	return d <= time.Millisecond && d >= -time.Millisecond
+}
+
+// dated is when a frame read from the queue socket at now (wall: the wall clock then) was
+// received, on the runner's clock, from the kernel's stamp at: never before the socket was last
+// read to the end (it was not there then), never after now; now itself when there is no stamp or
+// the wall clock stepped since that read (trusted false). Dating it too late only delays a
+// takeover; too early could make a standby claim from a live active, so every doubt dates late.
+func (r *runner) dated(at time.Time, now time.Duration, wall time.Time, trusted bool) time.Duration {
+	if at.IsZero() || !trusted {
+		return now
+	}
+	return min(max(now-wall.Sub(at), r.drainedAt), now)
+}
+
+// received feeds an advert read just now, after polling the readiness (see pollReady).
 func (r *runner) received(out Output, f Frame) Output {
+	if out = r.pollReady(out); out.Done {
+		return out
+	}
+	return r.feed(out, f, r.now())
+}
+
+// feed counts one advert, checks it (Guard.Open: a refused one goes no further) and feeds it to
+// the machine as received at (the runner's clock). A replica without a key drops version-2 frames
+// unread, as replicas before version 2 do (their socket filter).
+func (r *runner) feed(out Output, f Frame, at time.Duration) Output {
 	var authenticated bool
-	if r.guard == nil && f.Version != advertVersion {
+	if out.Done || r.guard == nil && f.Version != advertVersion {
 		return out
 	}
 	if r.opts.Metrics != nil {
@@ -275,12 +331,9 @@ func (r *runner) received(out Output, f Frame) Output {
 		}
 	}
 	if !f.GroupAddressed && f.Version == r.sendVersion() {
-		r.oldHeard = r.now()
+		r.oldHeard = at
 	}
-	if out = r.pollReady(out); !out.Done {
-		out = r.handle(Event{Kind: Received, Now: r.now(), Advert: f.Advert, Authenticated: authenticated})
-	}
-	return out
+	return r.handle(Event{Kind: Received, Now: at, Advert: f.Advert, Authenticated: authenticated})
 }
 
 // sendVersion is the wire version this replica sends: 2 with a key, 1 without.
@@ -363,6 +416,9 @@ func (r *runner) openConn() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.conn, r.stopRecv = c, cancel
+	r.drainedAt = r.now()
+	r.stable(r.drainedAt, r.wall())
+	r.queueFor(r.m.Role())
 	go r.receive(ctx, c)
 	return nil
 }
@@ -376,7 +432,8 @@ func (r *runner) closeConn() {
 	r.conn = nil
 }
 
-// receive forwards the adverts of c until ctx is done or c is closed.
+// receive forwards the adverts of c until ctx is done or c is closed (a standby's resignations
+// only: the others wait in the queue socket, see drain).
 func (r *runner) receive(ctx context.Context, c *conn) {
 	buf := make([]byte, 1500)
 	for ctx.Err() == nil {
@@ -426,6 +483,9 @@ func (r *runner) handle(ev Event) Output {
 	}
 	r.report(ev, before, out)
 	r.record(held, out)
+	if out.Role != before {
+		r.queueFor(out.Role)
+	}
 	if renewErr != nil {
 		if r.opts.Metrics != nil {
 			r.opts.Metrics.RenewalFailures.Inc()
@@ -434,6 +494,19 @@ func (r *runner) handle(ev Event) Output {
 		return r.handle(Event{Kind: RenewFailed, Now: r.now()})
 	}
 	return out
+}
+
+// queueFor lets a standby's adverts wait in the queue socket until it wakes, and has any other
+// role read them at once (conn.setQueueing). If the filters cannot be changed, the socket is
+// closed and reopened at the next wake (pollLink).
+func (r *runner) queueFor(role Role) {
+	if r.conn == nil {
+		return
+	}
+	if err := r.conn.setQueueing(role == Standby); err != nil {
+		r.log.Warn("advert socket", "err", err)
+		r.closeConn()
+	}
 }
 
 // refused counts an advert the machine or the guard refused; the first of each reason is a

@@ -21,8 +21,17 @@ import (
 // underlay's bridge takes ~40 µs), which then needs another thread woken to run: with ten wakes a
 // second, those wakes were most of an idle replica's CPU (BenchmarkHAIdleCPU).
 
-// conn is an AF_PACKET socket on net1 for the adverts. AF_PACKET needs only CAP_NET_RAW, and works
-// on a standby's net1, which has no IP address to send from.
+// conn is the pair of AF_PACKET sockets on net1 for the adverts. AF_PACKET needs only CAP_NET_RAW,
+// and works on a standby's net1, which has no IP address to send from.
+//
+// While the replica is a standby, the adverts that only move its deadline (every advert of a live
+// active) go to the queue socket, which nothing waits on: they wait there, each with the kernel's
+// receive time, until the runner wakes anyway (at its deadline) and reads them (queued). A
+// standby then wakes about once per dead interval instead of once per advert; on a node with
+// hundreds of lb pods each wake is paid in CPU (BenchmarkHAIdleCPU). The resignations, which a
+// standby must act on at once, go to the other socket, which the runtime poller serves (recv),
+// and which sends. A holder reads every advert at once there (a newer active must make it step
+// down before the record does): setQueueing moves the adverts between the two.
 type conn struct {
 	f       *os.File
 	raw     syscall.RawConn
@@ -31,6 +40,15 @@ type conn struct {
 	// wait, so a second reader must go to the descriptor itself. It is valid until close, which
 	// the runner's goroutine calls, the one that sends and calls pending.
 	fd int
+	// queue is the queue socket's descriptor (SO_TIMESTAMPNS on), outside the poller: reading it
+	// never blocks, and a frame arriving wakes nobody. Closed by close.
+	queue int
+	// queueing says whether the queue socket takes the adverts other than resignations (a
+	// standby's sockets); the filters are built from group, maxVersion and groupAddressed.
+	queueing       bool
+	group          Group
+	maxVersion     uint8
+	groupAddressed bool
 	// to is where adverts go (the group's address, or MulticastMAC for a replica that does not
 	// use group addresses), legacy where the copies for replicas listening only on MulticastMAC
 	// go; as sendto takes them.
@@ -45,8 +63,11 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // one with a key reads both (version 1 for the legacy window and to count what it refuses). With
 // groupAddressed it also drops the copies that replicas send to MulticastMAC for the replicas
 // listening only there (flagLegacyCopy): it hears the same advert on the group's address.
+// pass picks the adverts by their resigning flag: a standby's socket that the runner waits on
+// takes the resignations only, its queue socket the others (see conn), so each advert is read
+// once; a holder's socket takes them all (and its queue socket none: dropAll).
 // Offsets are from the start of the payload (SOCK_DGRAM strips the Ethernet header).
-func advertFilter(g Group, maxVersion uint8, groupAddressed bool) []unix.SockFilter {
+func advertFilter(g Group, maxVersion uint8, groupAddressed bool, pass passAdverts) []unix.SockFilter {
 	const (
 		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 		ldB  = unix.BPF_LD | unix.BPF_B | unix.BPF_ABS
@@ -54,70 +75,158 @@ func advertFilter(g Group, maxVersion uint8, groupAddressed bool) []unix.SockFil
 		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
 		ret  = unix.BPF_RET | unix.BPF_K
 	)
-	// Jumps are filled in below: toDrop jumps to the last instruction when the test fails
-	// (jeq) or holds (jset).
+	// Jumps are filled in below: a step with drop set jumps to the last instruction when its
+	// test comes out as dropIf.
 	type step struct {
-		ins    unix.SockFilter
-		toDrop bool
+		ins          unix.SockFilter
+		drop, dropIf bool
 	}
+	test := func(code uint16, k uint32, dropIf bool) step {
+		return step{unix.SockFilter{Code: code, K: k}, true, dropIf}
+	}
+	load := func(code uint16, off uint32) step { return step{ins: unix.SockFilter{Code: code, K: off}} }
 	steps := []step{
-		{unix.SockFilter{Code: ldW, K: 0}, false}, {unix.SockFilter{Code: jeq, K: binary.BigEndian.Uint32(advertMagic[:])}, true},
-		{unix.SockFilter{Code: ldW, K: 8}, false}, {unix.SockFilter{Code: jeq, K: binary.BigEndian.Uint32(g[0:4])}, true},
-		{unix.SockFilter{Code: ldW, K: 12}, false}, {unix.SockFilter{Code: jeq, K: binary.BigEndian.Uint32(g[4:8])}, true},
+		load(ldW, 0), test(jeq, binary.BigEndian.Uint32(advertMagic[:]), false),
+		load(ldW, 8), test(jeq, binary.BigEndian.Uint32(g[0:4]), false),
+		load(ldW, 12), test(jeq, binary.BigEndian.Uint32(g[4:8]), false),
+		load(ldB, 5),
 	}
 	if groupAddressed {
-		steps = append(steps, step{unix.SockFilter{Code: ldB, K: 5}, false}, step{unix.SockFilter{Code: jset, K: flagLegacyCopy}, true})
+		steps = append(steps, test(jset, flagLegacyCopy, true))
 	}
-	steps = append(steps,
-		step{unix.SockFilter{Code: ldB, K: 4}, false}, step{unix.SockFilter{Code: jeq, K: advertVersion, Jt: 1}, false},
-		step{unix.SockFilter{Code: jeq, K: uint32(maxVersion)}, true},
-		step{unix.SockFilter{Code: ret, K: 1 << 16}, false},
-		step{unix.SockFilter{Code: ret, K: 0}, false})
+	if pass != passAll {
+		steps = append(steps, test(jset, flagResigning, pass == passOthers))
+	}
+	steps = append(steps, load(ldB, 4), step{ins: unix.SockFilter{Code: jeq, K: advertVersion, Jt: 1}},
+		test(jeq, uint32(maxVersion), false),
+		step{ins: unix.SockFilter{Code: ret, K: 1 << 16}},
+		step{ins: unix.SockFilter{Code: ret, K: 0}})
 	prog := make([]unix.SockFilter, len(steps))
-	drop := len(steps) - 1
+	last := len(steps) - 1
 	for i, s := range steps {
 		prog[i] = s.ins
-		if s.toDrop {
-			off := uint8(drop - i - 1)
-			if s.ins.Code == jset {
-				prog[i].Jt = off
-			} else {
-				prog[i].Jf = off
-			}
+		if !s.drop {
+			continue
+		}
+		if off := uint8(last - i - 1); s.dropIf {
+			prog[i].Jt = off
+		} else {
+			prog[i].Jf = off
 		}
 	}
 	return prog
 }
 
-// listen opens the socket on ifname, filtered to group g (advertFilter). It joins MulticastMAC
-// and, with groupAddressed, the group's address (Group.MAC), where its adverts then go; without,
-// it sends to MulticastMAC and listens only there, as replicas before group addresses did.
+// passAdverts is which adverts of the group a socket takes (advertFilter).
+type passAdverts int
+
+const (
+	passAll passAdverts = iota
+	passResigning
+	passOthers
+)
+
+// dropAll is a filter that takes nothing: the queue socket of a holder.
+var dropAll = []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0}}
+
+// filters are the filters of the socket the runner waits on and of the queue socket, for a
+// standby (queueing) or not.
+func (c *conn) filters(queueing bool) (wait, queue []unix.SockFilter) {
+	if queueing {
+		return advertFilter(c.group, c.maxVersion, c.groupAddressed, passResigning), advertFilter(c.group, c.maxVersion, c.groupAddressed, passOthers)
+	}
+	return advertFilter(c.group, c.maxVersion, c.groupAddressed, passAll), dropAll
+}
+
+// setQueueing moves the adverts other than resignations to the queue socket (on: a standby) or
+// back to the socket the runner waits on. Each filter is replaced at once (SO_ATTACH_FILTER on a
+// socket that has one), the socket that gains adverts first: an advert that arrives in between
+// reaches both sockets (the second copy is refused as a replay, or moves nothing again), never
+// neither.
+func (c *conn) setQueueing(on bool) error {
+	if on == c.queueing {
+		return nil
+	}
+	wait, queue := c.filters(on)
+	first, second := c.queue, c.fd
+	firstF, secondF := queue, wait
+	if !on {
+		first, second, firstF, secondF = c.fd, c.queue, wait, queue
+	}
+	for _, s := range []struct {
+		fd int
+		f  []unix.SockFilter
+	}{{first, firstF}, {second, secondF}} {
+		if err := unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(s.f)), Filter: &s.f[0]}); err != nil {
+			return fmt.Errorf("advert socket filter: %w", err)
+		}
+	}
+	c.queueing = on
+	return nil
+}
+
+// listen opens the two sockets on ifname (conn), filtered to group g (advertFilter) as a holder's
+// (setQueueing turns the queue socket on for a standby). Each joins
+// MulticastMAC and, with groupAddressed, the group's address (Group.MAC), where its adverts then
+// go; without, it sends to MulticastMAC and listens only there, as replicas before group
+// addresses did.
 func listen(ifname string, g Group, maxVersion uint8, groupAddressed bool) (*conn, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
 		return nil, err
-	}
-	// Protocol 0: nothing is queued until bind, which comes after the filter.
-	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("AF_PACKET socket (needs NET_RAW): %w", err)
-	}
-	fail := func(what string, err error) (*conn, error) {
-		unix.Close(fd)
-		return nil, fmt.Errorf("%s on %q: %w", what, ifname, err)
-	}
-	filter := advertFilter(g, maxVersion, groupAddressed)
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
-		return fail("attach filter", err)
-	}
-	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(EtherType), Ifindex: ifi.Index}); err != nil {
-		return fail("bind", err)
 	}
 	to := MulticastMAC
 	join := []net.HardwareAddr{MulticastMAC}
 	if groupAddressed {
 		to = g.MAC()
 		join = append(join, to)
+	}
+	c := &conn{group: g, maxVersion: maxVersion, groupAddressed: groupAddressed}
+	wait, drop := c.filters(false)
+	fd, err := packetSocket(ifi, wait, join, false)
+	if err != nil {
+		return nil, err
+	}
+	queue, err := packetSocket(ifi, drop, join, true)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	// Non-blocking, so the runtime poller serves reads and Close unblocks them.
+	f := os.NewFile(uintptr(fd), "ha-"+ifname)
+	raw, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		unix.Close(queue)
+		return nil, fmt.Errorf("advert socket on %q: %w", ifname, err)
+	}
+	c.f, c.raw, c.ifindex, c.fd, c.queue = f, raw, ifi.Index, fd, queue
+	c.to, c.legacy = linkAddr(ifi.Index, to), linkAddr(ifi.Index, MulticastMAC)
+	return c, nil
+}
+
+// packetSocket opens a non-blocking AF_PACKET socket for our EtherType on ifi with filter, joined
+// to the multicast addresses join; stamped turns the kernel's receive times on (SO_TIMESTAMPNS).
+func packetSocket(ifi *net.Interface, filter []unix.SockFilter, join []net.HardwareAddr, stamped bool) (int, error) {
+	// Protocol 0: nothing is queued until bind, which comes after the filter.
+	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("AF_PACKET socket (needs NET_RAW): %w", err)
+	}
+	fail := func(what string, err error) (int, error) {
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s on %q: %w", what, ifi.Name, err)
+	}
+	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
+		return fail("attach filter", err)
+	}
+	if stamped {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+			return fail("receive timestamps", err)
+		}
+	}
+	if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(EtherType), Ifindex: ifi.Index}); err != nil {
+		return fail("bind", err)
 	}
 	for _, mac := range join {
 		mreq := &unix.PacketMreq{Ifindex: int32(ifi.Index), Type: unix.PACKET_MR_MULTICAST, Alen: uint16(len(mac))}
@@ -126,14 +235,7 @@ func listen(ifname string, g Group, maxVersion uint8, groupAddressed bool) (*con
 			return fail("join "+mac.String(), err)
 		}
 	}
-	// Non-blocking, so the runtime poller serves reads and Close unblocks them.
-	f := os.NewFile(uintptr(fd), "ha-"+ifname)
-	raw, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("advert socket on %q: %w", ifname, err)
-	}
-	return &conn{f: f, raw: raw, ifindex: ifi.Index, fd: fd, to: linkAddr(ifi.Index, to), legacy: linkAddr(ifi.Index, MulticastMAC)}, nil
+	return fd, nil
 }
 
 // linkAddr is mac on the interface with index, for sendto.
@@ -202,9 +304,10 @@ func (c *conn) recv(buf []byte) (Frame, error) {
 	return ParseFrame(buf[:n])
 }
 
-// pending reads, without waiting, the adverts already queued in the socket (at most max), for a
-// standby about to take over after a stall: see Machine.ClaimDue. It runs on the goroutine that
-// closes c, so the descriptor cannot be closed under it.
+// pending reads, without waiting, the adverts already queued in the socket the runner waits on (at
+// most max), for a runner about to decide: after a stall the timer and the socket are ready at
+// once. It runs on the goroutine that closes c, so the
+// descriptor cannot be closed under it.
 func (c *conn) pending(buf []byte, max int) []Frame {
 	var got []Frame
 	for range max {
@@ -219,7 +322,55 @@ func (c *conn) pending(buf []byte, max int) []Frame {
 	return got
 }
 
-func (c *conn) close() error { return c.f.Close() }
+// stampedFrame is an advert read from the queue socket and when the kernel received it (wall
+// clock; zero when the kernel gave no time).
+type stampedFrame struct {
+	f  Frame
+	at time.Time
+}
+
+// queued reads, without waiting, the adverts waiting in the queue socket (at most max), oldest
+// first, each with the kernel's receive time (SCM_TIMESTAMPNS). oob holds the control message.
+// Like pending, it runs on the goroutine that closes c.
+func (c *conn) queued(buf, oob []byte, max int) []stampedFrame {
+	var got []stampedFrame
+	for range max {
+		iov := unix.Iovec{Base: &buf[0]}
+		iov.SetLen(len(buf))
+		msg := unix.Msghdr{Iov: &iov, Iovlen: 1, Control: &oob[0]}
+		msg.SetControllen(len(oob))
+		n, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(c.queue), uintptr(unsafe.Pointer(&msg)), unix.MSG_DONTWAIT)
+		if e != 0 {
+			break // EAGAIN: nothing more queued
+		}
+		f, err := ParseFrame(buf[:n])
+		if err != nil {
+			continue
+		}
+		got = append(got, stampedFrame{f, receivedAt(oob[:msg.Controllen])})
+	}
+	return got
+}
+
+// receivedAt is the time in an SCM_TIMESTAMPNS control message, zero without one.
+func receivedAt(oob []byte) time.Time {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return time.Time{}
+	}
+	for _, m := range msgs {
+		if m.Header.Level == unix.SOL_SOCKET && m.Header.Type == unix.SCM_TIMESTAMPNS && len(m.Data) >= int(unsafe.Sizeof(unix.Timespec{})) {
+			ts := (*unix.Timespec)(unsafe.Pointer(&m.Data[0]))
+			return time.Unix(ts.Unix())
+		}
+	}
+	return time.Time{}
+}
+
+func (c *conn) close() error {
+	unix.Close(c.queue)
+	return c.f.Close()
+}
 
 // linkProbe reads an interface's index and whether it is up with a carrier (IFF_UP and
 // IFF_RUNNING) with two ioctls on a socket kept open: it runs at every wake (an active's ten a

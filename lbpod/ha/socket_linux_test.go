@@ -2,6 +2,7 @@ package ha
 
 import (
 	"bytes"
+	"fmt"
 	"net"
 	"slices"
 	"testing"
@@ -76,10 +77,13 @@ func TestWaker(t *testing.T) {
 // The socket filter, run in x/net/bpf's interpreter of classic BPF (what the kernel runs, without
 // a socket): our group's adverts of the versions read pass, whole; other groups, other protocols
 // and other versions do not; the copies for replicas listening only on MulticastMAC are dropped
-// by a replica that hears the group's address, and read by one that listens only there.
+// by a replica that hears the group's address, and read by one that listens only there; the
+// a standby's resignations go to the socket the runner waits on and only there, every other
+// advert to its queue socket and only there; a holder's socket takes them all.
 func TestAdvertFilter(t *testing.T) {
 	g := Group{1, 2, 3, 4, 5, 6, 7, 8}
 	a := Advert{Group: g, Term: 1, Sender: ID{0x02, 1, 2, 3, 4, 5}, Interval: 100 * time.Millisecond}
+	resign := Advert{Group: g, Resigning: true, Sender: a.Sender, Interval: a.Interval}
 	k, _ := NewKey(bytes.Repeat([]byte{7}, MinKeyLen))
 	otherGroup := a
 	otherGroup.Group[7]++
@@ -87,46 +91,59 @@ func TestAdvertFilter(t *testing.T) {
 		"v1":                a.marshal(0),
 		"v1 group":          a.marshal(flagGroupAddressed),
 		"v1 copy":           a.marshal(flagGroupAddressed | flagLegacyCopy),
+		"v1 resigning":      resign.marshal(0),
 		"v2":                k.seal(a, 1, 0),
 		"v2 group":          k.seal(a, 1, flagGroupAddressed),
 		"v2 copy":           k.seal(a, 1, flagGroupAddressed|flagLegacyCopy),
-		"v2 resigning copy": k.seal(Advert{Group: g, Resigning: true, Sender: a.Sender, Interval: a.Interval}, 1, flagGroupAddressed|flagLegacyCopy),
+		"v2 resigning":      k.seal(resign, 1, flagGroupAddressed),
+		"v2 resigning copy": k.seal(resign, 1, flagGroupAddressed|flagLegacyCopy),
 		"other group":       k.seal(otherGroup, 1, flagGroupAddressed),
 		"v3":                append(append([]byte("LBHA"), 3), k.seal(a, 1, flagGroupAddressed)[5:]...),
+		"v3 resigning":      append(append([]byte("LBHA"), 3), k.seal(resign, 1, flagGroupAddressed)[5:]...),
 		"arp":               append([]byte{0, 1, 8, 0, 6, 4, 0, 1}, make([]byte, 48)...),
 	}
 	for _, tc := range []struct {
 		maxVersion     uint8
 		groupAddressed bool
-		pass           []string
+		pass           passAdverts
+		passes         []string
 	}{
-		{authVersion, true, []string{"v1", "v1 group", "v2", "v2 group"}},
-		{authVersion, false, []string{"v1", "v1 group", "v1 copy", "v2", "v2 group", "v2 copy", "v2 resigning copy"}},
-		{advertVersion, true, []string{"v1", "v1 group"}},
-		{advertVersion, false, []string{"v1", "v1 group", "v1 copy"}},
+		{authVersion, true, passAll, []string{"v1", "v1 group", "v1 resigning", "v2", "v2 group", "v2 resigning"}},
+		{authVersion, true, passOthers, []string{"v1", "v1 group", "v2", "v2 group"}},
+		{authVersion, true, passResigning, []string{"v1 resigning", "v2 resigning"}},
+		{authVersion, false, passAll, []string{"v1", "v1 group", "v1 copy", "v1 resigning", "v2", "v2 group", "v2 copy", "v2 resigning", "v2 resigning copy"}},
+		{authVersion, false, passOthers, []string{"v1", "v1 group", "v1 copy", "v2", "v2 group", "v2 copy"}},
+		{authVersion, false, passResigning, []string{"v1 resigning", "v2 resigning", "v2 resigning copy"}},
+		{advertVersion, true, passAll, []string{"v1", "v1 group", "v1 resigning"}},
+		{advertVersion, true, passOthers, []string{"v1", "v1 group"}},
+		{advertVersion, true, passResigning, []string{"v1 resigning"}},
+		{advertVersion, false, passAll, []string{"v1", "v1 group", "v1 copy", "v1 resigning"}},
+		{advertVersion, false, passOthers, []string{"v1", "v1 group", "v1 copy"}},
+		{advertVersion, false, passResigning, []string{"v1 resigning"}},
 	} {
-		prog := advertFilter(g, tc.maxVersion, tc.groupAddressed)
+		name := fmt.Sprintf("max version %d, group addressed %t, pass %d", tc.maxVersion, tc.groupAddressed, tc.pass)
+		prog := advertFilter(g, tc.maxVersion, tc.groupAddressed, tc.pass)
 		raw := make([]bpf.RawInstruction, len(prog))
 		for i, ins := range prog {
 			raw[i] = bpf.RawInstruction{Op: ins.Code, Jt: ins.Jt, Jf: ins.Jf, K: ins.K}
 		}
 		insns, ok := bpf.Disassemble(raw)
 		if !ok {
-			t.Fatalf("the filter (max version %d, group addressed %t) does not disassemble: %v", tc.maxVersion, tc.groupAddressed, raw)
+			t.Fatalf("the filter (%s) does not disassemble: %v", name, raw)
 		}
 		vm, err := bpf.NewVM(insns)
 		if err != nil {
-			t.Fatalf("the filter (max version %d, group addressed %t): %v", tc.maxVersion, tc.groupAddressed, err)
+			t.Fatalf("the filter (%s): %v", name, err)
 		}
-		for name, frame := range frames {
+		for frameName, frame := range frames {
 			n, err := vm.Run(frame)
 			if err != nil {
-				t.Fatalf("%s: %v", name, err)
+				t.Fatalf("%s: %v", frameName, err)
 			}
-			if want := slices.Contains(tc.pass, name); (n > 0) != want {
-				t.Errorf("max version %d, group addressed %t: %s passes %t, want %t", tc.maxVersion, tc.groupAddressed, name, n > 0, want)
+			if want := slices.Contains(tc.passes, frameName); (n > 0) != want {
+				t.Errorf("%s: %s passes %t, want %t", name, frameName, n > 0, want)
 			} else if want && n < len(frame) {
-				t.Errorf("max version %d, group addressed %t: %s passes %d of its %d bytes", tc.maxVersion, tc.groupAddressed, name, n, len(frame))
+				t.Errorf("%s: %s passes %d of its %d bytes", name, frameName, n, len(frame))
 			}
 		}
 	}

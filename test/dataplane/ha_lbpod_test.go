@@ -216,9 +216,41 @@ func benchHAIdleCPU(b *testing.B, bin string, window time.Duration, label string
 			profiles = append(profiles, cmd)
 		}
 	}
+	// The CPU floor, in the same window: a Go process that sends a datagram every interval (an
+	// active's advert, the plain Go way) and one that receives them (a standby woken by each),
+	// over the active's loopback (test/dataplane/gofloor).
+	var floors []*exec.Cmd
+	for _, args := range [][]string{{"--recv", "127.0.0.1:8090"}, {"--send", "127.0.0.1:8090", "--every", haInterval.String()}} {
+		cmd := exec.Command("ip", append([]string{"netns", "exec", tp.pod["a"], goFloorBin}, args...)...)
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		floors = append(floors, cmd)
+	}
+	defer func() {
+		for _, cmd := range floors {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	}()
+	time.Sleep(time.Second) // past the floors' start, as the lb pods' 2 s above
+	floorCPU := func() (recv, send int64) {
+		var got [2]int64
+		for i, cmd := range floors {
+			// ip netns exec execs the floor in its own process, so the pid is the floor's.
+			cpu, err := processCPU(cmd.Process.Pid)
+			if err != nil {
+				b.Fatal(err)
+			}
+			got[i] = cpu
+		}
+		return got[0], got[1]
+	}
+	fr0, fs0 := floorCPU()
 	a0, s0, t0 := take(a), take(s), time.Now()
 	time.Sleep(window) // the measurement window itself, not a wait for a condition
 	a1, s1, took := take(a), take(s), time.Since(t0)
+	fr1, fs1 := floorCPU()
 	for _, cmd := range profiles {
 		_ = cmd.Wait()
 	}
@@ -231,6 +263,8 @@ func benchHAIdleCPU(b *testing.B, bin string, window time.Duration, label string
 	b.ReportMetric(perMin(s1.cpu-s0.cpu), "standby-cpu-ms-per-60s")
 	b.ReportMetric(perSec(a1.wakes-a0.wakes), "active-wakes-per-s")
 	b.ReportMetric(perSec(s1.wakes-s0.wakes), "standby-wakes-per-s")
+	b.ReportMetric(perMin(fs1-fs0), "floor-send-cpu-ms-per-60s")
+	b.ReportMetric(perMin(fr1-fr0), "floor-recv-cpu-ms-per-60s")
 	// After the window, the memory of each (memoryOf: RSS, PSS, private and anonymous KiB; the
 	// two share the binary's pages, so PSS counts half of those in each).
 	reportMemory(b, "active", a.cmd.Process.Pid)
