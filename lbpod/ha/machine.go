@@ -497,10 +497,10 @@ func (m *Machine) decay(elapsed time.Duration) {
 	m.slack = max(0, m.slack-elapsed/slackDecay)
 }
 
-// ClaimDue says whether a Tick at now would make this standby take over. The runner then first
-// reads every advert already waiting in its socket: after a stall the timer and the socket are
-// ready at the same time, and a replica must not take over from an active whose adverts it has
-// simply not read yet.
+// ClaimDue says whether a Tick at now would make this standby take over. Before any Tick the
+// runner reads every advert already waiting in its sockets (drain): after a stall the timer and
+// the sockets are ready at the same time, and a replica must not take over from an active whose
+// adverts it has simply not read yet.
 func (m *Machine) ClaimDue(now time.Duration) bool {
 	return m.role == Standby && m.started && m.mayClaim() && now >= m.deadline
 }
