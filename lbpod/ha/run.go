@@ -268,7 +268,11 @@ func (r *runner) drain(out Output) Output {
 		return out
 	}
 	queued := r.conn.queued(r.buf, r.oob, 256)
-	waiting = append(waiting, r.conn.pending(r.buf, 64)...)
+	if r.m.ClaimDue(r.now()) || r.m.Verifying() {
+		// What the receiving goroutine has not read yet, when it matters (a claim, or an active
+		// that was frozen): after a stall the timer and the socket are ready at once.
+		waiting = append(waiting, r.conn.pending(r.buf, 64)...)
+	}
 	now, wall := r.now(), r.wall()
 	trusted := r.stable(now, wall)
 	for _, q := range queued {

@@ -45,7 +45,9 @@ type conn struct {
 	queue int
 	// queueing says whether the queue socket takes the adverts other than resignations (a
 	// standby's sockets); the filters are built from group, maxVersion and groupAddressed.
-	queueing       bool
+	// leftover: it took none since it was last read to the end, but may still hold some it
+	// took before (queued does not read it otherwise: a holder would pay a syscall a tick).
+	queueing, leftover bool
 	group          Group
 	maxVersion     uint8
 	groupAddressed bool
@@ -162,6 +164,7 @@ func (c *conn) setQueueing(on bool) error {
 		}
 	}
 	c.queueing = on
+	c.leftover = !on
 	return nil
 }
 
@@ -333,6 +336,9 @@ type stampedFrame struct {
 // first, each with the kernel's receive time (SCM_TIMESTAMPNS). oob holds the control message.
 // Like pending, it runs on the goroutine that closes c.
 func (c *conn) queued(buf, oob []byte, max int) []stampedFrame {
+	if !c.queueing && !c.leftover {
+		return nil
+	}
 	var got []stampedFrame
 	for range max {
 		iov := unix.Iovec{Base: &buf[0]}
@@ -341,7 +347,8 @@ func (c *conn) queued(buf, oob []byte, max int) []stampedFrame {
 		msg.SetControllen(len(oob))
 		n, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(c.queue), uintptr(unsafe.Pointer(&msg)), unix.MSG_DONTWAIT)
 		if e != 0 {
-			break // EAGAIN: nothing more queued
+			c.leftover = c.leftover && e != unix.EAGAIN // EAGAIN: nothing more queued
+			break
 		}
 		f, err := ParseFrame(buf[:n])
 		if err != nil {
