@@ -48,9 +48,9 @@ type conn struct {
 	// leftover: it took none since it was last read to the end, but may still hold some it
 	// took before (queued does not read it otherwise: a holder would pay a syscall a tick).
 	queueing, leftover bool
-	group          Group
-	maxVersion     uint8
-	groupAddressed bool
+	group              Group
+	maxVersion         uint8
+	groupAddressed     bool
 	// to is where adverts go (the group's address, or MulticastMAC for a replica that does not
 	// use group addresses), legacy where the copies for replicas listening only on MulticastMAC
 	// go; as sendto takes them.
