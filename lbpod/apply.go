@@ -79,7 +79,7 @@ func NewApplier(paths IPTablesPaths, log *slog.Logger) (*Applier, error) {
 func (a *Applier) Observe(names Names) (Observed, error) {
 	names = names.withDefaults()
 	obs := Observed{UplinkGateways: map[Family]Gateway{}}
-	uplink, err := netlink.LinkByName(names.Uplink)
+	uplink, err := rtnl().LinkByName(names.Uplink)
 	if err != nil {
 		return obs, fmt.Errorf("uplink interface %q: %w", names.Uplink, err)
 	}
@@ -286,9 +286,9 @@ func (a *Applier) execute(op Op) error {
 			a.Log.Info("deleted stale conntrack entries", "family", o.Family, "keep", o.Flows.String(), "entries", n)
 		}
 	case LinkUpOp:
-		link, err := netlink.LinkByName(o.Name)
+		link, err := rtnl().LinkByName(o.Name)
 		if err == nil {
-			err = netlink.LinkSetUp(link)
+			err = rtnl().LinkSetUp(link)
 		}
 		if err != nil {
 			return fmt.Errorf("set %q up: %w", o.Name, err)

@@ -128,16 +128,16 @@ func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[
 		k.IPTables[j.fam], a.saved[j.fam] = saved, saved
 	}
 	for _, name := range []string{st.Interface, st.Uplink} {
-		if l, err := netlink.LinkByName(name); err == nil {
+		if l, err := rtnl().LinkByName(name); err == nil {
 			k.Indexes[name] = l.Attrs().Index
 		}
 	}
-	link, err := netlink.LinkByName(st.Interface)
+	link, err := rtnl().LinkByName(st.Interface)
 	if err != nil {
 		return k, nil // PlanSync names the missing interface
 	}
 	k.Link.Exists, k.Link.Up = true, link.Attrs().Flags&net.FlagUp != 0
-	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
+	addrs, err := rtnl().AddrList(link, netlink.FAMILY_ALL)
 	if err != nil {
 		return k, fmt.Errorf("list addresses of %q: %w", st.Interface, err)
 	}
@@ -263,10 +263,10 @@ func iptablesList(bin string, c ChainRef) ([]string, error) {
 
 func listRoutes(fam Family, table int) ([]netlink.Route, error) {
 	filter := &netlink.Route{Table: table}
-	routes, err := netlink.RouteListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
+	routes, err := rtnl().RouteListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
 	if errors.Is(err, netlink.ErrDumpInterrupted) {
 		// The table changed while being dumped: read it again.
-		routes, err = netlink.RouteListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
+		routes, err = rtnl().RouteListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s routes of table %d: %w", fam, table, err)
@@ -276,9 +276,9 @@ func listRoutes(fam Family, table int) ([]netlink.Route, error) {
 
 func listRules(fam Family, table int) ([]netlink.Rule, error) {
 	filter := &netlink.Rule{Table: table}
-	rules, err := netlink.RuleListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
+	rules, err := rtnl().RuleListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
 	if errors.Is(err, netlink.ErrDumpInterrupted) {
-		rules, err = netlink.RuleListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
+		rules, err = rtnl().RuleListFiltered(netlinkFamily(fam), filter, netlink.RT_FILTER_TABLE)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list %s rules of table %d: %w", fam, table, err)

@@ -4,19 +4,38 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
+// rtnl is the process's one rtnetlink handle, opened at its first use in the lb pod's network
+// namespace (the process never leaves it). vishvananda/netlink's package functions open, set up
+// and close a socket for every request: a resync made 23 of them every 10 s, about six syscalls
+// each beside the request itself, and on a node with hundreds of idle lb pods that was the largest
+// part of an idle standby's CPU after its election (docs/benchmarks.md, Idle CPU). The handle's
+// socket serialises concurrent requests (netlink locks it per request). If it cannot be opened,
+// requests fall back to a socket each, as the package functions do.
+var rtnl = sync.OnceValue(func() *netlink.Handle {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return &netlink.Handle{} // no sockets: one per request
+	}
+	// As the package functions' sockets: a request never waits for ever on a stuck kernel.
+	_ = h.SetSocketTimeout(time.Minute)
+	return h
+})
+
 func addressOp(o AddressOp) error {
-	link, err := netlink.LinkByName(o.Name)
+	link, err := rtnl().LinkByName(o.Name)
 	if err != nil {
 		return fmt.Errorf("interface %q: %w", o.Name, err)
 	}
 	addr := &netlink.Addr{IPNet: &net.IPNet{IP: o.Prefix.Addr().AsSlice(), Mask: net.CIDRMask(o.Prefix.Bits(), o.Prefix.Addr().BitLen())}}
 	if !o.Add {
-		if err := netlink.AddrDel(link, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		if err := rtnl().AddrDel(link, addr); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 			return fmt.Errorf("remove stale address %s from %q: %w", o.Prefix, o.Name, err)
 		}
 		return nil
@@ -31,12 +50,12 @@ func addressOp(o AddressOp) error {
 		// lifetime either way.
 		secs := lifetimeSeconds(o.Lifetime)
 		addr.ValidLft, addr.PreferedLft = secs, secs
-		if err := netlink.AddrReplace(link, addr); err != nil {
+		if err := rtnl().AddrReplace(link, addr); err != nil {
 			return fmt.Errorf("add address %s to %q with lifetime %ds: %w", o.Prefix, o.Name, secs, err)
 		}
 		return nil
 	}
-	if err := netlink.AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := rtnl().AddrAdd(link, addr); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("add address %s to %q: %w", o.Prefix, o.Name, err)
 	}
 	return nil
@@ -48,7 +67,7 @@ func ruleOp(o RuleOp) error {
 		if !ok {
 			return fmt.Errorf("%s: not read from the kernel", o)
 		}
-		if err := netlink.RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
+		if err := rtnl().RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("remove stale rule (%s): %w", o, err)
 		}
 		return nil
@@ -58,7 +77,7 @@ func ruleOp(o RuleOp) error {
 	nr.Priority = o.Rule.Priority
 	nr.IifName = o.Rule.IIF
 	nr.Table = o.Rule.Table
-	if err := netlink.RuleAdd(nr); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := rtnl().RuleAdd(nr); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("%s: %w", o, err)
 	}
 	return nil
@@ -70,7 +89,7 @@ func routeOp(o RouteOp) error {
 		if !ok {
 			return fmt.Errorf("%s: not read from the kernel", o)
 		}
-		if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+		if err := rtnl().RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
 			return fmt.Errorf("remove stale route (%s): %w", o, err)
 		}
 		return nil
@@ -90,7 +109,7 @@ func routeOp(o RouteOp) error {
 	if r.OnLink {
 		nr.Flags = int(netlink.FLAG_ONLINK)
 	}
-	if err := netlink.RouteReplace(nr); err != nil {
+	if err := rtnl().RouteReplace(nr); err != nil {
 		return fmt.Errorf("%s: %w", o, err)
 	}
 	return nil

@@ -203,14 +203,14 @@ func snapshotLinks(names ...string) []LinkSnapshot {
 	out := make([]LinkSnapshot, 0, len(names))
 	for _, name := range names {
 		s := LinkSnapshot{Name: name}
-		link, err := netlink.LinkByName(name)
+		link, err := rtnl().LinkByName(name)
 		if err != nil {
 			out = append(out, s)
 			continue
 		}
 		a := link.Attrs()
 		s.Exists, s.Index, s.MAC, s.Up = true, a.Index, a.HardwareAddr.String(), a.Flags&net.FlagUp != 0
-		addrs, _ := netlink.AddrList(link, netlink.FAMILY_ALL)
+		addrs, _ := rtnl().AddrList(link, netlink.FAMILY_ALL)
 		var global []string
 		for _, ad := range addrs {
 			if !ad.IP.IsLinkLocalUnicast() {
