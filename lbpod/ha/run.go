@@ -142,7 +142,7 @@ type runner struct {
 	links    *linkProbe
 	buf, oob []byte // for drain
 	// drainedAt is the runner's clock when the queue socket was last read to the end (or opened),
-	// drainedOff the wall clock's offset from it then: see dated.
+	// drainedOff the wall clock's offset from it then: see dating.
 	drainedAt  time.Duration
 	drainedOff time.Duration
 	// refusedSeen: the refusal reasons already logged as a warning (later ones are counted and
@@ -273,39 +273,35 @@ func (r *runner) drain(out Output) Output {
 		// that was frozen): after a stall the timer and the socket are ready at once.
 		waiting = append(waiting, r.conn.pending(r.buf, 64)...)
 	}
-	now, wall := r.now(), r.wall()
-	trusted := r.stable(now, wall)
+	dated := r.dating(r.now(), r.wall())
 	for _, q := range queued {
-		out = r.feed(out, q.f, r.dated(q.at, now, wall, trusted))
+		out = r.feed(out, q.f, dated(q.at))
 	}
-	r.drainedAt = now
 	for _, a := range waiting {
 		out = r.received(out, a)
 	}
 	return out
 }
 
-// stable says whether the wall clock kept its pace with the runner's monotonic clock since the
-// queue socket was last read (within a millisecond: a slewing clock drifts by at most half a
-// millisecond a second), and notes the offset for the next read. The kernel stamps frames with the
-// wall clock; a step of it (NTP, an admin) in between would misdate them.
-func (r *runner) stable(now time.Duration, wall time.Time) bool {
+// dating notes a read of the queue socket to the end at now (wall: the wall clock then) and
+// returns when a frame of that read stamped by the kernel at at was received, on the runner's
+// clock: never before the socket's previous read (it was not there then), never after now; now
+// itself when there is no stamp or the wall clock stepped since that read (it kept pace with the
+// monotonic clock within a millisecond, where a slewing clock drifts by at most half a
+// millisecond a second). The kernel stamps with the wall clock, and a step of it (NTP, an admin)
+// in between would misdate the frames. Dating late only delays a takeover; early could make a
+// standby claim from a live active, so every doubt dates late.
+func (r *runner) dating(now time.Duration, wall time.Time) func(at time.Time) time.Duration {
 	off := time.Duration(wall.UnixNano()) - now
-	d := off - r.drainedOff
-	r.drainedOff = off
-	return d <= time.Millisecond && d >= -time.Millisecond
-}
-
-// dated is when a frame read from the queue socket at now (wall: the wall clock then) was
-// received, on the runner's clock, from the kernel's stamp at: never before the socket was last
-// read to the end (it was not there then), never after now; now itself when there is no stamp or
-// the wall clock stepped since that read (trusted false). Dating it too late only delays a
-// takeover; too early could make a standby claim from a live active, so every doubt dates late.
-func (r *runner) dated(at time.Time, now time.Duration, wall time.Time, trusted bool) time.Duration {
-	if at.IsZero() || !trusted {
-		return now
+	step, since := off-r.drainedOff, r.drainedAt
+	r.drainedAt, r.drainedOff = now, off
+	trusted := step <= time.Millisecond && step >= -time.Millisecond
+	return func(at time.Time) time.Duration {
+		if at.IsZero() || !trusted {
+			return now
+		}
+		return min(max(now-wall.Sub(at), since), now)
 	}
-	return min(max(now-wall.Sub(at), r.drainedAt), now)
 }
 
 // received feeds an advert read just now, after polling the readiness (see pollReady).
@@ -420,8 +416,7 @@ func (r *runner) openConn() error {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.conn, r.stopRecv = c, cancel
-	r.drainedAt = r.now()
-	r.stable(r.drainedAt, r.wall())
+	r.dating(r.now(), r.wall()) // the socket is empty when opened: its first read dates from here
 	r.queueFor(r.m.Role())
 	go r.receive(ctx, c)
 	return nil

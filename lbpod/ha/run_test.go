@@ -220,37 +220,31 @@ func TestRunDatesQueuedAdverts(t *testing.T) {
 	r, _, _ := testRunner(t, &recordingHolder{})
 	wall := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
 	now := r.now()
-	r.drainedAt = now - 300*time.Millisecond
-	r.stable(now-300*time.Millisecond, wall.Add(-300*time.Millisecond)) // the last read notes the offset
-	trusted := r.stable(now, wall)
-	if !trusted {
-		t.Fatal("a wall clock that kept pace is not trusted")
-	}
+	r.dating(now-300*time.Millisecond, wall.Add(-300*time.Millisecond)) // the read before
+	dated := r.dating(now, wall)
 	for _, tc := range []struct {
 		name string
 		at   time.Time
 		want time.Duration
 	}{
 		{"stamped 30 ms ago", wall.Add(-30 * time.Millisecond), now - 30*time.Millisecond},
-		{"stamped before the last read", wall.Add(-time.Second), now - 300*time.Millisecond},
+		{"stamped before the read before", wall.Add(-time.Second), now - 300*time.Millisecond},
 		{"stamped after now", wall.Add(time.Second), now},
 		{"no stamp", time.Time{}, now},
 	} {
-		if got := r.dated(tc.at, now, wall, trusted); got != tc.want {
-			t.Errorf("%s: dated %s, want %s", tc.name, now-got, now-tc.want)
+		if got := dated(tc.at); got != tc.want {
+			t.Errorf("%s: dated %s before now, want %s", tc.name, now-got, now-tc.want)
 		}
 	}
 	// The wall clock stepped back 2 s between two reads: the stamps say nothing, all are now.
 	later := now + 100*time.Millisecond
 	stepped := wall.Add(100*time.Millisecond - 2*time.Second)
-	if r.stable(later, stepped) {
-		t.Fatal("a wall clock that stepped 2 s is trusted")
-	}
-	if got := r.dated(stepped.Add(-30*time.Millisecond), later, stepped, false); got != later {
-		t.Errorf("after a step: dated %s before now, want now", later-got)
+	if got := r.dating(later, stepped)(stepped.Add(-30 * time.Millisecond)); got != later {
+		t.Errorf("after a 2 s step: dated %s before now, want now", later-got)
 	}
 	// A slewing clock (0.5 ms a second, adjtime's most) is still trusted.
-	if !r.stable(later+time.Second, stepped.Add(time.Second+500*time.Microsecond)) {
-		t.Error("a clock slewed by 0.5 ms in a second is not trusted")
+	slewed := stepped.Add(time.Second + 500*time.Microsecond)
+	if got := r.dating(later+time.Second, slewed)(slewed.Add(-30 * time.Millisecond)); got != later+time.Second-30*time.Millisecond {
+		t.Errorf("a clock slewed by 0.5 ms in a second: dated %s before now, want 30ms", later+time.Second-got)
 	}
 }

@@ -45,8 +45,8 @@ type conn struct {
 	queue int
 	// queueing says whether the queue socket takes the adverts other than resignations (a
 	// standby's sockets); the filters are built from group, maxVersion and groupAddressed.
-	// leftover: it took none since it was last read to the end, but may still hold some it
-	// took before (queued does not read it otherwise: a holder would pay a syscall a tick).
+	// leftover says that it no longer takes any but may still hold some it took as a standby:
+	// queued reads it only while one of the two holds (a holder would pay a syscall a tick).
 	queueing, leftover bool
 	group              Group
 	maxVersion         uint8
@@ -143,25 +143,23 @@ func (c *conn) filters(queueing bool) (wait, queue []unix.SockFilter) {
 // setQueueing moves the adverts other than resignations to the queue socket (on: a standby) or
 // back to the socket the runner waits on. Each filter is replaced at once (SO_ATTACH_FILTER on a
 // socket that has one), the socket that gains adverts first: an advert that arrives in between
-// reaches both sockets (the second copy is refused as a replay, or moves nothing again), never
-// neither.
+// reaches both sockets (an authenticated second copy is refused as a replay; an unauthenticated
+// one moves the deadline again, to the same time), never neither.
 func (c *conn) setQueueing(on bool) error {
 	if on == c.queueing {
 		return nil
 	}
 	wait, queue := c.filters(on)
-	first, second := c.queue, c.fd
-	firstF, secondF := queue, wait
+	gains, loses := c.queue, c.fd
+	gainsF, losesF := queue, wait
 	if !on {
-		first, second, firstF, secondF = c.fd, c.queue, wait, queue
+		gains, loses, gainsF, losesF = c.fd, c.queue, wait, queue
 	}
-	for _, s := range []struct {
-		fd int
-		f  []unix.SockFilter
-	}{{first, firstF}, {second, secondF}} {
-		if err := unix.SetsockoptSockFprog(s.fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(s.f)), Filter: &s.f[0]}); err != nil {
-			return fmt.Errorf("advert socket filter: %w", err)
-		}
+	if err := attachFilter(gains, gainsF); err != nil {
+		return fmt.Errorf("advert socket filter: %w", err)
+	}
+	if err := attachFilter(loses, losesF); err != nil {
+		return fmt.Errorf("advert socket filter: %w", err)
 	}
 	c.queueing = on
 	c.leftover = !on
@@ -169,10 +167,9 @@ func (c *conn) setQueueing(on bool) error {
 }
 
 // listen opens the two sockets on ifname (conn), filtered to group g (advertFilter) as a holder's
-// (setQueueing turns the queue socket on for a standby). Each joins
-// MulticastMAC and, with groupAddressed, the group's address (Group.MAC), where its adverts then
-// go; without, it sends to MulticastMAC and listens only there, as replicas before group
-// addresses did.
+// (setQueueing turns the queue socket on for a standby). Each joins MulticastMAC and, with
+// groupAddressed, the group's address (Group.MAC), where its adverts then go; without, it sends
+// to MulticastMAC and listens only there, as replicas before group addresses did.
 func listen(ifname string, g Group, maxVersion uint8, groupAddressed bool) (*conn, error) {
 	ifi, err := net.InterfaceByName(ifname)
 	if err != nil {
@@ -220,7 +217,7 @@ func packetSocket(ifi *net.Interface, filter []unix.SockFilter, join []net.Hardw
 		unix.Close(fd)
 		return -1, fmt.Errorf("%s on %q: %w", what, ifi.Name, err)
 	}
-	if err := unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}); err != nil {
+	if err := attachFilter(fd, filter); err != nil {
 		return fail("attach filter", err)
 	}
 	if stamped {
@@ -239,6 +236,11 @@ func packetSocket(ifi *net.Interface, filter []unix.SockFilter, join []net.Hardw
 		}
 	}
 	return fd, nil
+}
+
+// attachFilter sets the socket filter of fd, replacing the one it has.
+func attachFilter(fd int, filter []unix.SockFilter) error {
+	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, &unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]})
 }
 
 // linkAddr is mac on the interface with index, for sendto.
@@ -309,8 +311,7 @@ func (c *conn) recv(buf []byte) (Frame, error) {
 
 // pending reads, without waiting, the adverts already queued in the socket the runner waits on (at
 // most max), for a runner about to decide: after a stall the timer and the socket are ready at
-// once. It runs on the goroutine that closes c, so the
-// descriptor cannot be closed under it.
+// once. It runs on the goroutine that closes c, so the descriptor cannot be closed under it.
 func (c *conn) pending(buf []byte, max int) []Frame {
 	var got []Frame
 	for range max {
