@@ -215,8 +215,10 @@ ms = [m for m in ms if m >= 0]
 print("figure: mass_failover_takeovers=%d first_ms=%s last_ms=%s (after node 2 was frozen, from the survivors logs)" % (len(ms), round(ms[0]) if ms else "-", round(ms[-1]) if ms else "-"))' "$frozen_at"
 echo "failed probes: $(awk '{ f = $3; sub("failed=", "", f); s += f } END { print s + 0 }' "$CLUSTER_DIR/probe.out") of $(awk '{ p = $4; sub("probes=", "", p); s += p } END { print s + 0 }' "$CLUSTER_DIR/probe.out")"
 # Where each failed-over Service's outage went, from the same clock: node 2 frozen → its survivor
-# turned active (log) → the survivor's loop applied the change (the address on net1; the
-# announcement follows at once, unlogged) → the client's first answer (the probe's gap_end).
+# turned active (log) → the address on net1 (the survivor's loop applied the change, or, when its
+# loop stood ready, the election's holder put the address on itself: "took over", logged before
+# the role line, and then both steps are that line; the announcement follows at once, unlogged) →
+# the client's first answer (the probe's gap_end).
 python3 - "$frozen_at" "$victim" "$CLUSTER_DIR/actives" "$CLUSTER_DIR/survivors.log" "$CLUSTER_DIR/probe.out" <<'PY'
 import re, sys, datetime as d
 t = lambda s: d.datetime.fromisoformat(s.replace("Z", "+00:00"))
@@ -228,12 +230,15 @@ for line in open(sys.argv[3]):
         svc_of[f[0]] = f[2]
 active, applied = {}, {}
 for line in open(sys.argv[4]):
-    m = re.match(r"(\S+) time=(\S+) .*msg=(role role=active|applied)", line)
+    m = re.match(r'(\S+) time=(\S+) .*msg=(role role=active|applied|"took over)', line)
     if not m or t(m.group(2)) < frozen:
         continue
     svc, at = m.group(1), t(m.group(2))
     if m.group(3).startswith("role"):
         active.setdefault(svc, at)
+    elif m.group(3).startswith('"took'):
+        active.setdefault(svc, at)
+        applied.setdefault(svc, at)
     elif svc in active:
         applied.setdefault(svc, at)
 ms = lambda a, b: round((b - a).total_seconds() * 1000) if a and b else None

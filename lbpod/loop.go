@@ -70,11 +70,15 @@ type Loop struct {
 
 	mu sync.Mutex
 	// svcs are the Services served: one, or the members of a shared address (by name).
-	svcs    []*corev1.Service
-	svcErr  error
-	ready   bool
-	reason  string
-	changed chan struct{} // a new Service
+	svcs   []*corev1.Service
+	svcErr error
+	svcGen uint64 // counts SetServices calls
+	ready  bool
+	// standing is the svcGen of the last apply as a standby that converged and was ready, or
+	// ^0 (see Standing).
+	standing uint64
+	reason   string
+	changed  chan struct{} // a new Service
 	// activeChanged signals a new active flag.
 	activeChanged chan struct{}
 
@@ -98,7 +102,7 @@ func NewLoop(cfg LoopConfig) *Loop {
 		cfg.Log = slog.Default()
 	}
 	cfg.Names = cfg.Names.withDefaults()
-	l := &Loop{cfg: cfg, svcErr: errors.New("waiting for the Service"), reason: "starting", changed: make(chan struct{}, 1), activeChanged: make(chan struct{}, 1)}
+	l := &Loop{cfg: cfg, svcErr: errors.New("waiting for the Service"), reason: "starting", standing: ^uint64(0), changed: make(chan struct{}, 1), activeChanged: make(chan struct{}, 1)}
 	l.metrics = newMetrics(&l.stats)
 	l.active.Store(true)
 	l.metrics.active.Set(1)
@@ -123,6 +127,7 @@ func (l *Loop) SetService(svc *corev1.Service, err error) {
 func (l *Loop) SetServices(svcs []*corev1.Service, err error) {
 	l.mu.Lock()
 	l.svcs, l.svcErr = slices.Clone(svcs), err
+	l.svcGen++
 	l.mu.Unlock()
 	notify(l.changed)
 }
@@ -169,6 +174,23 @@ func (l *Loop) Block(reason string) {
 	l.blocked.Store(&reason)
 	l.setReady(false, reason)
 	notify(l.activeChanged)
+}
+
+// Standing reports whether the loop stands by ready to take over by one address add: its last
+// apply was as a standby, converged (verified, nothing left to repair) and ready, and no
+// Service change came since. Every rule, route and the link are then in place and only the LB
+// addresses are missing, so the election's holder may put them on net1 itself at a takeover and
+// announce them at once, without waiting for the loop to read, apply and verify again (which on
+// a node taking over many Services at once is where most of the takeover's time went). A kernel
+// change the watch reported but the loop has not looked at yet is not seen here: the loop's own
+// apply, which follows the takeover at once, repairs it.
+func (l *Loop) Standing() bool {
+	if l.blocked.Load() != nil || l.Active() {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.standing == l.svcGen
 }
 
 // Blocked is the reason given to Block, "" when not blocked.
@@ -434,7 +456,8 @@ func (l *Loop) Run(ctx context.Context) error {
 	// reconcile reports whether the apply failed.
 	reconcile := func(trigger string, causes []string) (failed bool) {
 		l.mu.Lock()
-		svcs, svcErr := l.svcs, l.svcErr
+		svcs, svcErr, gen := l.svcs, l.svcErr, l.svcGen
+		l.standing = ^uint64(0)
 		l.mu.Unlock()
 		if svcErr != nil {
 			if l.setReady(false, svcErr.Error()) {
@@ -482,6 +505,11 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 		}
 		l.setHeld(active && res.Err == nil)
+		if !active && ready && res.Err == nil {
+			l.mu.Lock()
+			l.standing = gen // still a standby of the Services this apply served, unless they changed since
+			l.mu.Unlock()
+		}
 		now := snapshotLinks(ifaces...)
 		if ShouldAnnounce(res, active, wasActive, announced, lastSeen, now) {
 			ann.trigger()

@@ -237,3 +237,30 @@ func TestRenewFailureIsReported(t *testing.T) {
 		t.Fatal("second Renew right after a failed one: nil, want it tried again and failing")
 	}
 }
+
+// A takeover goes through the loop unless the loop stands ready (lbpod.Loop.Standing): the holder
+// puts nothing on net1 for a loop that has not applied as a standby (here it never ran), tells
+// the loop, and waits for it as before.
+func TestTakeoverWaitsForALoopNotStanding(t *testing.T) {
+	o, err := parseFlags("lbpod", []string{"--service-file", "/svc.yaml", "--interface", "lbsvc-test-none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.MustParsePrefix("172.18.0.18/16")}}
+	var logs strings.Builder
+	h := newLoopHolder(o, network, slog.New(slog.NewTextHandler(&logs, nil)))
+	h.loop = lbpod.NewLoop(lbpod.LoopConfig{Network: network, Log: slog.New(slog.DiscardHandler)})
+	h.waitHeld = time.Millisecond
+	h.SetActive(false)
+	if h.loop.Standing() {
+		t.Fatal("a loop that never applied stands ready")
+	}
+	h.SetActive(true)
+	if !h.loop.Active() {
+		t.Fatal("the loop was not made active")
+	}
+	// takeNow would have tried net1 and failed (it does not exist): it did not try.
+	if l := logs.String(); strings.Contains(l, "took over") || strings.Contains(l, "could not put the addresses") || !strings.Contains(l, "the loop has not applied the role yet") {
+		t.Fatalf("want the takeover left to the loop and waited for; log:\n%s", l)
+	}
+}

@@ -463,3 +463,52 @@ func metricValue(t *testing.T, page, name string) float64 {
 	}
 	return 0
 }
+
+// TestHALBPodTakeoverInOneAdd: a standby whose loop stands ready (every rule and route applied
+// and verified, only the address missing) takes over by putting the address on net1 itself, on
+// the lease's kernel lifetime, and announcing it at once, before its loop applies again. The
+// active is cut off by an invisible partition (its switch port stops forwarding), so the client
+// keeps a's MAC until b's announcement arrives: the figure is how long after b's takeover that
+// was.
+func TestHALBPodTakeoverInOneAdd(t *testing.T) {
+	tp, _, b := startStallPair(t) // a active, b standby, with the lease
+	capture := startARPCapture(t, tp.client, "c0")
+	waitFor(t, 10*time.Second, "b stands by, ready", func() bool { return strings.Contains(tp.metrics("b"), "\nlbpod_ready 1\n") })
+	probe := startUDPProbe(t, tp.client)
+	waitFor(t, 5*time.Second, "the client is served by a", func() bool { from, n := probe.lastFrom(); return from == "a" && n >= 10 })
+
+	begin := time.Now()
+	mustRun(t, "bridge", "-n", tp.underlay, "link", "set", "dev", "pa", "state", "0")
+	waitFor(t, 5*time.Second, "b serves the client", func() bool { from, _ := probe.lastFrom(); return from == "b" })
+	probe.close()
+
+	took := regexp.MustCompile(`(?m)^time=(\S+) level=INFO msg="took over: the addresses are on net1" took=(\S+)$`).FindStringSubmatch(b.logs.String())
+	if took == nil {
+		t.Fatalf("b did not take over by itself (no `took over` line); its log:\n%s", b.logs.String())
+	}
+	at, err := time.Parse(time.RFC3339Nano, took[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// On the lease's lifetime (the kill -9 fence), not for ever.
+	if out := mustRun(t, "ip", "-n", tp.pod["b"], "-o", "-4", "addr", "show", "dev", "net1"); !strings.Contains(out, " "+haLB+"/16 ") || strings.Contains(out, "valid_lft forever") {
+		t.Errorf("b's net1 after the takeover: %q, want %s on a finite lifetime", out, haLB)
+	}
+	capture.close()
+	var first time.Time
+	for _, s := range capture.packets() {
+		if s.mac == tp.mac("b") {
+			first = s.at
+			break
+		}
+	}
+	if first.IsZero() {
+		t.Fatalf("the client saw no ARP from b (%s) although b serves it", tp.mac("b"))
+	}
+	if first.Before(at.Add(-time.Millisecond)) {
+		t.Errorf("b's first ARP at %s, before it took over at %s", first.Format("15:04:05.000"), at.Format("15:04:05.000"))
+	}
+	outage, _ := probe.outage(begin)
+	t.Logf("figure: ha_lbpod_takeover_to_announcement_ms=%d (the address put on in %s; partition outage %d ms)", first.Sub(at).Milliseconds(), took[2], outage.Milliseconds())
+	mustRun(t, "bridge", "-n", tp.underlay, "link", "set", "dev", "pa", "state", "3")
+}
