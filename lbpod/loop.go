@@ -75,8 +75,11 @@ type Loop struct {
 	svcGen uint64 // counts SetServices calls
 	ready  bool
 	// standing is the svcGen of the last apply as a standby that converged and was ready, or
-	// ^0 (see Standing).
+	// ^0 (see TakeOver).
 	standing uint64
+	// applying is held by Run for each apply, and by TakeOver: a takeover never runs beside an
+	// apply planned for the other role.
+	applying sync.Mutex
 	reason   string
 	changed  chan struct{} // a new Service
 	// activeChanged signals a new active flag.
@@ -176,21 +179,32 @@ func (l *Loop) Block(reason string) {
 	notify(l.activeChanged)
 }
 
-// Standing reports whether the loop stands by ready to take over by one address add: its last
-// apply was as a standby, converged (verified, nothing left to repair) and ready, and no
-// Service change came since. Every rule, route and the link are then in place and only the LB
-// addresses are missing, so the election's holder may put them on net1 itself at a takeover and
-// announce them at once, without waiting for the loop to read, apply and verify again (which on
-// a node taking over many Services at once is where most of the takeover's time went). A kernel
-// change the watch reported but the loop has not looked at yet is not seen here: the loop's own
-// apply, which follows the takeover at once, repairs it.
-func (l *Loop) Standing() bool {
-	if l.blocked.Load() != nil || l.Active() {
-		return false
+// TakeOver is a takeover in one address add. When the loop stands by ready (its last apply was as
+// a standby, converged, verified and ready, and no Service change came since) and is not applying
+// now, every rule, route and the link are in place and only the LB addresses are missing: TakeOver
+// then runs put, which puts them on net1, and makes the loop active, so that the loop's next
+// apply (right after) is planned as active and finds them there. It reports whether put ran and
+// succeeded; otherwise nothing changed and the caller takes over through SetActive(true), which
+// the loop applies. Through the loop, a takeover reads the kernel, applies and verifies before its
+// first announcement (ten or more netlink requests), which on a node taking over many Services
+// at once was most of the takeover's time. A kernel change the watch reported that the loop has
+// not looked at yet is not seen here: the loop's own apply, which follows, repairs it.
+func (l *Loop) TakeOver(put func() error) (bool, error) {
+	if !l.applying.TryLock() {
+		return false, nil // an apply runs, planned for the role it read: let it end first
 	}
+	defer l.applying.Unlock()
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.standing == l.svcGen
+	standing := l.standing == l.svcGen
+	l.mu.Unlock()
+	if !standing || l.blocked.Load() != nil || l.Active() {
+		return false, nil
+	}
+	if err := put(); err != nil {
+		return false, err
+	}
+	l.SetActive(true)
+	return true, nil
 }
 
 // Blocked is the reason given to Block, "" when not blocked.
@@ -455,11 +469,13 @@ func (l *Loop) Run(ctx context.Context) error {
 	)
 	// reconcile reports whether the apply failed.
 	reconcile := func(trigger string, causes []string) (failed bool) {
+		l.applying.Lock()
+		defer l.applying.Unlock()
 		l.mu.Lock()
 		svcs, svcErr, gen := l.svcs, l.svcErr, l.svcGen
-		l.standing = ^uint64(0)
 		l.mu.Unlock()
 		if svcErr != nil {
+			l.setStanding(false, gen)
 			if l.setReady(false, svcErr.Error()) {
 				log.Error("not ready", "reason", svcErr.Error())
 			}
@@ -505,11 +521,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 		}
 		l.setHeld(active && res.Err == nil)
-		if !active && ready && res.Err == nil {
-			l.mu.Lock()
-			l.standing = gen // still a standby of the Services this apply served, unless they changed since
-			l.mu.Unlock()
-		}
+		l.setStanding(!active && ready && res.Err == nil, gen)
 		now := snapshotLinks(ifaces...)
 		if ShouldAnnounce(res, active, wasActive, announced, lastSeen, now) {
 			ann.trigger()
@@ -556,6 +568,18 @@ func (l *Loop) Run(ctx context.Context) error {
 		case <-retry:
 			reconcile("retry", nil)
 		}
+	}
+}
+
+// setStanding records whether the apply of the Services of generation gen left the loop standing
+// by ready (TakeOver).
+func (l *Loop) setStanding(standing bool, gen uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if standing {
+		l.standing = gen
+	} else {
+		l.standing = ^uint64(0)
 	}
 }
 

@@ -299,9 +299,9 @@ func (h *loopHolder) SetActive(active bool) {
 		return // runProbe makes the loop active if the election still says so
 	}
 	if active && h.takeNow() {
-		// The addresses are on net1 and announced: the advert may go. The loop applies and
-		// verifies the active state behind it, and reports the addresses held (OnHeld).
-		h.loop.SetActive(true)
+		// The addresses are on net1, the loop active and the announcement on its way: the advert
+		// may go. The loop applies and verifies the active state behind it, and reports the
+		// addresses held (OnHeld).
 		return
 	}
 	h.loop.SetActive(active)
@@ -323,31 +323,32 @@ func (h *loopHolder) SetActive(active bool) {
 	}
 }
 
-// takeNow is a takeover in one address add: when the loop stands by ready (lbpod.Loop.Standing:
-// every rule and route in place, only the addresses missing), it puts the addresses on net1 itself,
-// on the lifetime the loop would give them, and announces them, before the loop is told; it
-// reports whether it did. Otherwise (the loop not yet applied, a Service change pending, no
+// takeNow is a takeover in one address add (lbpod.Loop.TakeOver): when the loop stands by ready
+// and is not applying, the holder puts the addresses on net1 itself, on the lifetime the loop would
+// give them, makes the loop active and announces them, without waiting for the loop; it reports
+// whether it did. Otherwise (the loop not yet applied, applying now, a Service change pending, no
 // lease, a netlink error) the loop does the takeover, and SetActive waits for it as before.
-//
-// Through the loop, a takeover read the kernel, applied and verified (ten or more netlink
-// requests) before the first announcement; on a node where 50 standbys took over at once, in a
-// kernel whose netlink lock the failed node's links were holding, that took 0.25-1.2 s per
-// Service, while the address itself was one request (docs/benchmarks.md).
+// Through the loop, on a node where 50 standbys took over at once, in a kernel whose netlink lock
+// the failed node's links were holding, the address reached net1 0.25-1.2 s after the takeover,
+// the announcement after that (docs/benchmarks.md).
 func (h *loopHolder) takeNow() bool {
-	if h.lease <= 0 || h.loop == nil || !h.loop.Standing() {
+	if h.lease <= 0 || h.loop == nil {
 		return false
 	}
 	start := h.now()
 	lifetime := h.loopLifetime()
-	if err := h.putAddrs(int(lifetime / time.Second)); err != nil {
+	took, err := h.loop.TakeOver(func() error { return h.putAddrs(int(lifetime / time.Second)) })
+	if err != nil {
 		h.log.Warn("could not put the addresses on net1 at the takeover; the loop does it", "err", err)
+	}
+	if !took {
 		return false
 	}
 	h.mu.Lock()
 	h.renewed, h.lifetime = start, lifetime
 	h.mu.Unlock()
 	h.log.Info("took over: the addresses are on net1", "took", h.now().Sub(start).Round(time.Microsecond))
-	// Beside the advert, which is sent as soon as this returns.
+	// Beside the advert, which is sent as soon as SetActive returns.
 	go func() {
 		if err := h.announce(h.iface, h.addrs); err != nil {
 			h.log.Warn("the takeover's announcement failed (the loop's burst follows)", "err", err)

@@ -238,7 +238,7 @@ func TestRenewFailureIsReported(t *testing.T) {
 	}
 }
 
-// A takeover goes through the loop unless the loop stands ready (lbpod.Loop.Standing): the holder
+// A takeover goes through the loop unless the loop stands ready (lbpod.Loop.TakeOver): the holder
 // puts nothing on net1 for a loop that has not applied as a standby (here it never ran), tells
 // the loop, and waits for it as before.
 func TestTakeoverWaitsForALoopNotStanding(t *testing.T) {
@@ -252,8 +252,8 @@ func TestTakeoverWaitsForALoopNotStanding(t *testing.T) {
 	h.loop = lbpod.NewLoop(lbpod.LoopConfig{Network: network, Log: slog.New(slog.DiscardHandler)})
 	h.waitHeld = time.Millisecond
 	h.SetActive(false)
-	if h.loop.Standing() {
-		t.Fatal("a loop that never applied stands ready")
+	if took, err := h.loop.TakeOver(func() error { t.Fatal("put ran for a loop that never applied"); return nil }); took || err != nil {
+		t.Fatalf("TakeOver of a loop that never applied: %t, %v", took, err)
 	}
 	h.SetActive(true)
 	if !h.loop.Active() {
