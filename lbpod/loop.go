@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"os"
@@ -437,7 +438,7 @@ func (l *Loop) Run(ctx context.Context) error {
 	cfg := l.cfg
 	log := cfg.Log
 	ifaces := []string{cfg.Names.Interface, cfg.Names.Uplink}
-	kernel := watchKernel(ctx, log, cfg.Network.Addresses, ifaces...)
+	kernel, routes := watchKernel(ctx, log, cfg.Names.Table, cfg.Network.Addresses, ifaces...)
 	// With iptables-nft the kernel announces every ruleset change: a resync reads the iptables
 	// tables only after one (idle, it reads nothing but the links, rules and routes). Otherwise
 	// every resync reads them.
@@ -455,17 +456,24 @@ func (l *Loop) Run(ctx context.Context) error {
 		burst: make(chan struct{}, 1), holding: l.Held, send: send, log: log}
 	go ann.run(ctx)
 
-	resync := time.NewTicker(cfg.ResyncPeriod)
+	// Every lb pod of a batch starts within a second or so: each resync is drawn from ±10 % of the
+	// period, so that theirs do not stay in step (a node's lb pods resyncing at once starve its
+	// elections for that moment).
+	resync := time.NewTimer(jittered(cfg.ResyncPeriod))
 	defer resync.Stop()
+	// A failed apply is retried sooner than the resync, from 1 s up to maxRetry.
+	maxRetry := min(cfg.ResyncPeriod, maxRetryBackoff)
 	var (
 		lastSeen []LinkSnapshot // the links after the last reconcile
 		debounce <-chan time.Time
 		// A failed reconcile (an xtables lock held too long, net1 not there yet) is retried
 		// sooner than the resync, backing off from 1 s up to the resync period.
-		retry     <-chan time.Time
-		backoff   = time.Second
-		announced = false // the start burst was sent
-		wasActive = l.holding()
+		retry   <-chan time.Time
+		backoff = time.Second
+		// routesDirty: a route of the lb pod's table or a rule changed since the last look.
+		routesDirty = false
+		announced   = false // the start burst was sent
+		wasActive   = l.holding()
 	)
 	// reconcile reports whether the apply failed.
 	reconcile := func(trigger string, causes []string) (failed bool) {
@@ -492,7 +500,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			a := res.Applied
 			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond),
 				"read", a.Read.Round(time.Microsecond), "execute", a.Execute.Round(time.Microsecond), "verify", a.Verify.Round(time.Microsecond), "saves", a.Saves, "lists", a.Lists)
-			if trigger == "resync" {
+			if trigger == "resync" || trigger == "routes" {
 				for _, c := range res.Changes {
 					causes = append(causes, c.Kind)
 				}
@@ -505,7 +513,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		// a change of the Service or of the operator's choice of address can fix it).
 		if res.Err != nil {
 			retry = time.After(backoff)
-			backoff = min(2*backoff, cfg.ResyncPeriod)
+			backoff = min(2*backoff, maxRetry)
 		} else {
 			retry, backoff = nil, time.Second
 		}
@@ -550,13 +558,24 @@ func (l *Loop) Run(ctx context.Context) error {
 			if debounce == nil {
 				debounce = time.After(50 * time.Millisecond)
 			}
+		case <-routes:
+			routesDirty = true
+			if debounce == nil {
+				debounce = time.After(50 * time.Millisecond)
+			}
 		case <-debounce:
 			debounce = nil
 			// Most events echo our own changes: look again only when the links or their
-			// addresses differ from what the last reconcile left.
+			// addresses differ from what the last reconcile left, or a route of our table or a
+			// rule changed (rare: an apply that changed none makes none; one that did is looked
+			// at once more, finding nothing).
 			now := snapshotLinks(ifaces...)
 			if causes := SnapshotCauses(lastSeen, now); len(causes) > 0 {
+				routesDirty = false
 				reconcile("netlink", causes)
+			} else if routesDirty {
+				routesDirty = false
+				reconcile("routes", nil)
 			}
 		case _, ok := <-tables:
 			tablesDirty = true
@@ -565,10 +584,19 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 		case <-resync.C:
 			reconcile("resync", nil)
+			resync.Reset(jittered(cfg.ResyncPeriod))
 		case <-retry:
 			reconcile("retry", nil)
 		}
 	}
+}
+
+// maxRetryBackoff bounds the retry of a failed apply when the resync period is longer.
+const maxRetryBackoff = 10 * time.Second
+
+// jittered is d give or take a tenth, at random.
+func jittered(d time.Duration) time.Duration {
+	return d - d/10 + rand.N(d/5+1)
 }
 
 // setStanding records whether the apply of the Services of generation gen left the loop standing

@@ -2,6 +2,7 @@ package lbpod
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"log/slog"
 	"net"
@@ -18,8 +19,11 @@ import (
 )
 
 // watchKernel signals the link and address changes that matter (net1 or eth0 recreated, up or
-// down, a new MAC; a global address added or removed) so that they are repaired at once rather
-// than at the next resync. Link-local addresses come and go with IPv6 DAD and are not ours.
+// down, a new MAC; a global address added or removed) on links, and the route and rule changes
+// that matter (a route of the lb pod's table, any policy rule) on routes, so that they are
+// repaired at once rather than at the next resync. Link-local addresses come and go with IPv6 DAD
+// and are not ours; routes of other tables are the kernel's own (the addresses' prefix and local
+// routes). Rules change only when someone changes them: every rule event is looked at.
 //
 // The events come from one non-blocking netlink socket read through the runtime poller, not from
 // netlink.LinkSubscribe and AddrSubscribe: those read a blocking socket each, so every event (an
@@ -27,18 +31,26 @@ import (
 // then had to win the only P back, and whose next read let sysmon take the P away again and wake
 // yet another thread to poll: four thread wakes or more per event. Through the poller, an event
 // that comes while the process runs is read on the same thread before it sleeps.
-func watchKernel(ctx context.Context, log *slog.Logger, held []netip.Prefix, ifaces ...string) <-chan struct{} {
-	out := make(chan struct{}, 1)
+func watchKernel(ctx context.Context, log *slog.Logger, table int, held []netip.Prefix, ifaces ...string) (links, routes <-chan struct{}) {
+	linksCh, routesCh := make(chan struct{}, 1), make(chan struct{}, 1)
+	links, routes = linksCh, routesCh
 	notify := func() {
 		select {
-		case out <- struct{}{}:
+		case linksCh <- struct{}{}:
 		default:
 		}
 	}
-	events, err := subscribeRoute(unix.RTMGRP_LINK | unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR)
+	notifyRoutes := func() {
+		select {
+		case routesCh <- struct{}{}:
+		default:
+		}
+	}
+	events, err := subscribeRoute(unix.RTMGRP_LINK | unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR |
+		unix.RTMGRP_IPV4_ROUTE | unix.RTMGRP_IPV6_ROUTE | unix.RTMGRP_IPV4_RULE | 1<<(unix.RTNLGRP_IPV6_RULE-1))
 	if err != nil {
-		log.Warn("no netlink link or address events; relying on the periodic resync", "err", err)
-		return out
+		log.Warn("no netlink link, address, route or rule events; relying on the periodic resync", "err", err)
+		return links, routes
 	}
 	go func() {
 		<-ctx.Done()
@@ -47,8 +59,8 @@ func watchKernel(ctx context.Context, log *slog.Logger, held []netip.Prefix, ifa
 	raw, err := events.SyscallConn()
 	if err != nil {
 		events.Close()
-		log.Warn("no netlink link or address events; relying on the periodic resync", "err", err)
-		return out
+		log.Warn("no netlink link, address, route or rule events; relying on the periodic resync", "err", err)
+		return links, routes
 	}
 	go func() {
 		buf := make([]byte, 64<<10)
@@ -56,6 +68,7 @@ func watchKernel(ctx context.Context, log *slog.Logger, held []netip.Prefix, ifa
 			n, err := readEvents(raw, buf)
 			if errors.Is(err, unix.ENOBUFS) {
 				notify() // events were lost: look
+				notifyRoutes()
 				continue
 			}
 			if err != nil {
@@ -67,16 +80,44 @@ func watchKernel(ctx context.Context, log *slog.Logger, held []netip.Prefix, ifa
 			msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 			if err != nil {
 				notify() // cannot tell what changed: look
+				notifyRoutes()
 				continue
 			}
 			for _, m := range msgs {
-				if ev, ok := parseKernelEvent(m); ok && ev.matters(held, ifaces) {
+				if routeEventMatters(m, table) {
+					notifyRoutes()
+				} else if ev, ok := parseKernelEvent(m); ok && ev.matters(held, ifaces) {
 					notify()
 				}
 			}
 		}
 	}()
-	return out
+	return links, routes
+}
+
+// routeEventMatters says whether m is a route event of table (the lb pod's routes) or a rule
+// event. Both headers (struct rtmsg, struct fib_rule_hdr) hold the table in their fifth byte,
+// and an attribute (RTA_TABLE, FRA_TABLE: the same type) holds it when it is above 255.
+func routeEventMatters(m syscall.NetlinkMessage, table int) bool {
+	switch m.Header.Type {
+	case unix.RTM_NEWRULE, unix.RTM_DELRULE:
+		return true
+	case unix.RTM_NEWROUTE, unix.RTM_DELROUTE:
+	default:
+		return false
+	}
+	if len(m.Data) < unix.SizeofRtMsg {
+		return true // cannot tell: look
+	}
+	t := int(m.Data[4])
+	if attrs, err := syscall.ParseNetlinkRouteAttr(&m); err == nil {
+		for _, a := range attrs {
+			if a.Attr.Type == unix.RTA_TABLE && len(a.Value) == 4 {
+				t = int(binary.NativeEndian.Uint32(a.Value))
+			}
+		}
+	}
+	return t == table
 }
 
 // subscribeRoute opens a non-blocking NETLINK_ROUTE socket joined to groups, as a file the runtime

@@ -72,7 +72,7 @@ func parseFlags(name string, args []string) (options, error) {
 	fs.StringVar(&o.uplink, "uplink", lbpod.DefaultUplink, "the cluster network interface")
 	fs.IntVar(&o.table, "table", lbpod.DefaultTable, "policy routing table")
 	fs.StringVar(&o.healthAddr, "health-addr", "", "address of the /healthz, /readyz and /metrics server (main mode); default: the pod IP (env "+lbpod.EnvPodIP+") port 8081, never a wildcard")
-	fs.DurationVar(&o.resyncPeriod, "resync-period", 10*time.Second, "how often the whole state is compared with the kernel and repaired")
+	fs.DurationVar(&o.resyncPeriod, "resync-period", time.Minute, "how often the whole state is compared with the kernel and repaired (give or take a tenth); link, address, route and rule changes are repaired at once, from netlink events")
 	fs.DurationVar(&o.announceInterval, "announce-interval", 30*time.Second, "how often the addresses are announced (gratuitous ARP / unsolicited NA)")
 	fs.StringVar(&o.iptables, "iptables", "auto", `iptables back end: "auto" (the one the host uses), "nft", "legacy" or "plain" (iptables/ip6tables)`)
 	fs.StringVar(&o.rules, "rules", envOr(v1alpha1.EnvRules, lbpod.RulesAuto), `rules back end: "auto" (nftables, or iptables where the kernel has no nf_tables), "nftables" (nf_tables netlink, the Service ports in sets; an error where nf_tables is missing) or "iptables" (iptables-restore; --iptables picks the variant) (env `+v1alpha1.EnvRules+`; empty: auto)`)

@@ -28,7 +28,7 @@ func TestParseFlagsEnvAndOverrides(t *testing.T) {
 	if o.namespace != "default" || o.service != "test-svc" || o.addresses != "172.18.0.18/16" || o.gateways != "172.18.0.1" || o.subnets != "172.18.0.0/16" {
 		t.Fatalf("environment not read: %+v", o)
 	}
-	if o.healthAddr != "" || o.resyncPeriod != 10*time.Second || o.announceInterval != 30*time.Second || o.iface != "net1" || o.uplink != "eth0" || o.table != 100 {
+	if o.healthAddr != "" || o.resyncPeriod != time.Minute || o.announceInterval != 30*time.Second || o.iface != "net1" || o.uplink != "eth0" || o.table != 100 {
 		t.Fatalf("defaults: %+v", o)
 	}
 

@@ -239,12 +239,14 @@ func TestDriftIsRepaired(t *testing.T) {
 	g.Eventually(func() string { return tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "PREROUTING") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("-P PREROUTING ACCEPT\n-A PREROUTING -j LBSVC-PREROUTING\n"))
 
-	// Each repair counted by its cause: what the resync found (a DNAT rule, a jump, a rule) and
-	// what the kernel watch saw (net1's addresses flushed, net1 recreated).
-	_, metrics := tp.healthGet("/metrics")
+	// Each repair counted by its cause: what the resync found (a DNAT rule, a jump), what the
+	// kernel watch saw (net1's addresses flushed, net1 recreated) and what the apply it triggered
+	// found (a rule). Counted once the apply is verified, a little after the kernel shows it.
 	for _, cause := range []string{"iptables", "jump", "rule", "addresses_changed", "link_recreated"} {
-		g.Expect(metrics).To(MatchRegexp(`\nlbpod_repairs_total\{cause="%s"\} [1-9]\d*\n`, cause))
+		g.Eventually(func() string { _, m := tp.healthGet("/metrics"); return m }).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
+			Should(MatchRegexp(`\nlbpod_repairs_total\{cause="%s"\} [1-9]\d*\n`, cause))
 	}
+	_, metrics := tp.healthGet("/metrics")
 	g.Expect(metrics).To(MatchRegexp(`\nlbpod_syncs_total\{result="changed"\} [1-9]\d*\n`))
 	g.Expect(metrics).To(MatchRegexp(`\nlbpod_sync_duration_seconds_count [1-9]\d*\n`))
 	g.Expect(metrics).To(ContainSubstring("\nlbpod_active 1\n"))
@@ -542,4 +544,37 @@ func TestRemovedUDPPortForgetsFlows(t *testing.T) {
 		g.Eventually(tp.lbpod.logs.String).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
 			Should(ContainSubstring(`msg="deleted stale conntrack entries" family=IPv4 keep="all sources, ports [sctp/3868->10.109.201.193:3868]" entries=1`))
 	})
+}
+
+// Routes of the lb pod's table and policy rules are watched like links and addresses: deleted or
+// added by hand, they are repaired at once (netlink events), not at the next resync (an hour here).
+func TestRouteAndRuleDriftIsRepairedAtOnce(t *testing.T) {
+	const hour = time.Hour
+	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--resync-period", hour.String())
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	const table100 = "default via 172.18.0.1 dev net1 \n10.109.201.193 via 10.16.0.1 dev eth0 \n172.18.0.0/16 dev net1 scope link \n"
+	const rules = "0:\tfrom all lookup local\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"
+	g.Expect(tp.exec(tp.lb, "ip", "route", "show", "table", "100")).To(Equal(table100))
+	g.Expect(tp.exec(tp.lb, "ip", "rule")).To(Equal(rules))
+
+	for _, drift := range [][]string{
+		{"route", "del", "default", "table", "100"},
+		{"route", "del", "10.109.201.193", "table", "100"},
+		{"rule", "del", "pref", "32765"},
+		{"rule", "add", "pref", "32000", "iif", "net1", "lookup", "100"}, // a stray
+	} {
+		tp.ip(tp.lb, drift...)
+		changed := time.Now()
+		g.Eventually(func() string {
+			return tp.exec(tp.lb, "ip", "route", "show", "table", "100") + tp.exec(tp.lb, "ip", "rule")
+		}).
+			WithTimeout(3*time.Second).WithPolling(20*time.Millisecond).Should(Equal(table100+rules), "after ip %s", strings.Join(drift, " "))
+		t.Logf("ip %s: repaired after %s", strings.Join(drift, " "), time.Since(changed).Round(time.Millisecond))
+	}
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	g.Expect(tp.lbpod.logs.String()).To(MatchRegexp(`msg=applied trigger=routes changes=1 `))
+	g.Expect(tp.lbpod.logs.String()).NotTo(ContainSubstring("trigger=resync"))
+	// Counted once each apply is verified, a little after the kernel shows it.
+	g.Eventually(func() string { _, m := tp.healthGet("/metrics"); return m }).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
+		Should(And(MatchRegexp(`\nlbpod_repairs_total\{cause="route"\} 2\n`), MatchRegexp(`\nlbpod_repairs_total\{cause="rule"\} 2\n`)))
 }
