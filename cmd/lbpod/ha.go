@@ -332,29 +332,48 @@ func (h *loopHolder) SetActive(active bool) {
 // the failed node's links were holding, the address reached net1 0.25-1.2 s after the takeover,
 // the announcement after that (docs/benchmarks.md).
 func (h *loopHolder) takeNow() bool {
-	if h.lease <= 0 || h.loop == nil {
-		return false
+	h.mu.Lock()
+	took := h.takeNowLocked()
+	h.mu.Unlock()
+	h.tookOver(took)
+	return took != nil
+}
+
+// takeNowLocked is takeNow's takeover with h.mu held, so that neither a step down (SetActive(false)
+// confirms under h.mu first) nor a renewal (which checks probing under h.mu) runs beside it: it
+// returns when it took over and how long the address took, nil when it did not. The loop's own
+// calls into the holder (Confirmed, AddressLifetime, OnHeld) take h.mu while it applies, so
+// TakeOver only tries the loop's apply lock, never waits for it.
+func (h *loopHolder) takeNowLocked() *time.Duration {
+	if h.lease <= 0 || h.loop == nil || !h.active {
+		return nil
 	}
 	start := h.now()
-	lifetime := h.loopLifetime()
+	lifetime := addressLifetime(h.lease, h.dead)
 	took, err := h.loop.TakeOver(func() error { return h.putAddrs(int(lifetime / time.Second)) })
 	if err != nil {
 		h.log.Warn("could not put the addresses on net1 at the takeover; the loop does it", "err", err)
 	}
 	if !took {
-		return false
+		return nil
 	}
-	h.mu.Lock()
 	h.renewed, h.lifetime = start, lifetime
-	h.mu.Unlock()
-	h.log.Info("took over: the addresses are on net1", "took", h.now().Sub(start).Round(time.Microsecond))
-	// Beside the advert, which is sent as soon as SetActive returns.
+	d := h.now().Sub(start)
+	return &d
+}
+
+// tookOver logs a takeover takeNowLocked did (took not nil) and announces the addresses beside the
+// advert, which the election sends once SetActive returns.
+func (h *loopHolder) tookOver(took *time.Duration) {
+	if took == nil {
+		return
+	}
+	h.log.Info("took over: the addresses are on net1", "took", took.Round(time.Microsecond))
 	go func() {
 		if err := h.announce(h.iface, h.addrs); err != nil {
 			h.log.Warn("the takeover's announcement failed (the loop's burst follows)", "err", err)
 		}
 	}()
-	return true
 }
 
 // runProbe runs the prober once; with nobody answering it makes the loop active if the election
@@ -370,12 +389,20 @@ func (h *loopHolder) runProbe() {
 		h.loop.Block(reason)
 	}
 	// A probe whose outcome was dropped (this replica stepped down meanwhile) is not finished:
-	// it runs again at the next takeover.
+	// it runs again at the next takeover. Nobody answered and still active: the takeover in one
+	// address add when the loop stands ready (a replica's first takeover always comes here,
+	// and in a node's failure most of the survivors' takeovers are their first), else through
+	// the loop. While probing is set, Renew leaves the netlink sockets to it.
 	h.mu.Lock()
+	var took *time.Duration
+	if reason == "" {
+		took = h.takeNowLocked()
+	}
 	h.probing = false
 	active := h.active
 	h.mu.Unlock()
-	if reason == "" && active {
+	h.tookOver(took)
+	if reason == "" && active && took == nil {
 		h.loop.SetActive(true)
 	}
 }

@@ -466,12 +466,22 @@ func metricValue(t *testing.T, page, name string) float64 {
 
 // TestHALBPodTakeoverInOneAdd: a standby whose loop stands ready (every rule and route applied
 // and verified, only the address missing) takes over by putting the address on net1 itself, on
-// the lease's kernel lifetime, and announcing it at once, before its loop applies again. The
-// active is cut off by an invisible partition (its switch port stops forwarding), so the client
-// keeps a's MAC until b's announcement arrives: the figure is how long after b's takeover that
-// was.
+// the lease's kernel lifetime, and announcing it at once, before its loop applies again; also at
+// its first takeover with the conflict probe on (the probe finds the address free, then the
+// takeover is the same one add). The active is cut off by an invisible partition (its switch
+// port stops forwarding), so the client keeps a's MAC until b's announcement arrives: the figure
+// is how long after b's takeover that was.
 func TestHALBPodTakeoverInOneAdd(t *testing.T) {
-	tp, _, b := startStallPair(t) // a active, b standby, with the lease
+	for _, tc := range []struct {
+		name  string
+		extra []string
+	}{{"no probe", nil}, {"probe", []string{"--conflict-probe", "fast"}}} {
+		t.Run(tc.name, func(t *testing.T) { testTakeoverInOneAdd(t, tc.extra) })
+	}
+}
+
+func testTakeoverInOneAdd(t *testing.T, extra []string) {
+	tp, _, b := startStallPair(t, extra...) // a active, b standby, with the lease
 	capture := startARPCapture(t, tp.client, "c0")
 	waitFor(t, 10*time.Second, "b stands by, ready", func() bool { return strings.Contains(tp.metrics("b"), "\nlbpod_ready 1\n") })
 	probe := startUDPProbe(t, tp.client)
@@ -489,6 +499,9 @@ func TestHALBPodTakeoverInOneAdd(t *testing.T) {
 	at, err := time.Parse(time.RFC3339Nano, took[1])
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(extra) > 0 && !strings.Contains(b.logs.String(), "conflict probe: nobody answered") {
+		t.Errorf("b's first takeover did not probe; its log:\n%s", b.logs.String())
 	}
 	// On the lease's lifetime (the kill -9 fence), not for ever.
 	if out := mustRun(t, "ip", "-n", tp.pod["b"], "-o", "-4", "addr", "show", "dev", "net1"); !strings.Contains(out, " "+haLB+"/16 ") || strings.Contains(out, "valid_lft forever") {

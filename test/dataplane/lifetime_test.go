@@ -159,16 +159,17 @@ func TestHALBPodRenewalFailure(t *testing.T) {
 	t.Logf("figure: ha_renewal_failure_to_standby_holding_ms=%d", took.Milliseconds())
 }
 
-// startStallPair starts two replicas with a 1 s lease: a active, then b standby.
-func startStallPair(t *testing.T) (*haTopology, *haReplica, *haReplica) {
+// startStallPair starts two replicas with a 1 s lease: a active, then b standby; extra are more
+// flags for both.
+func startStallPair(t *testing.T, extra ...string) (*haTopology, *haReplica, *haReplica) {
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
 	writeService(t, svc, []string{clusterIPv4}, []servicePort{{Protocol: "UDP", Port: haEchoPort, TargetPort: haEchoPort}}, nil)
 	tp := newHATopology(t)
 	tp.addClusterSide()
 	start := func(r string) *haReplica {
-		return tp.startProcess(r, lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
-			"--addresses", haLB+"/16", "--gateways", gatewayV4, "--subnets", subnetV4,
-			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String())
+		return tp.startProcess(r, append([]string{lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081",
+			"--addresses", haLB + "/16", "--gateways", gatewayV4, "--subnets", subnetV4,
+			"--replicas", "2", "--ha-interval", haInterval.String(), "--ha-lease", haLease.String()}, extra...)...)
 	}
 	a := start("a")
 	waitFor(t, 10*time.Second, "a active", func() bool { return a.role() == "active" && tp.holds("a") })
