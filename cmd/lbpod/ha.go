@@ -357,8 +357,12 @@ func (h *loopHolder) takeNowLocked() *time.Duration {
 	if !took {
 		return nil
 	}
-	h.renewed, h.lifetime = start, lifetime
-	d := h.now().Sub(start)
+	// The election is alive and still deciding to be active now, not only when it began: the put
+	// may have waited for the kernel's netlink lock for a good part of the dead interval (214 ms
+	// seen on make demo), and the loop, announce and Renew judge confirmation from here.
+	end := h.now()
+	h.renewed, h.lifetime, h.confirmed = start, lifetime, end
+	d := end.Sub(start)
 	return &d
 }
 
