@@ -74,15 +74,15 @@ type Loop struct {
 	svcs   []*corev1.Service
 	svcErr error
 	svcGen uint64 // counts SetServices calls
-	ready  bool
 	// standing is the svcGen of the last apply as a standby that converged and was ready, or
 	// ^0 (see TakeOver).
 	standing uint64
+	ready    bool
+	reason   string
+	changed  chan struct{} // a new Service
 	// applying is held by Run for each apply, and by TakeOver: a takeover never runs beside an
 	// apply planned for the other role.
 	applying sync.Mutex
-	reason   string
-	changed  chan struct{} // a new Service
 	// activeChanged signals a new active flag.
 	activeChanged chan struct{}
 
@@ -461,13 +461,12 @@ func (l *Loop) Run(ctx context.Context) error {
 	// elections for that moment).
 	resync := time.NewTimer(jittered(cfg.ResyncPeriod))
 	defer resync.Stop()
-	// A failed apply is retried sooner than the resync, from 1 s up to maxRetry.
 	maxRetry := min(cfg.ResyncPeriod, maxRetryBackoff)
 	var (
 		lastSeen []LinkSnapshot // the links after the last reconcile
 		debounce <-chan time.Time
 		// A failed reconcile (an xtables lock held too long, net1 not there yet) is retried
-		// sooner than the resync, backing off from 1 s up to the resync period.
+		// sooner than the resync, backing off from 1 s up to maxRetry.
 		retry   <-chan time.Time
 		backoff = time.Second
 		// routesDirty: a route of the lb pod's table or a rule changed since the last look.

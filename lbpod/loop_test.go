@@ -167,3 +167,33 @@ func TestHoldingNeedsConfirmation(t *testing.T) {
 		t.Fatal("active without Confirmed: not holding")
 	}
 }
+
+// The kernel watch wakes the loop for a route of its table (in the header's table byte, or in
+// RTA_TABLE above 255) and for every rule, not for the kernel's routes of other tables.
+func TestRouteEvents(t *testing.T) {
+	route := func(typ uint16, table byte, attrs map[uint16][]byte) syscall.NetlinkMessage {
+		m := nlMessage(typ, unix.SizeofRtMsg, unix.AF_INET, attrs)
+		m.Data[4] = table
+		return m
+	}
+	u32 := func(v uint32) []byte { return binary.NativeEndian.AppendUint32(nil, v) }
+	for name, tc := range map[string]struct {
+		m    syscall.NetlinkMessage
+		want bool
+	}{
+		"our table, added":        {route(unix.RTM_NEWROUTE, 100, nil), true},
+		"our table, deleted":      {route(unix.RTM_DELROUTE, 100, nil), true},
+		"main (a prefix route)":   {route(unix.RTM_NEWROUTE, unix.RT_TABLE_MAIN, nil), false},
+		"local":                   {route(unix.RTM_DELROUTE, unix.RT_TABLE_LOCAL, nil), false},
+		"RTA_TABLE says ours":     {route(unix.RTM_NEWROUTE, unix.RT_TABLE_COMPAT, map[uint16][]byte{unix.RTA_TABLE: u32(100)}), true},
+		"RTA_TABLE says another":  {route(unix.RTM_NEWROUTE, 100, map[uint16][]byte{unix.RTA_TABLE: u32(1000)}), false},
+		"a rule added":            {nlMessage(unix.RTM_NEWRULE, 12, unix.AF_INET, nil), true},
+		"a rule deleted":          {nlMessage(unix.RTM_DELRULE, 12, unix.AF_INET6, nil), true},
+		"a link":                  {nlMessage(unix.RTM_NEWLINK, syscall.SizeofIfInfomsg, 0, nil), false},
+		"a truncated route event": {syscall.NetlinkMessage{Header: syscall.NlMsghdr{Type: unix.RTM_NEWROUTE}, Data: []byte{2, 0}}, true},
+	} {
+		if got := routeEventMatters(tc.m, 100); got != tc.want {
+			t.Errorf("%s: routeEventMatters = %t, want %t", name, got, tc.want)
+		}
+	}
+}

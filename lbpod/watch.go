@@ -34,18 +34,6 @@ import (
 func watchKernel(ctx context.Context, log *slog.Logger, table int, held []netip.Prefix, ifaces ...string) (links, routes <-chan struct{}) {
 	linksCh, routesCh := make(chan struct{}, 1), make(chan struct{}, 1)
 	links, routes = linksCh, routesCh
-	notify := func() {
-		select {
-		case linksCh <- struct{}{}:
-		default:
-		}
-	}
-	notifyRoutes := func() {
-		select {
-		case routesCh <- struct{}{}:
-		default:
-		}
-	}
 	events, err := subscribeRoute(unix.RTMGRP_LINK | unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR |
 		unix.RTMGRP_IPV4_ROUTE | unix.RTMGRP_IPV6_ROUTE | unix.RTMGRP_IPV4_RULE | 1<<(unix.RTNLGRP_IPV6_RULE-1))
 	if err != nil {
@@ -67,8 +55,8 @@ func watchKernel(ctx context.Context, log *slog.Logger, table int, held []netip.
 		for {
 			n, err := readEvents(raw, buf)
 			if errors.Is(err, unix.ENOBUFS) {
-				notify() // events were lost: look
-				notifyRoutes()
+				notify(linksCh) // events were lost: look
+				notify(routesCh)
 				continue
 			}
 			if err != nil {
@@ -79,15 +67,15 @@ func watchKernel(ctx context.Context, log *slog.Logger, table int, held []netip.
 			}
 			msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 			if err != nil {
-				notify() // cannot tell what changed: look
-				notifyRoutes()
+				notify(linksCh) // cannot tell what changed: look
+				notify(routesCh)
 				continue
 			}
 			for _, m := range msgs {
 				if routeEventMatters(m, table) {
-					notifyRoutes()
+					notify(routesCh)
 				} else if ev, ok := parseKernelEvent(m); ok && ev.matters(held, ifaces) {
-					notify()
+					notify(linksCh)
 				}
 			}
 		}

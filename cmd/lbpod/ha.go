@@ -174,8 +174,9 @@ type loopHolder struct {
 	// active not confirmed for longer may have been frozen and replaced.
 	dead time.Duration
 	now  func() time.Time // time.Now; tests step it
-	// nl and renewer are Renew's netlink sockets, opened at the first renewal (Renew runs on the
-	// election's goroutine only). nl looks up link, the interface it renews on, once and again
+	// nl and renewer are putAddrs' netlink sockets (Renew's, and a takeover's in one add), opened
+	// at the first use; one user at a time: the election's goroutine, or runProbe while probing
+	// keeps Renew away from them. nl looks up link, the interface it renews on, once and again
 	// only after a renewal failed (net1 recreated): the lookup reads and decodes every attribute
 	// of the link, and cost the active lb pod more CPU than the renewal itself (11 % of it, 3
 	// lookups a second). renewer replaces the addresses (addrRenewer).
@@ -518,8 +519,8 @@ func (h *loopHolder) renew(holdFor time.Duration) error {
 
 // putAddrs puts every held address on net1 with a lifetime of secs seconds (created, or
 // replaced), over the netlink sockets kept for it (the package functions open one per call:
-// eight sockets a second per active lb pod), opened at the first call. On the election's
-// goroutine only.
+// eight sockets a second per active lb pod), opened at the first call. One caller at a time (see
+// loopHolder.nl).
 func (h *loopHolder) putAddrs(secs int) error {
 	if h.nl == nil {
 		nl, err := netlink.NewHandle()
