@@ -136,8 +136,13 @@ type State struct {
 	// fence: they lapse from a kernel whose lb pod was killed or frozen); adding or repairing
 	// one without it would take the fence away for good. 0: for ever (a single lb pod).
 	AddressLifetime time.Duration
-	Rules           []Rule
-	Routes          []Route
+	// Lapsing are LB addresses that may stay on Interface while the kernel holds them on a
+	// lifetime, but are neither added, repaired nor given a lifetime: those of an active whose
+	// election has not confirmed the role lately (Lapse). One the kernel holds for ever is
+	// removed, as an address of no one's.
+	Lapsing []netip.Prefix
+	Rules   []Rule
+	Routes  []Route
 	// IPTables holds one entry per family, IPv4 first.
 	IPTables []Tables
 	// NFTables holds the same rules for the nftables back end, one table per family in the
@@ -154,7 +159,19 @@ type State struct {
 // Standby returns the state without the LB addresses: what a standby lb pod holds, net1 up
 // with every rule and route in place, so that becoming active only adds the addresses.
 func (st State) Standby() State {
-	st.Addresses, st.AddressLifetime = nil, 0
+	st.Addresses, st.AddressLifetime, st.Lapsing = nil, 0, nil
+	return st
+}
+
+// Lapse returns the state of an active whose role the election has not confirmed within the
+// dead interval: a freeze, a starved node, a hung election. The LB addresses on net1 stay there
+// until their kernel lifetime, which nothing renews now, lapses (or the election steps down and
+// the loop takes them off); none is added or repaired. Taking them off at once, as a standby,
+// made the lb pods of a starved node drop the addresses their elections were about to confirm:
+// the loop's apply ran before the election after a stall, and the Service had no holder until
+// the next advert put them back. The kernel lifetime is the fence either way.
+func (st State) Lapse() State {
+	st.Lapsing, st.Addresses, st.AddressLifetime = st.Addresses, nil, 0
 	return st
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -320,7 +321,14 @@ func TestStateAddressLifetime(t *testing.T) {
 	if st.AddressLifetime != time.Second || len(st.Addresses) != 1 {
 		t.Fatalf("WithAddressLifetime: %s on %v, want 1s on the LB address", st.AddressLifetime, st.Addresses)
 	}
-	if sb := st.Standby(); sb.AddressLifetime != 0 || sb.Addresses != nil {
-		t.Fatalf("Standby: %s on %v, want no address and no lifetime", sb.AddressLifetime, sb.Addresses)
+	if sb := st.Standby(); sb.AddressLifetime != 0 || sb.Addresses != nil || sb.Lapsing != nil {
+		t.Fatalf("Standby: %s on %v (lapsing %v), want no address and no lifetime", sb.AddressLifetime, sb.Addresses, sb.Lapsing)
+	}
+	lapse := st.Lapse()
+	if lapse.AddressLifetime != 0 || lapse.Addresses != nil || !slices.Equal(lapse.Lapsing, st.Addresses) {
+		t.Fatalf("Lapse: %s on %v, lapsing %v; want no address to add, no lifetime, %v lapsing", lapse.AddressLifetime, lapse.Addresses, lapse.Lapsing, st.Addresses)
+	}
+	if sb := lapse.Standby(); sb.Lapsing != nil {
+		t.Fatalf("Standby of a lapsing state keeps %v", sb.Lapsing)
 	}
 }

@@ -44,11 +44,12 @@ type LoopConfig struct {
 	AddressLifetime func() time.Duration
 	// Confirmed, when set, says at each apply whether the owner of the role still stands by it
 	// (with standbys: the election advertised as active within the dead interval). An active
-	// loop that is not confirmed applies the standby state: it neither adds nor repairs the LB
-	// addresses, and takes them away, as the election is about to (it was stopped or starved past
-	// the time a standby may claim, or hangs). Otherwise, after a SIGSTOP longer than the lease,
-	// the loop could put the lapsed addresses back before the election noticed the freeze, and
-	// with an election that hangs it would keep putting them back. Nil: always confirmed.
+	// loop that is not confirmed neither adds nor repairs the LB addresses: it leaves those on a
+	// kernel lifetime to lapse (State.Lapse; without AddressLifetime it takes them away, as a
+	// standby), as the election was stopped or starved past the time a standby may claim, or
+	// hangs. Otherwise, after a SIGSTOP longer than the lease, the loop could put the lapsed
+	// addresses back before the election noticed the freeze, and with an election that hangs it
+	// would keep putting them back. Nil: always confirmed.
 	Confirmed func() bool
 	// Gate, when set, holds back TCP ports added to a running Service until the ClusterIP serves
 	// them (PortGate).
@@ -216,10 +217,38 @@ func (l *Loop) Blocked() string {
 	return ""
 }
 
-// holding says whether the loop holds the LB addresses now: active, not blocked, and confirmed
-// (LoopConfig.Confirmed).
+// role is what the loop applies for the LB addresses.
+type role int
+
+const (
+	// roleStandby: the addresses off net1 (a standby, or blocked).
+	roleStandby role = iota
+	// roleHolding: the addresses on net1, added and repaired on their lifetime.
+	roleHolding
+	// roleLapsing: active, but the election has not confirmed the role within the dead interval;
+	// the addresses on a kernel lifetime stay until it lapses, none is added or repaired
+	// (State.Lapsing). Without a lifetime to fence them (no AddressLifetime), a standby.
+	roleLapsing
+)
+
+// role says what the loop applies now: holding when active, not blocked and confirmed
+// (LoopConfig.Confirmed); lapsing when only the confirmation is missing and the addresses have
+// a lifetime; standby otherwise.
+func (l *Loop) role() role {
+	switch {
+	case !l.Active() || l.blocked.Load() != nil:
+		return roleStandby
+	case l.cfg.Confirmed == nil || l.cfg.Confirmed():
+		return roleHolding
+	case l.cfg.AddressLifetime != nil:
+		return roleLapsing
+	}
+	return roleStandby
+}
+
+// holding says whether the loop holds the LB addresses now (roleHolding).
 func (l *Loop) holding() bool {
-	return l.Active() && l.blocked.Load() == nil && (l.cfg.Confirmed == nil || l.cfg.Confirmed())
+	return l.role() == roleHolding
 }
 
 // Held reports whether the LB addresses are held now (what OnHeld last reported).
@@ -284,15 +313,15 @@ func (l *Loop) Reconcile(svc *corev1.Service) Result {
 
 // ReconcileServices is Reconcile for the members of a shared address.
 func (l *Loop) ReconcileServices(svcs []*corev1.Service) Result {
-	return l.reconcileTimed(svcs, true, l.holding())
+	return l.reconcileTimed(svcs, true, l.role())
 }
 
 // reconcileTimed reconciles and records the metrics. fresh reads every iptables table; a
 // Service change, a new active flag or a link event may plan against the tables read last time.
-// holding says whether the state has the LB addresses.
-func (l *Loop) reconcileTimed(svcs []*corev1.Service, fresh, holding bool) Result {
+// r says what the state does with the LB addresses.
+func (l *Loop) reconcileTimed(svcs []*corev1.Service, fresh bool, r role) Result {
 	start := time.Now()
-	res := l.reconcile(svcs, fresh, holding)
+	res := l.reconcile(svcs, fresh, r)
 	res.Took = time.Since(start)
 	l.metrics.syncDuration.Observe(res.Took.Seconds())
 	switch {
@@ -306,7 +335,7 @@ func (l *Loop) reconcileTimed(svcs []*corev1.Service, fresh, holding bool) Resul
 	return res
 }
 
-func (l *Loop) reconcile(svcs []*corev1.Service, fresh, holding bool) Result {
+func (l *Loop) reconcile(svcs []*corev1.Service, fresh bool, r role) Result {
 	var res Result
 	services, problems, err := servicesFromObjects(svcs)
 	if err != nil {
@@ -330,8 +359,10 @@ func (l *Loop) reconcile(svcs []*corev1.Service, fresh, holding bool) Result {
 		st := Desired(Config{Network: l.cfg.Network, Services: services}, obs, l.cfg.Names)
 		st.Problems = slices.Concat(problems, st.Problems)
 		switch {
-		case !holding:
+		case r == roleStandby:
 			st = st.Standby()
+		case r == roleLapsing:
+			st = st.Lapse()
 		case l.cfg.AddressLifetime != nil:
 			st = st.WithAddressLifetime(l.cfg.AddressLifetime())
 		}
@@ -489,12 +520,13 @@ func (l *Loop) Run(ctx context.Context) error {
 			l.setHeld(false)
 			return false
 		}
-		active := l.holding()
+		r := l.role()
+		active := r == roleHolding
 		fresh := trigger == "retry" || (trigger == "resync" && (tablesDirty || !tablesKnown))
 		if fresh {
 			tablesDirty = false // events from now on mark the tables read now
 		}
-		res := l.reconcileTimed(svcs, fresh, active)
+		res := l.reconcileTimed(svcs, fresh, r)
 		if len(res.Changes) > 0 {
 			a := res.Applied
 			log.Info("applied", "trigger", trigger, "changes", len(res.Changes), "took", res.Took.Round(time.Microsecond),
@@ -528,7 +560,7 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 		}
 		l.setHeld(active && res.Err == nil)
-		l.setStanding(!active && ready && res.Err == nil, gen)
+		l.setStanding(r == roleStandby && ready && res.Err == nil, gen)
 		now := snapshotLinks(ifaces...)
 		if ShouldAnnounce(res, active, wasActive, announced, lastSeen, now) {
 			ann.trigger()

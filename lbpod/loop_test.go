@@ -8,6 +8,7 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -147,20 +148,30 @@ func TestKernelEvents(t *testing.T) {
 	}
 }
 
-// An active loop holds the addresses only while the owner of the role confirms it.
+// An active loop holds the addresses only while the owner of the role confirms it; unconfirmed,
+// it lets those on a lifetime lapse, or, with no lifetime to fence them, stands by.
 func TestHoldingNeedsConfirmation(t *testing.T) {
 	confirmed := true
-	l := NewLoop(LoopConfig{Confirmed: func() bool { return confirmed }})
-	if !l.holding() {
+	lifetime := func() time.Duration { return time.Second }
+	l := NewLoop(LoopConfig{Confirmed: func() bool { return confirmed }, AddressLifetime: lifetime})
+	if !l.holding() || l.role() != roleHolding {
 		t.Fatal("active and confirmed: not holding")
 	}
 	confirmed = false
-	if l.holding() || !l.Active() {
-		t.Fatalf("active, not confirmed: holding %t active %t, want not holding, still active", l.holding(), l.Active())
+	if l.holding() || !l.Active() || l.role() != roleLapsing {
+		t.Fatalf("active, not confirmed: role %d holding %t active %t, want lapsing, not holding, still active", l.role(), l.holding(), l.Active())
 	}
+	if r := NewLoop(LoopConfig{Confirmed: func() bool { return false }}).role(); r != roleStandby {
+		t.Fatalf("active, not confirmed, no lifetime: role %d, want standby", r)
+	}
+	l.Block("conflict")
+	if r := l.role(); r != roleStandby {
+		t.Fatalf("blocked, not confirmed: role %d, want standby", r)
+	}
+	l = NewLoop(LoopConfig{Confirmed: func() bool { return confirmed }, AddressLifetime: lifetime})
 	confirmed = true
 	l.SetActive(false)
-	if l.holding() {
+	if l.holding() || l.role() != roleStandby {
 		t.Fatal("standby: holding")
 	}
 	if !NewLoop(LoopConfig{}).holding() {

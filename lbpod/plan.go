@@ -262,7 +262,8 @@ func planLink(p *Plan, l Link, st State) {
 		p.Changes = append(p.Changes, Change{Kind: "link", Added: true, What: st.Interface + " up"})
 	}
 	for _, a := range l.Addresses {
-		if !slices.Contains(st.Addresses, a) {
+		lapsing := slices.Contains(st.Lapsing, a) && !slices.Contains(l.Permanent, a)
+		if !slices.Contains(st.Addresses, a) && !lapsing {
 			p.Ops = append(p.Ops, AddressOp{Name: st.Interface, Prefix: a})
 			p.Changes = append(p.Changes, Change{Kind: "address", What: a.String() + " dev " + st.Interface})
 		}

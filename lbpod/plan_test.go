@@ -136,6 +136,25 @@ func TestPlanSync(t *testing.T) {
 			state: func(st State) State { return st.WithAddressLifetime(time.Second).Standby() },
 			want:  []string{"ip addr del 172.18.0.18/16 dev net1"},
 		},
+		"lapsing: an address on a lifetime stays (nothing renews it)": {
+			state: func(st State) State { return st.WithAddressLifetime(time.Second).Lapse() },
+		},
+		"lapsing: a missing address is not put back": {
+			kernel: func(k *Kernel) { k.Link.Addresses = nil },
+			state:  func(st State) State { return st.WithAddressLifetime(time.Second).Lapse() },
+		},
+		"lapsing: an address held for ever goes (no lifetime fences it)": {
+			kernel: func(k *Kernel) { k.Link.Permanent = k.Link.Addresses },
+			state:  func(st State) State { return st.WithAddressLifetime(time.Second).Lapse() },
+			want:   []string{"ip addr del 172.18.0.18/16 dev net1"},
+		},
+		"lapsing: a foreign address still goes": {
+			kernel: func(k *Kernel) {
+				k.Link.Addresses = append(k.Link.Addresses, netip.MustParsePrefix("172.18.0.99/16"))
+			},
+			state: State.Lapse,
+			want:  []string{"ip addr del 172.18.0.99/16 dev net1"},
+		},
 		"net1 recreated: down, no address, a new index; the routes on the old index are replaced": {
 			kernel: func(k *Kernel) {
 				k.Link.Up, k.Link.Addresses = false, nil

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -65,8 +66,8 @@ func onLifetime(got map[string]uint32, limit uint32, addrs ...string) (bool, str
 // an address deleted by hand comes back on it (before, the repair added it for ever, and the
 // fence was gone for good); one made permanent by hand is given it again at the next resync
 // (counted as lbpod_repairs_total{cause="lifetime"}). Then its role stops being confirmed (an
-// election that froze or hangs): at the next resync it lets go of the addresses and repairs
-// nothing, until the role is confirmed again.
+// election that froze or hangs): it repairs nothing and leaves the addresses on a lifetime to
+// lapse, takes a permanent one away, and holds again once the role is confirmed.
 func TestRepairKeepsLifetime(t *testing.T) {
 	tp := newTopology(t)
 	svc := filepath.Join(t.TempDir(), "svc.yaml")
@@ -112,11 +113,24 @@ func TestRepairKeepsLifetime(t *testing.T) {
 	if _, err := io.WriteString(stdin, "unconfirmed\n"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "an unconfirmed loop lets go at the next resync", func() bool { return len(lifetimes(t, tp.lb)) == 0 })
-	time.Sleep(time.Second) // two resyncs: nothing comes back
-	if got := lifetimes(t, tp.lb); len(got) != 0 {
-		t.Fatalf("unconfirmed: addresses %v came back", got)
+	// Unconfirmed, the loop lapses: the addresses on the lifetime stay through two resyncs (none
+	// renewed: the lifetime only counts down), one deleted by hand is not put back, one made
+	// permanent by hand goes (no lifetime fences it).
+	before := lifetimes(t, tp.lb)
+	tp.ip(tp.lb, "addr", "del", lbIPv4+"/16", "dev", "net1")
+	tp.ip(tp.lb, "addr", "replace", lbIPv6+"/64", "dev", "net1", "nodad")
+	waitFor(t, 5*time.Second, "an unconfirmed loop takes the permanent address away at the next resync", func() bool { return len(lifetimes(t, tp.lb)) == 0 })
+	tp.ip(tp.lb, "addr", "replace", lbIPv6+"/64", "dev", "net1", "nodad", "valid_lft", "20", "preferred_lft", "20")
+	syncs := syncsTotal(t, tp)
+	waitFor(t, 5*time.Second, "two more resyncs", func() bool { return syncsTotal(t, tp) >= syncs+2 })
+	got = fmt.Sprint(lifetimes(t, tp.lb))
+	if v, held := lifetimes(t, tp.lb)[lbIPv6]; !held || v == forever || v > 20 {
+		t.Fatalf("unconfirmed: lifetimes %s, want %s left on its own lifetime of at most 20 s (before: %v)", got, lbIPv6, before)
 	}
+	if _, held := lifetimes(t, tp.lb)[lbIPv4]; held {
+		t.Fatalf("unconfirmed: %s came back (lifetimes %s)", lbIPv4, got)
+	}
+	t.Logf("unconfirmed, after two resyncs: lifetimes %s", got)
 	if _, err := io.WriteString(stdin, "confirmed\n"); err != nil {
 		t.Fatal(err)
 	}
@@ -124,6 +138,21 @@ func TestRepairKeepsLifetime(t *testing.T) {
 		ok, _ := onLifetime(lifetimes(t, tp.lb), 30, lbs...)
 		return ok
 	})
+}
+
+// syncsTotal is the sum of lbpod_syncs_total over its results: how many reconciles the loop ran.
+func syncsTotal(t *testing.T, tp *topology) int {
+	t.Helper()
+	_, metrics := tp.healthGet("/metrics")
+	n := 0
+	for _, m := range regexp.MustCompile(`\nlbpod_syncs_total\{result="[a-z]+"\} (\d+)`).FindAllStringSubmatch(metrics, -1) {
+		v, _ := strconv.Atoi(m[1])
+		n += v
+	}
+	if n == 0 {
+		t.Fatalf("no lbpod_syncs_total in the metrics:\n%s", metrics)
+	}
+	return n
 }
 
 // TestHALBPodRenewalFailure: two lbpod replicas of a dual-stack Service; the active's renewal of
