@@ -282,6 +282,19 @@ func benchHAIdleCPU(b *testing.B, bin string, window time.Duration, label string
 		return err == nil && body == "ok\n"
 	})
 	reportMemory(b, "floor", floor.Process.Pid)
+	// The second floor: the lb pod's libraries without Kubernetes' (test/dataplane/libfloor),
+	// after its first answer and two listings of the links.
+	lib := exec.Command("ip", "netns", "exec", tp.pod["a"], libFloorBin, "--addr", "127.0.0.1:8090")
+	libStart := time.Now()
+	if err := lib.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer func() { _ = lib.Process.Kill(); _ = lib.Wait() }()
+	waitFor(b, 10*time.Second, "the library floor has listed the links twice", func() bool {
+		body, err := httpGetPath(tp.t, tp.pod["a"], "127.0.0.1:8090", "/metrics")
+		return err == nil && strings.Contains(body, "\nlibfloor_links ") && time.Since(libStart) > 2*time.Second
+	})
+	reportMemory(b, "libfloor", lib.Process.Pid)
 }
 
 // processCPU returns the CPU time a process has used so far, all its threads together (exited

@@ -40,6 +40,10 @@ var nonftBin string
 // once by TestMain as lbpodBin is.
 var goFloorBin string
 
+// libFloorBin is the memory floor of a Go process that links the lb pod's libraries but not
+// Kubernetes' (test/dataplane/libfloor), built alike.
+var libFloorBin string
+
 func TestMain(m *testing.M) {
 	if os.Geteuid() != 0 {
 		fmt.Fprintln(os.Stderr, "dataplane tests need root (network namespaces, iptables)")
@@ -58,7 +62,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	// nonft runs lbpod where nf_tables cannot be reached (the fallback tests).
-	for bin, pkg := range map[*string]string{&lbpodBin: "cmd/lbpod", &loopDriverBin: "test/dataplane/loopdriver", &nonftBin: "test/dataplane/nonft", &goFloorBin: "test/dataplane/gofloor"} {
+	for bin, pkg := range map[*string]string{&lbpodBin: "cmd/lbpod", &loopDriverBin: "test/dataplane/loopdriver", &nonftBin: "test/dataplane/nonft", &goFloorBin: "test/dataplane/gofloor", &libFloorBin: "test/dataplane/libfloor"} {
 		*bin = filepath.Join(dir, filepath.Base(pkg))
 		// Built as the image builds them (hack/images.sh): the tests run what ships, and the
 		// memory figures compare binaries built alike.
