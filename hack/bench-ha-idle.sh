@@ -145,8 +145,22 @@ leases() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.metadata.name
 writes() {
   "$K" get --raw /metrics | awk '/^apiserver_request_total\{/ && /verb="(POST|PUT|PATCH|DELETE|APPLY)"/ {s += $NF} END {printf "%d\n", s}'
 }
+# writes_by: the API server's writes so far by resource (group/resource[/subresource]), one
+# "resource count" per line: who wrote in the window shows in what was written (the lb pods may
+# write only their Lease; the operator its IPs, Subnets, Services' status, Deployments, budgets,
+# Secrets, Events and identities; the nodes their Leases and status).
+writes_by() {
+  "$K" get --raw /metrics | awk '/^apiserver_request_total\{/ && /verb="(POST|PUT|PATCH|DELETE|APPLY)"/ {
+    g = ""; r = ""; sr = ""
+    if (match($0, /group="[^"]*"/)) g = substr($0, RSTART + 7, RLENGTH - 8)
+    if (match($0, /resource="[^"]*"/)) r = substr($0, RSTART + 10, RLENGTH - 11)
+    if (match($0, /subresource="[^"]*"/)) sr = substr($0, RSTART + 13, RLENGTH - 14)
+    k = (g == "" ? "core" : g) "/" r (sr == "" ? "" : "/" sr); s[k] += $NF
+  } END {for (k in s) printf "%s %d\n", k, s[k]}' | sort
+}
 before_leases=$(leases)
 before_writes=$(writes)
+before_by=$(writes_by)
 # shellcheck disable=SC2046 # one argument per pid
 before_kubelets=$(ticks $(pgrep -x kubelet)) before_apiserver=$(ticks $(pgrep -x kube-apiserver))
 lbpod_stats >"$CLUSTER_DIR/lbpods.before"
@@ -156,6 +170,7 @@ lbpod_stats >"$CLUSTER_DIR/lbpods.after"
 after_kubelets=$(ticks $(pgrep -x kubelet)) after_apiserver=$(ticks $(pgrep -x kube-apiserver))
 after_leases=$(leases)
 after_writes=$(writes)
+after_by=$(writes_by)
 role_figures "$CLUSTER_DIR/lbpods.before" "$CLUSTER_DIR/lbpods.after" "$WINDOW"
 # The kubelets probe every lb pod (its readiness and liveness): their CPU grows with the lb pods.
 awk -v k="$((after_kubelets - before_kubelets))" -v a="$((after_apiserver - before_apiserver))" -v w="$WINDOW" -v hz="$(getconf CLK_TCK)" \
@@ -164,6 +179,8 @@ changed=$(diff <(echo "$before_leases") <(echo "$after_leases") | grep -c '^>' |
 all=$((after_writes - before_writes))
 echo "figure: ha_idle_lbpod_writes_per_service_per_s=$(awk -v c="$changed" -v n="$N" -v w="$WINDOW" 'BEGIN {printf "%.4f", c / n / w}') (Leases written in ${WINDOW}s: $changed of $N)"
 echo "figure: ha_idle_apiserver_writes_per_s=$(awk -v a="$all" -v w="$WINDOW" 'BEGIN {printf "%.2f", a / w}') (all clients; $all writes in ${WINDOW}s with $N Services and $((2 * N)) lb pods)"
+echo "figure: ha_idle_apiserver_writes_by_resource $(join -a 2 -e 0 -o 2.1,1.2,2.2 <(echo "$before_by") <(echo "$after_by") |
+  awk '$3 - $2 > 0 {printf "%s%s=%d", sep, $1, $3 - $2; sep = " "}') (in the ${WINDOW}s window)"
 
 [ "${MASS_FAIL:-0}" = 1 ] || exit 0
 
