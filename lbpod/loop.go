@@ -227,7 +227,7 @@ const (
 	roleHolding
 	// roleLapsing: active, but the election has not confirmed the role within the dead interval;
 	// the addresses on a kernel lifetime stay until it lapses, none is added or repaired
-	// (State.Lapsing). Without a lifetime to fence them (no AddressLifetime), a standby.
+	// (State.Lapse). Without a lifetime to fence them (no AddressLifetime), a standby.
 	roleLapsing
 )
 
