@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"sync"
@@ -189,6 +190,37 @@ type loopHolder struct {
 	prober  *prober
 	probing bool
 	ctx     context.Context
+	// peers are the other replicas of the Service the election heard (Peer): their net1 MACs.
+	peers map[ha.ID]bool
+}
+
+// maxPeers bounds the replicas Peer remembers: the Deployment runs at most five, and without an
+// election key anyone on the underlay can name himself one.
+const maxPeers = 16
+
+// Peer implements ha.PeerNoter: it remembers the sender of an advert the election accepted from
+// another replica (authenticated, with a key), for the conflict probe (isPeer).
+func (h *loopHolder) Peer(id ha.ID) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.peers == nil {
+		h.peers = map[ha.ID]bool{}
+	}
+	if len(h.peers) < maxPeers {
+		h.peers[id] = true
+	}
+}
+
+// isPeer says whether mac is the net1 of another replica of the Service (Peer).
+func (h *loopHolder) isPeer(mac net.HardwareAddr) bool {
+	var id ha.ID
+	if len(mac) != len(id) {
+		return false
+	}
+	copy(id[:], mac)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.peers[id]
 }
 
 func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHolder {
@@ -460,6 +492,10 @@ func addressLifetime(lease, holdFor time.Duration) time.Duration {
 // The holder is the election's Leaser: without Renew the type assertion in ha.Run would fail
 // silently and the addresses would lapse a second after every takeover.
 var _ ha.Leaser = (*loopHolder)(nil)
+
+// The conflict probe needs the peers: without Peer two replicas that took over at once could take
+// each other's answers for a host that uses the address, and block for good.
+var _ ha.PeerNoter = (*loopHolder)(nil)
 
 // Renew implements ha.Leaser: called with every advert the active sends, it confirms the role
 // for announce, and, every quarter of the lease, replaces the addresses with a fresh lifetime.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -287,5 +288,42 @@ func TestTakeoverWaitsForALoopNotStanding(t *testing.T) {
 	// takeNow would have tried net1 and failed (it does not exist): it did not try.
 	if l := logs.String(); strings.Contains(l, "took over") || strings.Contains(l, "could not put the addresses") || !strings.Contains(l, "the loop has not applied the role yet") {
 		t.Fatalf("want the takeover left to the loop and waited for; log:\n%s", l)
+	}
+}
+
+// The election's peers are remembered (bounded), and the conflict probe does not count their
+// answers: two replicas that took over at once hear each other during the probe.
+func TestProbeIgnoresPeers(t *testing.T) {
+	o, err := parseFlags("lbpod", []string{"--service-file", "/svc.yaml", "--interface", "lbsvc-test-none"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newLoopHolder(o, lbpod.Network{}, slog.New(slog.DiscardHandler))
+	peerMAC, _ := net.ParseMAC("3a:f9:b2:96:02:8b")
+	hostMAC, _ := net.ParseMAC("02:00:5e:10:20:30")
+	if h.isPeer(peerMAC) {
+		t.Fatal("a peer before any advert")
+	}
+	var id ha.ID
+	copy(id[:], peerMAC)
+	h.Peer(id)
+	if !h.isPeer(peerMAC) || h.isPeer(hostMAC) || h.isPeer(net.HardwareAddr{1, 2, 3}) {
+		t.Fatalf("after Peer(%s): isPeer(peer) %t, isPeer(host) %t", id, h.isPeer(peerMAC), h.isPeer(hostMAC))
+	}
+	for i := range 2 * maxPeers {
+		h.Peer(ha.ID{2, 0, 0, 0, 0, byte(i)})
+	}
+	if len(h.peers) != maxPeers {
+		t.Errorf("%d peers remembered, want at most %d", len(h.peers), maxPeers)
+	}
+
+	addr := netip.MustParseAddr("172.18.0.44")
+	p := &prober{log: slog.New(slog.DiscardHandler), peer: h.isPeer}
+	got := p.notPeers([]v1alpha1.AddressConflict{{Address: addr, MAC: peerMAC}, {Address: addr, MAC: hostMAC}})
+	if len(got) != 1 || got[0].MAC.String() != hostMAC.String() {
+		t.Errorf("notPeers kept %v, want only the host %s", got, hostMAC)
+	}
+	if got := (&prober{log: slog.New(slog.DiscardHandler)}).notPeers([]v1alpha1.AddressConflict{{Address: addr, MAC: peerMAC}}); len(got) != 1 {
+		t.Errorf("without peers notPeers kept %v, want the answer", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/netip"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type prober struct {
 	// the same moment; the other's announcement can then reach this one's probe) is dropped, and
 	// a later takeover probes again.
 	wanted func() bool
+	// peer, when set, says whether a MAC is another replica's net1 (heard in the election's
+	// authenticated adverts): its answers are not conflicts (notPeers).
+	peer func(net.HardwareAddr) bool
 
 	// mu serializes check; done says the outcome stands (read without mu: the holder asks while
 	// holding its own lock, which wanted takes under mu).
@@ -113,6 +117,7 @@ func (p *prober) run(ctx context.Context) (reason string, done bool) {
 		p.record(ctx, needed, nil)
 		return "", true
 	}
+	conflicts = p.notPeers(conflicts)
 	if p.wanted != nil && !p.wanted() {
 		p.log.Info("conflict probe: outcome dropped, this replica is no longer active", "addresses", needed, "answered", len(conflicts))
 		p.record(ctx, nil, nil)
@@ -132,6 +137,26 @@ func (p *prober) run(ctx context.Context) (reason string, done bool) {
 	p.log.Error("conflict probe: "+reason, "took", took.Round(time.Millisecond))
 	p.record(ctx, nil, conflicts)
 	return reason, true
+}
+
+// notPeers drops the answers that came from another replica of the Service (peer): two replicas
+// that took over at once (at start, or after a partition) hear each other's announcements and ARP
+// replies during the probe, and a replica that took one for a host using the address blocked for
+// good, leaving the Service with no holder once the other replica failed (seen on make demo: one
+// of 100 Services down for good after a node failure). Each is logged.
+func (p *prober) notPeers(conflicts []v1alpha1.AddressConflict) []v1alpha1.AddressConflict {
+	if p.peer == nil {
+		return conflicts
+	}
+	var kept []v1alpha1.AddressConflict
+	for _, c := range conflicts {
+		if p.peer(c.MAC) {
+			p.log.Info("conflict probe: answered by another replica of this Service, not a conflict", "address", c.Address, "mac", c.MAC)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	return kept
 }
 
 // hold holds the Lease's writes back until record: called before the takeover's claim is handed

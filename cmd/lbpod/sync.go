@@ -103,7 +103,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	}
 	holder.loop, holder.prober = loop, prober
 	if prober != nil {
-		prober.wanted = holder.isActive
+		prober.wanted, prober.peer = holder.isActive, holder.isPeer
 	}
 	loop.SetActive(false) // a standby until elected
 	return runElected(ctx, o, network, loop, holder, recorder, log)

@@ -49,6 +49,16 @@ type Readier interface {
 	Ready() bool
 }
 
+// PeerNoter is an optional extension of Holder: Peer is called with the sender of each advert the
+// machine accepted from another replica of the group, authenticated when the election has a key
+// (Options.Key), on the election's goroutine: it must not block. The sender is that replica's
+// net1 MAC (a zero Config.ID is filled so). The conflict probe uses it: when two replicas take
+// over at once, the other's announcement, or its ARP reply, reaches this one's probe, and a
+// replica of the Service is no host that already uses the address.
+type PeerNoter interface {
+	Peer(id ID)
+}
+
 // Record is the Service's shared record of claims beside the election (cmd/lbpod: the Service's
 // Lease): the replica that takes over writes its claim there, and a replica that reads a newer
 // claim of another replica there lets go (Superseded), whether or not the underlay carried that
@@ -464,6 +474,10 @@ func (r *runner) handle(ev Event) Output {
 	if out.Refused != "" {
 		r.refused(ev.Advert, out.Refused)
 		return out
+	}
+	if p, ok := r.holder.(PeerNoter); ok && ev.Kind == Received && ev.Advert.Group == r.cfg.Group &&
+		ev.Advert.Sender != r.cfg.ID && (ev.Authenticated || r.guard == nil) {
+		p.Peer(ev.Advert.Sender)
 	}
 	switch out.Hold {
 	case Take:

@@ -116,21 +116,14 @@ func TestRunAuthenticated(t *testing.T) {
 	}
 	r.handle(Event{Kind: Start, Now: r.now()})
 	peer := mustKey(t, testSecret)
-	frame := func(b []byte) Frame {
-		f, err := ParseFrame(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
-	us := func(d time.Duration) uint64 { return uint64(wall0.Add(d).UnixMicro()) }
+	frame := func(b []byte) Frame { return mustFrame(t, b) }
 	resign := resigning(from(idB, 7))
-	good := frame(peer.Seal(from(idB, 7), us(0)))
+	good := frame(peer.Seal(from(idB, 7), usAt(0)))
 	var out Output
 	for _, f := range []Frame{
-		frame(mustKey(t, otherSecret).Seal(resign, us(1))), // auth
+		frame(mustKey(t, otherSecret).Seal(resign, usAt(1))), // auth
 		frame(resign.Marshal()),                            // unauthenticated (window 0)
-		frame(peer.Seal(resign, us(-time.Minute))),         // stale
+		frame(peer.Seal(resign, usAt(-time.Minute))),         // stale
 		good,
 		good, // replay
 	} {
@@ -149,8 +142,8 @@ func TestRunAuthenticated(t *testing.T) {
 	}
 	// What it sends verifies with the peer's key, numbered from its wall clock.
 	sealed := r.key.Seal(from(idA, 1), r.seq.Next(wall))
-	if f := frame(sealed); !peer.verify(&f) || f.Seq != us(0) {
-		t.Errorf("sealed frame %+v does not verify or has sequence %d, want %d", f, f.Seq, us(0))
+	if f := frame(sealed); !peer.verify(&f) || f.Seq != usAt(0) {
+		t.Errorf("sealed frame %+v does not verify or has sequence %d, want %d", f, f.Seq, usAt(0))
 	}
 
 	// Without a key: version 2 is not read at all, version 1 goes to the machine.
@@ -246,5 +239,63 @@ func TestRunDatesQueuedAdverts(t *testing.T) {
 	slewed := stepped.Add(time.Second + 500*time.Microsecond)
 	if got := r.dating(later+time.Second, slewed)(slewed.Add(-30 * time.Millisecond)); got != later+time.Second-30*time.Millisecond {
 		t.Errorf("a clock slewed by 0.5 ms in a second: dated %s before now, want 30ms", later+time.Second-got)
+	}
+}
+
+// mustFrame parses b as a frame.
+func mustFrame(t *testing.T, b []byte) Frame {
+	t.Helper()
+	f, err := ParseFrame(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// usAt is the sequence number of a frame sealed d after wall0 (microseconds of the wall clock).
+func usAt(d time.Duration) uint64 { return uint64(wall0.Add(d).UnixMicro()) }
+
+// peerHolder records the peers the runner notes (PeerNoter).
+type peerHolder struct {
+	recordingHolder
+	peers []ID
+}
+
+func (h *peerHolder) Peer(id ID) { h.peers = append(h.peers, id) }
+
+// The runner notes as a peer the sender of each advert the machine accepted: authenticated when it
+// has a key (a forged, unauthenticated, stale or replayed frame names nobody), any accepted one
+// without a key; never its own.
+func TestRunNotesPeers(t *testing.T) {
+	h := &peerHolder{}
+	r, _, _ := testRunner(t, h)
+	wall := wall0
+	r.wall = func() time.Time { return wall }
+	if err := r.authenticate(testSecret); err != nil {
+		t.Fatal(err)
+	}
+	frame := func(b []byte) Frame { return mustFrame(t, b) }
+	peer := mustKey(t, testSecret)
+	good := frame(peer.Seal(from(idB, 7), usAt(0)))
+	var out Output
+	for _, f := range []Frame{
+		frame(mustKey(t, otherSecret).Seal(from(idC, 8), usAt(1))), // forged: another key
+		frame(from(idC, 8).Marshal()),                            // unauthenticated
+		frame(peer.Seal(from(idC, 8), usAt(-time.Minute))),         // stale
+		good,
+		good, // replay
+	} {
+		out = r.received(out, f)
+	}
+	if len(h.peers) != 1 || h.peers[0] != idB {
+		t.Errorf("peers %v, want only %s (the one authenticated advert)", h.peers, idB)
+	}
+
+	keyless := &peerHolder{}
+	old, _, _ := testRunner(t, keyless)
+	old.received(Output{}, frame(from(idB, 7).Marshal()))
+	old.received(Output{}, frame(from(idA, 9).Marshal())) // our own ID: not a peer
+	if len(keyless.peers) != 1 || keyless.peers[0] != idB {
+		t.Errorf("keyless: peers %v, want only %s", keyless.peers, idB)
 	}
 }
