@@ -122,7 +122,7 @@ func TestRunAuthenticated(t *testing.T) {
 	var out Output
 	for _, f := range []Frame{
 		frame(mustKey(t, otherSecret).Seal(resign, usAt(1))), // auth
-		frame(resign.Marshal()),                            // unauthenticated (window 0)
+		frame(resign.Marshal()),                              // unauthenticated (window 0)
 		frame(peer.Seal(resign, usAt(-time.Minute))),         // stale
 		good,
 		good, // replay
@@ -280,7 +280,7 @@ func TestRunNotesPeers(t *testing.T) {
 	var out Output
 	for _, f := range []Frame{
 		frame(mustKey(t, otherSecret).Seal(from(idC, 8), usAt(1))), // forged: another key
-		frame(from(idC, 8).Marshal()),                            // unauthenticated
+		frame(from(idC, 8).Marshal()),                              // unauthenticated
 		frame(peer.Seal(from(idC, 8), usAt(-time.Minute))),         // stale
 		good,
 		good, // replay
