@@ -142,9 +142,6 @@ role_figures() {
       k, n[k], rss[k] / n[k] / 1024, pss[k] / n[k] / 1024, priv[k] / n[k] / 1024, cpu[k] / n[k] * 1000 / hz * 60 / secs}' "$1" "$2" | sort
 }
 leases() { "$K" -n "$NS" get lease -o jsonpath='{range .items[*]}{.metadata.name}={.metadata.resourceVersion}{"\n"}{end}' | sort; }
-writes() {
-  "$K" get --raw /metrics | awk '/^apiserver_request_total\{/ && /verb="(POST|PUT|PATCH|DELETE|APPLY)"/ {s += $NF} END {printf "%d\n", s}'
-}
 # writes_by: the API server's writes so far by resource (group/resource[/subresource]), one
 # "resource count" per line: who wrote in the window shows in what was written (the lb pods may
 # write only their Lease; the operator its IPs, Subnets, Services' status, Deployments, budgets,
@@ -159,7 +156,6 @@ writes_by() {
   } END {for (k in s) printf "%s %d\n", k, s[k]}' | sort
 }
 before_leases=$(leases)
-before_writes=$(writes)
 before_by=$(writes_by)
 # shellcheck disable=SC2046 # one argument per pid
 before_kubelets=$(ticks $(pgrep -x kubelet)) before_apiserver=$(ticks $(pgrep -x kube-apiserver))
@@ -169,14 +165,15 @@ lbpod_stats >"$CLUSTER_DIR/lbpods.after"
 # shellcheck disable=SC2046 # one argument per pid
 after_kubelets=$(ticks $(pgrep -x kubelet)) after_apiserver=$(ticks $(pgrep -x kube-apiserver))
 after_leases=$(leases)
-after_writes=$(writes)
 after_by=$(writes_by)
 role_figures "$CLUSTER_DIR/lbpods.before" "$CLUSTER_DIR/lbpods.after" "$WINDOW"
 # The kubelets probe every lb pod (its readiness and liveness): their CPU grows with the lb pods.
 awk -v k="$((after_kubelets - before_kubelets))" -v a="$((after_apiserver - before_apiserver))" -v w="$WINDOW" -v hz="$(getconf CLK_TCK)" \
   'BEGIN {printf "figure: ha_idle_cores kubelets=%.3f apiserver=%.3f (CPU over the window, in cores)\n", k / hz / w, a / hz / w}'
 changed=$(diff <(echo "$before_leases") <(echo "$after_leases") | grep -c '^>' || true)
-all=$((after_writes - before_writes))
+# All writes in the window, the sum over the resources.
+total() { awk '{s += $2} END {printf "%d\n", s}'; }
+all=$(($(echo "$after_by" | total) - $(echo "$before_by" | total)))
 echo "figure: ha_idle_lbpod_writes_per_service_per_s=$(awk -v c="$changed" -v n="$N" -v w="$WINDOW" 'BEGIN {printf "%.4f", c / n / w}') (Leases written in ${WINDOW}s: $changed of $N)"
 echo "figure: ha_idle_apiserver_writes_per_s=$(awk -v a="$all" -v w="$WINDOW" 'BEGIN {printf "%.2f", a / w}') (all clients; $all writes in ${WINDOW}s with $N Services and $((2 * N)) lb pods)"
 echo "figure: ha_idle_apiserver_writes_by_resource $(join -a 2 -e 0 -o 2.1,1.2,2.2 <(echo "$before_by") <(echo "$after_by") |

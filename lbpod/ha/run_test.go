@@ -116,14 +116,13 @@ func TestRunAuthenticated(t *testing.T) {
 	}
 	r.handle(Event{Kind: Start, Now: r.now()})
 	peer := mustKey(t, testSecret)
-	frame := func(b []byte) Frame { return mustFrame(t, b) }
 	resign := resigning(from(idB, 7))
-	good := frame(peer.Seal(from(idB, 7), usAt(0)))
+	good := mustFrame(t, peer.Seal(from(idB, 7), usAt(0)))
 	var out Output
 	for _, f := range []Frame{
-		frame(mustKey(t, otherSecret).Seal(resign, usAt(1))), // auth
-		frame(resign.Marshal()),                              // unauthenticated (window 0)
-		frame(peer.Seal(resign, usAt(-time.Minute))),         // stale
+		mustFrame(t, mustKey(t, otherSecret).Seal(resign, usAt(1))), // auth
+		mustFrame(t, resign.Marshal()),                              // unauthenticated (window 0)
+		mustFrame(t, peer.Seal(resign, usAt(-time.Minute))),         // stale
 		good,
 		good, // replay
 	} {
@@ -142,7 +141,7 @@ func TestRunAuthenticated(t *testing.T) {
 	}
 	// What it sends verifies with the peer's key, numbered from its wall clock.
 	sealed := r.key.Seal(from(idA, 1), r.seq.Next(wall))
-	if f := frame(sealed); !peer.verify(&f) || f.Seq != usAt(0) {
+	if f := mustFrame(t, sealed); !peer.verify(&f) || f.Seq != usAt(0) {
 		t.Errorf("sealed frame %+v does not verify or has sequence %d, want %d", f, f.Seq, usAt(0))
 	}
 
@@ -152,7 +151,7 @@ func TestRunAuthenticated(t *testing.T) {
 	if n := oldMetrics.AdvertsReceived.Value(); n != 0 || old.m.Term() != 0 {
 		t.Errorf("a keyless runner read a version-2 frame: received %v, term %d", n, old.m.Term())
 	}
-	old.received(Output{}, frame(from(idB, 7).Marshal()))
+	old.received(Output{}, mustFrame(t, from(idB, 7).Marshal()))
 	if n := oldMetrics.AdvertsReceived.Value(); n != 1 || old.m.Term() != 7 {
 		t.Errorf("a keyless runner and a version-1 frame: received %v, term %d; want 1, 7", n, old.m.Term())
 	}
@@ -274,14 +273,13 @@ func TestRunNotesPeers(t *testing.T) {
 	if err := r.authenticate(testSecret); err != nil {
 		t.Fatal(err)
 	}
-	frame := func(b []byte) Frame { return mustFrame(t, b) }
 	peer := mustKey(t, testSecret)
-	good := frame(peer.Seal(from(idB, 7), usAt(0)))
+	good := mustFrame(t, peer.Seal(from(idB, 7), usAt(0)))
 	var out Output
 	for _, f := range []Frame{
-		frame(mustKey(t, otherSecret).Seal(from(idC, 8), usAt(1))), // forged: another key
-		frame(from(idC, 8).Marshal()),                              // unauthenticated
-		frame(peer.Seal(from(idC, 8), usAt(-time.Minute))),         // stale
+		mustFrame(t, mustKey(t, otherSecret).Seal(from(idC, 8), usAt(1))), // forged: another key
+		mustFrame(t, from(idC, 8).Marshal()),                              // unauthenticated
+		mustFrame(t, peer.Seal(from(idC, 8), usAt(-time.Minute))),         // stale
 		good,
 		good, // replay
 	} {
@@ -293,8 +291,8 @@ func TestRunNotesPeers(t *testing.T) {
 
 	keyless := &peerHolder{}
 	old, _, _ := testRunner(t, keyless)
-	old.received(Output{}, frame(from(idB, 7).Marshal()))
-	old.received(Output{}, frame(from(idA, 9).Marshal())) // our own ID: not a peer
+	old.received(Output{}, mustFrame(t, from(idB, 7).Marshal()))
+	old.received(Output{}, mustFrame(t, from(idA, 9).Marshal())) // our own ID: not a peer
 	if len(keyless.peers) != 1 || keyless.peers[0] != idB {
 		t.Errorf("keyless: peers %v, want only %s", keyless.peers, idB)
 	}

@@ -123,11 +123,12 @@ func TestRepairKeepsLifetime(t *testing.T) {
 	tp.ip(tp.lb, "addr", "replace", lbIPv6+"/64", "dev", "net1", "nodad", "valid_lft", "20", "preferred_lft", "20")
 	syncs := syncsTotal(t, tp)
 	waitFor(t, 5*time.Second, "two more resyncs", func() bool { return syncsTotal(t, tp) >= syncs+2 })
-	got = fmt.Sprint(lifetimes(t, tp.lb))
-	if v, held := lifetimes(t, tp.lb)[lbIPv6]; !held || v == forever || v > 20 {
+	left := lifetimes(t, tp.lb)
+	got = fmt.Sprint(left)
+	if v, held := left[lbIPv6]; !held || v == forever || v > 20 {
 		t.Fatalf("unconfirmed: lifetimes %s, want %s left on its own lifetime of at most 20 s (before: %v)", got, lbIPv6, before)
 	}
-	if _, held := lifetimes(t, tp.lb)[lbIPv4]; held {
+	if _, held := left[lbIPv4]; held {
 		t.Fatalf("unconfirmed: %s came back (lifetimes %s)", lbIPv4, got)
 	}
 	t.Logf("unconfirmed, after two resyncs: lifetimes %s", got)
