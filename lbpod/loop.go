@@ -173,12 +173,21 @@ func (l *Loop) gateCtx() context.Context {
 // Active reports whether the loop is to hold the LB address.
 func (l *Loop) Active() bool { return l.active.Load() }
 
-// Block keeps the loop from ever holding the LB addresses, and /readyz says reason: the conflict
-// probe found them in use on the underlay. Nothing unblocks it (the operator replaces the pod).
+// Block keeps the loop from holding the LB addresses until Unblock, and /readyz says reason: the
+// conflict probe found them in use on the underlay.
 func (l *Loop) Block(reason string) {
 	l.blocked.Store(&reason)
 	l.setReady(false, reason)
 	notify(l.activeChanged)
+}
+
+// Unblock lifts Block: the Service announced the addresses all the same (another replica did,
+// and the operator kept the Service on them). The next apply plans the role anew and sets
+// readiness.
+func (l *Loop) Unblock() {
+	if l.blocked.Swap(nil) != nil {
+		notify(l.activeChanged)
+	}
 }
 
 // TakeOver is a takeover in one address add. When the loop stands by ready (its last apply was as

@@ -158,6 +158,8 @@ type loopHolder struct {
 	lease    time.Duration
 	waitHeld time.Duration
 	log      *slog.Logger
+	// recheckBlocked is awaitAnnounced's period; 0: the package's recheckBlocked (tests shorten it).
+	recheckBlocked time.Duration
 
 	mu      sync.Mutex
 	held    bool
@@ -427,6 +429,7 @@ func (h *loopHolder) runProbe() {
 	reason := h.prober.check(ctx)
 	if reason != "" {
 		h.loop.Block(reason)
+		go h.awaitAnnounced(ctx)
 	}
 	// A probe whose outcome was dropped (this replica stepped down meanwhile) is not finished:
 	// it runs again at the next takeover. Nobody answered and still active: the takeover in one
@@ -444,6 +447,39 @@ func (h *loopHolder) runProbe() {
 	h.tookOver(took)
 	if reason == "" && active && took == nil {
 		h.loop.SetActive(true)
+	}
+}
+
+// awaitAnnounced reads the Lease every recheckBlocked while the probe's conflict blocks this
+// replica, and once the Service announced its addresses all the same (prober.announcedSince)
+// unblocks the loop: a standby is then ready to claim, and an active takes the addresses as after
+// a probe that found nobody. Each read is one GET of the Lease; only a blocked replica makes them.
+func (h *loopHolder) awaitAnnounced(ctx context.Context) {
+	every := h.recheckBlocked
+	if every <= 0 {
+		every = recheckBlocked
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if !h.prober.announcedSince(ctx) {
+			continue
+		}
+		h.loop.Unblock()
+		h.mu.Lock()
+		took := h.takeNowLocked()
+		active := h.active
+		h.mu.Unlock()
+		h.tookOver(took)
+		if active && took == nil {
+			h.loop.SetActive(true)
+		}
+		return
 	}
 }
 

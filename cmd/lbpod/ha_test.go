@@ -2,18 +2,23 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+	"github.com/lbsvc/lbsvc-operator/lbpod/metric"
 )
 
 func TestParseFlagsElection(t *testing.T) {
@@ -326,4 +331,146 @@ func TestProbeIgnoresPeers(t *testing.T) {
 	if got := (&prober{log: slog.New(slog.DiscardHandler)}).notPeers([]v1alpha1.AddressConflict{{Address: addr, MAC: peerMAC}}); len(got) != 1 {
 		t.Errorf("without peers notPeers kept %v, want the answer", got)
 	}
+}
+
+// fakeLease is the prober's view of the Lease (leaseState) without an API server: annotations the
+// test sets, reads counted, an error when failing is set.
+type fakeLease struct {
+	mu      sync.Mutex
+	ann     map[string]string
+	reads   int
+	failing bool
+}
+
+func (f *fakeLease) annotations(context.Context) (map[string]string, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.reads++
+	if f.failing {
+		return nil, false, errors.New("the API server is away")
+	}
+	return maps.Clone(f.ann), f.ann != nil, nil
+}
+
+func (f *fakeLease) startProbe() {}
+
+func (f *fakeLease) probed(context.Context, []netip.Addr, []v1alpha1.AddressConflict) error {
+	return nil
+}
+
+func (f *fakeLease) set(ann map[string]string, failing bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ann, f.failing = ann, failing
+}
+
+func (f *fakeLease) readCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reads
+}
+
+// A replica blocked by what answered its probe reads the Lease again while blocked, and stays
+// blocked while the Lease does not list the addresses as announced (or cannot be read); once
+// another replica announced them (the operator then keeps the Service on them) it is unblocked,
+// its conflict gauge goes to 0, and as the election's active it takes the addresses, as a standby
+// it stays one. Before this, such a replica stayed blocked for good: never ready, so never
+// claiming, and holding nothing as the active, so that the Service had no holder once the
+// replica that announced failed.
+func TestBlockedReplicaUnblocksOnceAnnounced(t *testing.T) {
+	o, err := parseFlags("lbpod", []string{"--service-file", "/svc.yaml", "--interface", "lbsvc-test-none", "--ha-lease", "0s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParseAddr("172.18.0.18")
+	hostMAC, _ := net.ParseMAC("02:00:5e:10:20:30")
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.PrefixFrom(addr, 16)}}
+	for _, active := range []bool{true, false} {
+		t.Run(fmt.Sprintf("active=%t", active), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var logs syncBuffer
+			log := slog.New(slog.NewTextHandler(&logs, nil))
+			h := newLoopHolder(o, network, log)
+			h.loop = lbpod.NewLoop(lbpod.LoopConfig{Network: network, Log: slog.New(slog.DiscardHandler)})
+			h.waitHeld = time.Millisecond
+			h.recheckBlocked = 5 * time.Millisecond
+			lease := &fakeLease{}
+			// What the recorder writes with the blocked replica's conflict while nothing was claimed
+			// before: the claim, an empty announced list and the conflict.
+			lease.set(map[string]string{v1alpha1.HAClaimAnnotation: "1 100 02:00:00:00:00:0b", v1alpha1.AnnouncedAnnotation: ""}, false)
+			reg := metric.NewRegistry()
+			p, err := newProber(options{conflictProbe: "fast", iface: "lbsvc-test-none"}, network, lease, reg, log)
+			if err != nil || p == nil {
+				t.Fatalf("newProber: %v, %v", p, err)
+			}
+			const reason = "in use on the underlay: 172.18.0.18 answered by 02:00:5e:10:20:30; not announced"
+			p.reason, p.conflicts = reason, []v1alpha1.AddressConflict{{Address: addr, MAC: hostMAC}}
+			p.done.Store(true)
+			gauge := p.conflictGauge.WithLabelValues(addr.String(), hostMAC.String())
+			gauge.Set(1)
+			h.prober = p
+			h.SetActive(active)
+			h.loop.Block(reason)
+			stopped := make(chan struct{})
+			go func() {
+				h.awaitAnnounced(ctx)
+				close(stopped)
+			}()
+
+			waitFor := func(what string, cond func() bool) {
+				t.Helper()
+				for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("not within 10s: %s; log:\n%s", what, logs.String())
+					}
+				}
+			}
+			// Not announced, then not readable: read again and again, blocked all along.
+			reads := lease.readCount()
+			waitFor("three more reads of the Lease", func() bool { return lease.readCount() >= reads+3 })
+			lease.set(nil, true)
+			reads = lease.readCount()
+			waitFor("three more reads of a Lease that fails", func() bool { return lease.readCount() >= reads+3 })
+			if got := h.loop.Blocked(); got != reason || !h.holdsNothing() || gauge.Value() != 1 || p.check(ctx) != reason {
+				t.Fatalf("unblocked (%q, gauge %v) while the Lease did not list the address", got, gauge.Value())
+			}
+			// Another replica announced it.
+			lease.set(map[string]string{v1alpha1.HAClaimAnnotation: "2 100 02:00:00:00:00:0a", v1alpha1.AnnouncedAnnotation: "172.18.0.18"}, false)
+			waitFor("unblocked", func() bool { return h.loop.Blocked() == "" })
+			if gauge.Value() != 0 || p.check(ctx) != "" || h.holdsNothing() {
+				t.Errorf("unblocked, but gauge %v, check %q, holdsNothing %t", gauge.Value(), p.check(ctx), h.holdsNothing())
+			}
+			if h.loop.Active() != active {
+				t.Errorf("unblocked: loop active %t, want %t (the election's)", h.loop.Active(), active)
+			}
+			if l := logs.String(); !strings.Contains(l, "no longer blocked") {
+				t.Errorf("no log line says so:\n%s", l)
+			}
+			// It stops reading the Lease.
+			select {
+			case <-stopped:
+			case <-time.After(10 * time.Second):
+				t.Error("still reading the Lease 10s after the unblock")
+			}
+		})
+	}
+}
+
+// syncBuffer is a strings.Builder that a logger on other goroutines may write to.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -49,10 +49,15 @@ type prober struct {
 
 	// mu serializes check; done says the outcome stands (read without mu: the holder asks while
 	// holding its own lock, which wanted takes under mu).
-	mu     sync.Mutex
-	done   atomic.Bool
-	reason string // why the addresses may not be held; "" when they may
+	mu        sync.Mutex
+	done      atomic.Bool
+	reason    string                     // why the addresses may not be held; "" when they may
+	conflicts []v1alpha1.AddressConflict // what answered, while reason stands
 }
+
+// recheckBlocked is how often a replica that its probe blocked reads the Lease again, to see
+// whether the Service announced its addresses since (loopHolder.awaitAnnounced).
+const recheckBlocked = 10 * time.Second
 
 // newProber returns nil when nothing is to be probed: --conflict-probe off, or --service-file
 // without --conflict-probe (the data path tests' lb pods keep their behaviour).
@@ -64,7 +69,7 @@ func newProber(o options, network lbpod.Network, lease leaseState, reg *metric.R
 	p := &prober{timing: timing, iface: o.iface, lease: lease, log: log,
 		conflictGauge: metric.NewGaugeVec(metric.Opts{
 			Name: "lbpod_address_conflict",
-			Help: "1 for an LB address that a host on the underlay answered for before its first announcement (the lb pod holds none of its addresses then), by address and the MAC that answered.",
+			Help: "1 for an LB address that a host on the underlay answered for before its first announcement (the lb pod holds none of its addresses then), by address and the MAC that answered; 0 once the Service announced it all the same (another replica did, and the operator did not take the report).",
 		}, []string{"address", "mac"})}
 	for _, a := range network.Addresses {
 		p.addrs = append(p.addrs, a.Addr())
@@ -136,7 +141,37 @@ func (p *prober) run(ctx context.Context) (reason string, done bool) {
 	reason = "in use on the underlay: " + strings.Join(parts, ", ") + "; not announced"
 	p.log.Error("conflict probe: "+reason, "took", took.Round(time.Millisecond))
 	p.record(ctx, nil, conflicts)
+	p.conflicts = conflicts
 	return reason, true
+}
+
+// announcedSince reads the Lease again and, when it now lists every address as announced (by
+// another replica: probe.Needed finds nothing left to probe), lifts the conflict this replica
+// found and reports true. The operator believes a conflict only when it was reported before the
+// address's first announcement (decide.DecideIPConflict); after it, the Service stays on the
+// address, so a replica still blocked by what it heard would leave the Service with no holder once
+// the replica that announced failed: blocked, it is never ready, so it never claims, and as the
+// active it holds nothing. A Lease that cannot be read lifts nothing.
+func (p *prober) announcedSince(ctx context.Context) bool {
+	if p == nil || p.lease == nil {
+		return false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.done.Load() || p.reason == "" {
+		return false
+	}
+	ann, found, err := p.lease.annotations(ctx)
+	if err != nil || !found || len(probe.Needed(p.addrs, ann, found)) > 0 {
+		return false
+	}
+	p.log.Warn("conflict probe: the Service's Lease lists its addresses as announced since; no longer blocked by what answered this replica's probe",
+		"was", p.reason)
+	for _, c := range p.conflicts {
+		p.conflictGauge.WithLabelValues(c.Address.String(), c.MAC.String()).Set(0)
+	}
+	p.reason, p.conflicts = "", nil
+	return true
 }
 
 // notPeers drops the answers that came from another replica of the Service (peer): two replicas
