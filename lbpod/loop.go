@@ -557,7 +557,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		} else {
 			retry, backoff = nil, time.Second
 		}
-		ready, reason := Verdict(res, active)
+		ready, reason := Verdict(res, active, r == roleLapsing)
 		if l.setReady(ready, reason) {
 			if ready {
 				log.Info("ready", "trigger", trigger, "active", active)
@@ -671,8 +671,9 @@ func slicesCompactSorted(s []string) []string {
 
 // Verdict decides what /readyz says after a reconcile: not ready with the error, or with the
 // first problem that makes the pod not ready (FamilyMismatch); otherwise ready, with notes for a
-// standby and for what is not served (SCTPUnavailable). It is pure.
-func Verdict(res Result, active bool) (ready bool, reason string) {
+// standby, for an active whose role the election has not confirmed (lapsing: its addresses stay
+// only until their lifetime ends), and for what is not served (SCTPUnavailable). It is pure.
+func Verdict(res Result, active, lapsing bool) (ready bool, reason string) {
 	if res.Err != nil {
 		return false, res.Err.Error()
 	}
@@ -680,7 +681,10 @@ func Verdict(res Result, active bool) (ready bool, reason string) {
 		return false, p.Reason + ": " + p.Message
 	}
 	var notes []string
-	if !active {
+	switch {
+	case lapsing:
+		notes = append(notes, "active, not confirmed by the election: the LB address lapses with its lifetime")
+	case !active:
 		notes = append(notes, "standby, not holding the LB address")
 	}
 	for _, p := range res.Problems {

@@ -17,21 +17,23 @@ func TestVerdict(t *testing.T) {
 	mismatch := Problem{Reason: ReasonFamilyMismatch, Message: "LB address fd18::18 is IPv6 ...", NotReady: true}
 	noSCTP := Problem{Reason: ReasonSCTPUnavailable, Message: "SCTP ports 3868 not served ..."}
 	cases := map[string]struct {
-		res        Result
-		active     bool
-		wantReady  bool
-		wantReason string
+		res             Result
+		active, lapsing bool
+		wantReady       bool
+		wantReason      string
 	}{
-		"applied":                  {Result{}, true, true, ""},
-		"failed":                   {Result{Err: errors.New(`interface "net1" not found`)}, true, false, `interface "net1" not found`},
-		"failed beats problems":    {Result{Err: errors.New("boom"), Problems: []Problem{mismatch}}, true, false, "boom"},
-		"family mismatch":          {Result{Problems: []Problem{noSCTP, mismatch}}, true, false, "FamilyMismatch: LB address fd18::18 is IPv6 ..."},
-		"SCTP unavailable: served": {Result{Problems: []Problem{noSCTP}}, true, true, "SCTPUnavailable: SCTP ports 3868 not served ..."},
-		"standby":                  {Result{}, false, true, "standby, not holding the LB address"},
-		"standby without SCTP":     {Result{Problems: []Problem{noSCTP}}, false, true, "standby, not holding the LB address; SCTPUnavailable: SCTP ports 3868 not served ..."},
+		"applied":                  {Result{}, true, false, true, ""},
+		"failed":                   {Result{Err: errors.New(`interface "net1" not found`)}, true, false, false, `interface "net1" not found`},
+		"failed beats problems":    {Result{Err: errors.New("boom"), Problems: []Problem{mismatch}}, true, false, false, "boom"},
+		"family mismatch":          {Result{Problems: []Problem{noSCTP, mismatch}}, true, false, false, "FamilyMismatch: LB address fd18::18 is IPv6 ..."},
+		"SCTP unavailable: served": {Result{Problems: []Problem{noSCTP}}, true, false, true, "SCTPUnavailable: SCTP ports 3868 not served ..."},
+		"standby":                  {Result{}, false, false, true, "standby, not holding the LB address"},
+		"standby without SCTP":     {Result{Problems: []Problem{noSCTP}}, false, false, true, "standby, not holding the LB address; SCTPUnavailable: SCTP ports 3868 not served ..."},
+		"lapsing":                  {Result{}, false, true, true, "active, not confirmed by the election: the LB address lapses with its lifetime"},
+		"lapsing and failed":       {Result{Err: errors.New("boom")}, false, true, false, "boom"},
 	}
 	for name, tc := range cases {
-		ready, reason := Verdict(tc.res, tc.active)
+		ready, reason := Verdict(tc.res, tc.active, tc.lapsing)
 		if ready != tc.wantReady || reason != tc.wantReason {
 			t.Errorf("%s: Verdict = %t %q, want %t %q", name, ready, reason, tc.wantReady, tc.wantReason)
 		}
