@@ -28,8 +28,9 @@ import (
 
 // ensureObjects makes the Service's objects what objects says, stage by stage (Set.Stages, each
 // stage's objects in parallel), and deletes those the Set leaves out. It returns the Deployment
-// as ensured, or the name of an object in the way that is not ours (left untouched).
-func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Service, objects lbobjects.Set) (*appsv1.Deployment, string, error) {
+// as ensured, or the name of an object in the way that is not ours (left untouched). confirmed is
+// recordServed's: the pass's own write already showed that the Service lives.
+func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Service, objects lbobjects.Set, confirmed bool) (*appsv1.Deployment, string, error) {
 	// An lb pod of this Service left elsewhere (--lb-pod-namespace changed) holds the same address:
 	// it goes first, and the new one comes only once its pods are gone.
 	if moving, err := r.removeStray(ctx, svc); err != nil || moving {
@@ -38,18 +39,18 @@ func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Servi
 		}
 		return nil, "", err
 	}
-	return r.ensureSet(ctx, svc, objects, r.confirmService(ctx, svc))
+	return r.ensureSet(ctx, svc, objects, r.confirmService(ctx, svc, confirmed))
 }
 
 // ensureShared ensures the lb objects of each shared address of a Service that shares (sets, one
 // per address), each as the objects of the address's owner (whose UID they carry), and deletes
 // the Service's own objects of an earlier, unshared life. It returns the first address's
-// Deployment, or the name of an object in the way.
-func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Service, sets []lbobjects.Set) (*appsv1.Deployment, string, error) {
+// Deployment, or the name of an object in the way. confirmed is as for ensureObjects.
+func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Service, sets []lbobjects.Set, confirmed bool) (*appsv1.Deployment, string, error) {
 	if err := r.deleteObjects(ctx, svc); err != nil {
 		return nil, "", err
 	}
-	confirm := r.confirmService(ctx, svc)
+	confirm := r.confirmService(ctx, svc, confirmed)
 	var first *appsv1.Deployment
 	for _, set := range sets {
 		owner := &corev1.Service{}
@@ -94,8 +95,15 @@ func (r *ServiceReconciler) dropMemberBindings(ctx context.Context, owner *corev
 }
 
 // confirmService is the check, once per pass whatever it answers, that svc still lives on the
-// API server (see ensure); the objects of a stage call it in parallel.
-func (r *ServiceReconciler) confirmService(ctx context.Context, svc *corev1.Service) func() error {
+// API server (see ensure); the objects of a stage call it in parallel. A pass whose own write of
+// the Service was accepted (confirmed) needs no read: that write was optimistically locked, so it
+// went to the live Service, and the answer carried our finalizer and no deletion, so the Service
+// cannot be gone before a pass of its deletion, which deletes what this one creates (for a new
+// Service, that write is the one that adds the address: one read fewer per Service created).
+func (r *ServiceReconciler) confirmService(ctx context.Context, svc *corev1.Service, confirmed bool) func() error {
+	if confirmed {
+		return func() error { return nil }
+	}
 	return sync.OnceValue(func() error {
 		live := &corev1.Service{}
 		err := r.Reader.Get(ctx, client.ObjectKeyFromObject(svc), live)

@@ -412,7 +412,8 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 		}
 	}
 	previous := decide.IngressAddrs(svc) // what the last pass recorded; not the tenant-editable mirror
-	if err := r.recordServed(ctx, svc, plan, addrs); err != nil {
+	confirmed, err := r.recordServed(ctx, svc, plan, addrs)
+	if err != nil {
 		return err
 	}
 	var deploy *appsv1.Deployment
@@ -424,9 +425,9 @@ func (r *ServiceReconciler) reconcile(ctx context.Context, req ctrl.Request) err
 	} else {
 		var foreign string
 		if plan.Share != nil {
-			deploy, foreign, err = r.ensureShared(ctx, svc, shared)
+			deploy, foreign, err = r.ensureShared(ctx, svc, shared, confirmed)
 		} else {
-			deploy, foreign, err = r.ensureObjects(ctx, svc, objects)
+			deploy, foreign, err = r.ensureObjects(ctx, svc, objects, confirmed)
 		}
 		if err != nil {
 			if !errors.Is(err, errServiceGone) && !errors.Is(err, errStrayPods) {

@@ -28,21 +28,22 @@ import (
 // recordServed shows a served Service's addresses: the ingress, conditions, our finalizer and the
 // mirror annotations in one write. Our condition and our finalizer going in together is the proof
 // (which a tenant cannot write: it is in status) that lets a later pass remove the finalizer,
-// whenever the operator is killed.
-func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Service, plan decide.Plan, addrs []netip.Addr) error {
+// whenever the operator is killed. confirmed says that this write went to the live Service, which
+// now carries our finalizer and is not being deleted (see confirmService).
+func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Service, plan decide.Plan, addrs []netip.Addr) (confirmed bool, err error) {
 	allocated := plan.AllocatedCondition(addrs)
 	if plan.Refusal != nil {
 		r.warnOnChange(svc, allocated, actionAllocate)
 	}
 	current, err := r.currentDeployment(ctx, svc, plan, addrs)
 	if err != nil {
-		return err
+		return false, err
 	}
 	lbPod := plan.LBPodCondition(current)
 	if plan.Unplaceable != nil {
 		r.warnOnChange(svc, lbPod, actionSchedule)
 	}
-	if err := r.patchService(ctx, svc, func(s *corev1.Service) {
+	written, err := r.patchService(ctx, svc, func(s *corev1.Service) {
 		setStatus(s, addrs, nil, []metav1.Condition{allocated, lbPod})
 		controllerutil.AddFinalizer(s, lbv1.CleanupFinalizer)
 		if s.Annotations == nil {
@@ -55,13 +56,14 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 			shared = addrs
 		}
 		setMemberLabels(s, shared)
-	}); err != nil {
-		return err
+	})
+	if err != nil {
+		return false, err
 	}
 	if plan.ReplicasWarning != "" {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonInvalidReplicas, actionApply, "%s", plan.ReplicasWarning)
 	}
-	return nil
+	return written && svc.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(svc, lbv1.CleanupFinalizer), nil
 }
 
 // reportServed ends a served pass: the Event of a new or moved address, and the lb pod condition
@@ -76,9 +78,10 @@ func (r *ServiceReconciler) reportServed(ctx context.Context, svc *corev1.Servic
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeNormal, decide.ReasonAddressMoved, actionAllocate,
 			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", decide.BoundedMessage(previous), recorded, plan.Subnet)
 	}
-	return r.patchService(ctx, svc, func(s *corev1.Service) {
+	_, err := r.patchService(ctx, svc, func(s *corev1.Service) {
 		setStatus(s, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), plan.LBPodCondition(deploy)})
 	})
+	return err
 }
 
 // setMemberLabels puts on s the label of each shared address it is a member of (SharedIPLabelPrefix
@@ -133,7 +136,7 @@ func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Serv
 		r.warnOnChange(svc, cond, actionAllocate)
 		refused = &cond
 	}
-	if err := r.patchService(ctx, svc, func(s *corev1.Service) {
+	if _, err := r.patchService(ctx, svc, func(s *corev1.Service) {
 		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
 		delete(s.Annotations, lbv1.AllocatedSubnetAnnotation)
 		setMemberLabels(s, nil)
@@ -175,17 +178,19 @@ func (r *ServiceReconciler) warnOnChange(svc *corev1.Service, cond metav1.Condit
 // patchService applies mutate to the Service and, when its metadata or status changed, sends the
 // difference as one patch to the status subresource (which keeps the metadata changes and ignores
 // the spec), under optimistic locking: a pass that read an old Service is sent round again.
-func (r *ServiceReconciler) patchService(ctx context.Context, svc *corev1.Service, mutate func(*corev1.Service)) error {
+// written says that the patch was sent and accepted; svc is then the Service as the API server
+// answered it.
+func (r *ServiceReconciler) patchService(ctx context.Context, svc *corev1.Service, mutate func(*corev1.Service)) (written bool, err error) {
 	before := svc.DeepCopy()
 	mutate(svc)
 	if statusEqual(before.Status, svc.Status) && equalStringMaps(before.Annotations, svc.Annotations) &&
 		equalStringMaps(before.Labels, svc.Labels) && slices.Equal(before.Finalizers, svc.Finalizers) {
-		return nil
+		return false, nil
 	}
 	if err := r.Client.Status().Patch(ctx, svc, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{}), client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("patch service %s/%s: %w", svc.Namespace, svc.Name, err)
+		return false, fmt.Errorf("patch service %s/%s: %w", svc.Namespace, svc.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // setStatus sets the ingress to addrs (or, with remove, only drops the entries of those addresses:

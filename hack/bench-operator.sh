@@ -8,7 +8,9 @@
 # Usage: KUBEBUILDER_ASSETS=<dir with kube-apiserver, etcd> hack/bench-operator.sh [operator-bench flags]
 #   BENCH_SERVICES=10000   Services created at once (default 1000)
 #   BENCH_UNRELATED=5000   also 5000 unrelated ConfigMaps, pods and Deployments (each)
-#   BENCH_PROFILE=dir      CPU profile of the burst and heap profile after it, into dir
+#   BENCH_PROFILE=dir      CPU profiles of the burst (the operator's, the API server's) and of the API
+#                          server in the design floor, and a heap profile after the burst, into dir
+#                          (-profile-seconds N sets their length; default 30)
 #   BENCH_GOMEMLIMIT=512MiB the operator's GOMEMLIMIT, as the shipped Deployment sets it from its
 #                          memory limit (unset by default; GOMEMLIMIT of this shell is not passed on)
 #   BENCH_GOGC=50          the operator's GOGC, as the shipped Deployment sets it (unset by default:

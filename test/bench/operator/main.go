@@ -74,7 +74,7 @@ func run() error {
 	flag.IntVar(&cfg.latencyRuns, "latency", 100, "sequential creations timed after the burst (0: skip)")
 	flag.IntVar(&cfg.unrelated, "unrelated", 0, "unrelated ConfigMaps, pods and Deployments (each) created before the operator starts")
 	flag.StringVar(&cfg.profileDir, "profile", "", "write cpu.pprof (the burst) and heap.pprof (after it) of the operator here")
-	flag.IntVar(&cfg.profileSecs, "profile-seconds", 30, "length of the CPU profile from the start of the burst")
+	flag.IntVar(&cfg.profileSecs, "profile-seconds", 30, "length of the CPU profiles from the start of the burst, and of the API server's from the start of the design floor (kube-apiserver-designfloor-cpu.pprof; shorter than both phases to compare them)")
 	flag.DurationVar(&cfg.deadline, "timeout", 15*time.Minute, "give up after this long")
 	flag.BoolVar(&cfg.rbacProbe, "rbac-probe", false, "only time RoleBinding creates as the operator and as system:masters in a namespace holding up to -n RoleBindings")
 	flag.Parse()
@@ -143,6 +143,18 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	// The API server's profile of the design floor, to set beside the burst's: what it does for
+	// the operator beyond the same writes.
+	var designProf chan error
+	if cfg.profileDir != "" {
+		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+			return err
+		}
+		designProf = make(chan error, 1)
+		go func() {
+			designProf <- saveAPIServerProfile(ctx, rc, cfg.profileSecs, filepath.Join(cfg.profileDir, "kube-apiserver-designfloor-cpu.pprof"))
+		}()
+	}
 	cpuDesign0 := cp.cpu(nil)
 	var cpuDesign1 map[string]float64
 	var designAfter map[string]requestStat
@@ -156,6 +168,11 @@ func run() error {
 	}
 	if designErr != nil {
 		return designErr
+	}
+	if designProf != nil {
+		if err := <-designProf; err != nil {
+			return err
+		}
 	}
 	// The API server's count, less each Service's create.
 	fig("design_floor_writes_per_service", "%.2f", (writesBetween(designBefore, designAfter)-float64(cfg.n))/float64(cfg.n))
@@ -265,7 +282,7 @@ func run() error {
 				return err
 			}
 		}
-		fmt.Printf("profiles: %s/cpu.pprof and %s/kube-apiserver-cpu.pprof (first %d s of the burst), %s/heap.pprof\n", cfg.profileDir, cfg.profileDir, cfg.profileSecs, cfg.profileDir)
+		fmt.Printf("profiles: %s/cpu.pprof and %s/kube-apiserver-cpu.pprof (first %d s of the burst), %s/kube-apiserver-designfloor-cpu.pprof (of the design floor), %s/heap.pprof\n", cfg.profileDir, cfg.profileDir, cfg.profileSecs, cfg.profileDir, cfg.profileDir)
 	}
 	// The bench itself created the n Services: not the operator's writes.
 	report(fig, before, after, cfg.n, map[string]float64{"POST services 201": float64(cfg.n)})
