@@ -19,7 +19,9 @@ import (
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+	"github.com/lbsvc/lbsvc-operator/lbpod/metric"
 )
 
 // The conflict probe's record on the Lease, as the lb pod's ServiceAccount writes it (shipped
@@ -107,4 +109,56 @@ func TestLeaseRecordsProbe(t *testing.T) {
 	a.Claimed(ha.Claim{Term: 3, Priority: 100, Sender: macA})
 	g.Eventually(func() map[string]string { l, _ := get(); return probeAnn(l) }).WithTimeout(5 * time.Second).Should(Equal(map[string]string{
 		v1alpha1.HAClaimAnnotation: "3 100 02:00:00:00:00:0a", v1alpha1.AnnouncedAnnotation: "172.18.0.18"}))
+}
+
+// A replica blocked by its probe, against the real API server with the lb pod's rights: its
+// recorder wrote the conflict with its claim and nothing announced, and reading the Lease again
+// lifts nothing; once the other replica claims and announces the address (its recorder's write),
+// the blocked replica's next read finds it announced and lifts the conflict.
+func TestBlockedReplicaReadsTheLease(t *testing.T) {
+	g := NewWithT(t)
+	const ns = "lbpod-unblock"
+	admin, ctx, _, podClient := startWithService(t, ns)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	name := lbobjects.LeaseName("", ns, "web")
+	addr := netip.MustParseAddr("172.18.0.18")
+	mac, _ := net.ParseMAC("02:42:ac:12:00:05")
+	lease := func() map[string]string {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return l.Annotations
+	}
+
+	b := newLeaseRecorder(podClient.api, ns, "web", name, podB, log)
+	b.addrs = []netip.Addr{addr}
+	go b.run(ctx)
+	b.startProbe()
+	b.Claimed(ha.Claim{Term: 1, Priority: 100, Sender: macB})
+	conflict := []v1alpha1.AddressConflict{{Address: addr, MAC: mac, At: time.Date(2026, 11, 29, 1, 0, 0, 0, time.UTC)}}
+	g.Expect(b.probed(ctx, nil, conflict)).To(Succeed())
+	g.Eventually(lease).WithTimeout(5 * time.Second).Should(And(
+		HaveKeyWithValue(v1alpha1.AnnouncedAnnotation, ""), HaveKey(v1alpha1.AddressConflictAnnotation)))
+
+	p, err := newProber(options{conflictProbe: "fast", iface: "lbsvc-test-none"}, lbpod.Network{Addresses: []netip.Prefix{netip.PrefixFrom(addr, 16)}}, b, metric.NewRegistry(), log)
+	g.Expect(err).NotTo(HaveOccurred())
+	const reason = "in use on the underlay: 172.18.0.18 answered by 02:42:ac:12:00:05; not announced"
+	p.reason, p.conflicts = reason, conflict
+	p.done.Store(true)
+	// Its own recorder's view has caught up with its write: still nothing announced.
+	g.Eventually(func() string { ann, _, _ := b.annotations(ctx); return ann[v1alpha1.AddressConflictAnnotation] }).
+		WithTimeout(5 * time.Second).ShouldNot(BeEmpty())
+	g.Expect(p.announcedSince(ctx)).To(BeFalse())
+	g.Expect(p.check(ctx)).To(Equal(reason))
+
+	a := newLeaseRecorder(podClient.api, ns, "web", name, podA, log)
+	a.addrs = []netip.Addr{addr}
+	go a.run(ctx)
+	a.startProbe()
+	a.Claimed(ha.Claim{Term: 2, Priority: 100, Sender: macA})
+	g.Expect(a.probed(ctx, []netip.Addr{addr}, nil)).To(Succeed())
+	g.Eventually(lease).WithTimeout(5 * time.Second).Should(HaveKeyWithValue(v1alpha1.AnnouncedAnnotation, "172.18.0.18"))
+	g.Eventually(func() bool { return p.announcedSince(ctx) }).WithTimeout(5 * time.Second).Should(BeTrue())
+	g.Expect(p.check(ctx)).To(BeEmpty())
 }
