@@ -158,7 +158,7 @@ type loopHolder struct {
 	lease    time.Duration
 	waitHeld time.Duration
 	log      *slog.Logger
-	// recheckBlocked is awaitAnnounced's period; 0: the package's recheckBlocked (tests shorten it).
+	// recheckBlocked is awaitAnnounced's period (recheckBlocked; tests shorten it).
 	recheckBlocked time.Duration
 
 	mu      sync.Mutex
@@ -228,7 +228,7 @@ func (h *loopHolder) isPeer(mac net.HardwareAddr) bool {
 func newLoopHolder(o options, network lbpod.Network, log *slog.Logger) *loopHolder {
 	// Less than the dead interval, so that a slow apply never looks like a frozen process.
 	return &loopHolder{iface: o.iface, addrs: network.Addresses, lease: o.ha.lease, waitHeld: 2 * o.ha.interval,
-		log: log, changed: make(chan struct{}, 1), dead: ha.DefaultDeadAdverts * o.ha.interval, now: time.Now}
+		recheckBlocked: recheckBlocked, log: log, changed: make(chan struct{}, 1), dead: ha.DefaultDeadAdverts * o.ha.interval, now: time.Now}
 }
 
 // announcement is what one call of announce was asked to send.
@@ -419,8 +419,9 @@ func (h *loopHolder) tookOver(took *time.Duration) {
 }
 
 // runProbe runs the prober once; with nobody answering it makes the loop active if the election
-// still wants this replica active, else it blocks the loop for good (the election keeps this
-// replica active, so that no standby takes the addresses either: the operator moves the Service).
+// still wants this replica active, else it blocks the loop (the election keeps this replica
+// active, so that no standby takes the addresses either: the operator moves the Service) until the
+// Lease shows the addresses announced after all (awaitAnnounced).
 func (h *loopHolder) runProbe() {
 	ctx := h.ctx
 	if ctx == nil {
@@ -429,23 +430,33 @@ func (h *loopHolder) runProbe() {
 	reason := h.prober.check(ctx)
 	if reason != "" {
 		h.loop.Block(reason)
+		h.mu.Lock()
+		h.probing = false
+		h.mu.Unlock()
 		go h.awaitAnnounced(ctx)
+		return
 	}
 	// A probe whose outcome was dropped (this replica stepped down meanwhile) is not finished:
 	// it runs again at the next takeover. Nobody answered and still active: the takeover in one
 	// address add when the loop stands ready (a replica's first takeover always comes here,
 	// and in a node's failure most of the survivors' takeovers are their first), else through
 	// the loop. While probing is set, Renew leaves the netlink sockets to it.
+	h.holdIfActive(true)
+}
+
+// holdIfActive takes the addresses if the election still wants this replica active, after a probe
+// that found nobody (endProbe: it also ends probing, under the same lock) or once a block was
+// lifted: the takeover in one address add when the loop stands ready, else through the loop.
+func (h *loopHolder) holdIfActive(endProbe bool) {
 	h.mu.Lock()
-	var took *time.Duration
-	if reason == "" {
-		took = h.takeNowLocked()
+	took := h.takeNowLocked()
+	if endProbe {
+		h.probing = false
 	}
-	h.probing = false
 	active := h.active
 	h.mu.Unlock()
 	h.tookOver(took)
-	if reason == "" && active && took == nil {
+	if active && took == nil {
 		h.loop.SetActive(true)
 	}
 }
@@ -455,11 +466,7 @@ func (h *loopHolder) runProbe() {
 // unblocks the loop: a standby is then ready to claim, and an active takes the addresses as after
 // a probe that found nobody. Each read is one GET of the Lease; only a blocked replica makes them.
 func (h *loopHolder) awaitAnnounced(ctx context.Context) {
-	every := h.recheckBlocked
-	if every <= 0 {
-		every = recheckBlocked
-	}
-	t := time.NewTicker(every)
+	t := time.NewTicker(h.recheckBlocked)
 	defer t.Stop()
 	for {
 		select {
@@ -471,14 +478,7 @@ func (h *loopHolder) awaitAnnounced(ctx context.Context) {
 			continue
 		}
 		h.loop.Unblock()
-		h.mu.Lock()
-		took := h.takeNowLocked()
-		active := h.active
-		h.mu.Unlock()
-		h.tookOver(took)
-		if active && took == nil {
-			h.loop.SetActive(true)
-		}
+		h.holdIfActive(false)
 		return
 	}
 }

@@ -115,6 +115,11 @@ func run() error {
 	if cfg.rbacProbe {
 		return rbacProbe(ctx, env, c, cfg, fig)
 	}
+	if cfg.profileDir != "" {
+		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
+			return err
+		}
+	}
 	fig("services", "%d", cfg.n)
 
 	cp := findControlPlane()
@@ -147,9 +152,6 @@ func run() error {
 	// the operator beyond the same writes.
 	var designProf chan error
 	if cfg.profileDir != "" {
-		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
-			return err
-		}
 		designProf = make(chan error, 1)
 		go func() {
 			designProf <- saveAPIServerProfile(ctx, rc, cfg.profileSecs, filepath.Join(cfg.profileDir, "kube-apiserver-designfloor-cpu.pprof"))

@@ -87,9 +87,6 @@ func startOperator(ctx context.Context, env *envtest.Environment, c client.Clien
 		if pprofAddr, err = freeLocalAddr(); err != nil {
 			return nil, err
 		}
-		if err := os.MkdirAll(cfg.profileDir, 0o755); err != nil {
-			return nil, err
-		}
 	}
 	logFile, err := os.Create(filepath.Join(dir, "operator.log"))
 	if err != nil {
