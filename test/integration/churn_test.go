@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,6 +72,33 @@ func (p *operatorProcess) start(t *testing.T) {
 		t.Fatalf("start operator: %v", err)
 	}
 	_ = log.Close()
+}
+
+// dumpLog prints the operator's log lines that name one of the leaked IP objects (its address,
+// the first word of each entry), so that a failure says what the operator last did with them.
+func (p *operatorProcess) dumpLog(t *testing.T, leaks []string) {
+	t.Helper()
+	data, err := os.ReadFile(p.log)
+	if err != nil {
+		t.Logf("operator log: %v", err)
+		return
+	}
+	var names []string
+	for _, l := range leaks {
+		if n, _, ok := strings.Cut(l, ":"); ok {
+			names = append(names, `"`+n+`"`, n+" ")
+		}
+	}
+	shown := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, n := range names {
+			if strings.Contains(line, n) && shown < 200 {
+				t.Logf("operator: %s", line)
+				shown++
+				break
+			}
+		}
+	}
 }
 
 func (p *operatorProcess) kill() {
@@ -190,6 +218,12 @@ func TestKillDuringChurn(t *testing.T) {
 	}
 	wg.Wait()
 	settleStart := time.Now()
+	var lastLeaks atomic.Pointer[[]string]
+	t.Cleanup(func() {
+		if l := lastLeaks.Load(); t.Failed() && l != nil {
+			op.dumpLog(t, *l)
+		}
+	})
 
 	// Settle: every live LoadBalancer Service served or refused for a static conflict, every
 	// deleted one gone. How many Services the churn leaves depends on the machine's speed: on a
@@ -216,6 +250,7 @@ func TestKillDuringChurn(t *testing.T) {
 			}
 		}
 		dup, leaks := churnInvariants(g, f)
+		lastLeaks.Store(&leaks)
 		g.Expect(dup).To(BeZero())
 		g.Expect(leaks).To(BeEmpty())
 	}, 90*time.Second, 500*time.Millisecond).Should(Succeed())
@@ -267,7 +302,9 @@ func churnInvariants(g Gomega, f fixture) (dup int, leaks []string) {
 		owner := uids[types.UID(ip.Spec.Service.UID)]
 		switch {
 		case owner == nil:
-			leaks = append(leaks, fmt.Sprintf("%s: owner %s/%s gone", ip.Name, ip.Spec.Service.Name, ip.Spec.Service.UID))
+			leaks = append(leaks, fmt.Sprintf("%s: owner %s/%s gone (deleting %v, finalizers %v, phase %s, message %q, holders %v, members %d, sharing key %q)",
+				ip.Name, ip.Spec.Service.Name, ip.Spec.Service.UID, ip.DeletionTimestamp != nil, ip.Finalizers,
+				ip.Status.Phase, ip.Status.Message, ip.Status.Holders, len(ip.Spec.Members), ip.Spec.SharingKey))
 		case ip.DeletionTimestamp != nil:
 			leaks = append(leaks, fmt.Sprintf("%s: still draining (%s)", ip.Name, ip.Status.Message))
 		case published[ip.Spec.Address] != owner.Name:
