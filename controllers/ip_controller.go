@@ -41,6 +41,7 @@ import (
 // +kubebuilder:rbac:groups=lbsvc.io,resources=ips,verbs=patch;update
 // +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 // +kubebuilder:rbac:groups=apps,resources=replicasets,verbs=list
+// +kubebuilder:rbac:groups=apps,resources=deployments,verbs=delete
 // +kubebuilder:rbac:groups="",resources=nodes,verbs=get
 
 // indexPodAddress indexes lb pods by the IP object names in their address labels.
@@ -416,6 +417,9 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 			return ctrl.Result{}, nil
 		}
 		if d.Why != "" {
+			if err := r.deleteOrphaned(ctx, ip, d.Asking); err != nil {
+				return ctrl.Result{}, err
+			}
 			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, draining(ip), holderList(nil, "", kept), d.Why)
 		}
 	} else {
@@ -446,6 +450,31 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 		return ctrl.Result{}, err
 	}
 	return ctrl.Result{}, r.patchStatus(ctx, ip, draining(ip), holderList(pods, active, kept), msg)
+}
+
+// deleteOrphaned deletes the Deployments of ours that still ask for a draining address although
+// its owner Service is gone (decide.Orphaned), so that the drain does not wait for a garbage
+// collector that may never come. Gone is the API server's word (liveService); each delete is of
+// the version read (UID precondition) and is told in a CleanedUp Event on the IP object.
+func (r *IPReconciler) deleteOrphaned(ctx context.Context, ip *lbv1.IP, asking []*appsv1.Deployment) error {
+	if len(asking) == 0 || ip.Spec.SharingKey != "" {
+		return nil
+	}
+	owner := ip.Spec.Service
+	svc, err := r.liveService(ctx, owner.Namespace, owner.Name, owner.UID)
+	if err != nil {
+		return err
+	}
+	for _, d := range decide.Orphaned(ip, asking, svc == nil) {
+		if err := r.Client.Delete(ctx, d, client.PropagationPolicy(metav1.DeletePropagationBackground),
+			client.Preconditions{UID: ptrUID(d.UID)}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete deployment %s/%s left for %s/%s: %w", d.Namespace, d.Name, owner.Namespace, owner.Name, err)
+		}
+		logf.FromContext(ctx).Info("deleted an lb Deployment whose Service is gone", "ip", ip.Name, "deployment", d.Namespace+"/"+d.Name)
+		r.Recorder.Eventf(ip, nil, corev1.EventTypeNormal, decide.ReasonCleanedUp, actionRelease,
+			"deleted deployment %s/%s: it still asked for %s, and its Service %s/%s is gone", d.Namespace, d.Name, ip.Spec.Address, owner.Namespace, owner.Name)
+	}
+	return nil
 }
 
 // drainingActive is activePod while an address drains: known only while its owner Service still

@@ -142,6 +142,9 @@ type DrainDecision struct {
 	Kept []lbv1.IPHolder
 	// Foreign names the objects ignored as not ours ("pod ns/name", "replicaset ...", ...).
 	Foreign []string
+	// Asking are the Deployments of ours that still ask for the address (Why names the first
+	// when no ReplicaSet or pod comes before it).
+	Asking []*appsv1.Deployment
 }
 
 // DrainVerdict decides, from the API server's lists of the pods, ReplicaSets and Deployments
@@ -154,6 +157,7 @@ func DrainVerdict(ip *lbv1.IP, lbPodNamespace string, pods []corev1.Pod, rss []a
 	d.Holding, d.Foreign = splitPods(pods, ip, trusted)
 	creating := blocking(rss, "replicaset", ip, trusted, mayCreate, &d.Foreign)
 	asking := blocking(deps, "deployment", ip, trusted, asks, &d.Foreign)
+	d.Asking = asking
 	blocked := map[string]bool{}
 	for _, o := range creating {
 		blocked[o.Namespace] = true
@@ -248,3 +252,26 @@ const maxForeignNamed = 5
 
 // PodKey is "<namespace>/<name>", as status.holders and messages name a pod.
 func PodKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
+
+// Orphaned are those of asking (Deployments of ours that still ask for ip's address, from
+// DrainVerdict: our labels, the owner's UID, a trusted namespace) that no Service wants any more:
+// ip's owner Service is gone (ownerGone, read from the API server), and nothing else controls
+// them (their controller, if any, is that Service, by UID). Such a Deployment asks for the address
+// until the garbage collector deletes it, which is for ever where none runs (an API server without
+// a kube-controller-manager) or where it has no owner reference to follow (the lb pod namespace
+// layout), and the drain waits for it all that time. One write of a killed operator that reached
+// the API server after its successor had let the Service go leaves one. A shared address's objects
+// are not here: no member owns them (IPReconciler.deleteSharedObjects).
+func Orphaned(ip *lbv1.IP, asking []*appsv1.Deployment, ownerGone bool) []*appsv1.Deployment {
+	if !ownerGone || ip.Spec.SharingKey != "" || ip.Spec.Service.UID == "" {
+		return nil
+	}
+	var out []*appsv1.Deployment
+	for _, d := range asking {
+		c := metav1.GetControllerOf(d)
+		if c == nil || (c.Kind == "Service" && c.APIVersion == "v1" && string(c.UID) == ip.Spec.Service.UID) {
+			out = append(out, d)
+		}
+	}
+	return out
+}

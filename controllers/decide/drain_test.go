@@ -2,6 +2,7 @@ package decide
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -322,5 +324,52 @@ func TestStrayOurs(t *testing.T) {
 				t.Errorf("StrayOurs = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// Once the IP object's owner Service is gone, the drain deletes the Deployments of ours that still
+// ask for its address unless something else controls them: controlled by that Service (what the
+// garbage collector would delete), or by nothing (the lb pod namespace layout, which has no owner
+// reference). A shared address's objects are not any member's.
+func TestOrphaned(t *testing.T) {
+	owned := func(name string, ref metav1.OwnerReference) *appsv1.Deployment {
+		d := drainDeployment("team-a", name, ourLabels(victimUID), 2)
+		d.OwnerReferences = []metav1.OwnerReference{ref}
+		return &d
+	}
+	svcRef := func(uid string) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: "v1", Kind: "Service", Name: "web", UID: types.UID(uid), Controller: ptr.To(true)}
+	}
+	mine := owned("lb-svc-web", svcRef(victimUID))
+	other := owned("lb-svc-other", svcRef("uid-other"))
+	notController := owned("lb-svc-ref", svcRef(victimUID))
+	notController.OwnerReferences[0].Controller = nil
+	notService := owned("lb-svc-rs", metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "x", UID: victimUID, Controller: ptr.To(true)})
+	noOwner := owned("lb-svc-none", svcRef(victimUID))
+	noOwner.OwnerReferences = nil
+	asking := []*appsv1.Deployment{mine, other, notController, notService, noOwner}
+	names := func(ds []*appsv1.Deployment) []string {
+		var out []string
+		for _, d := range ds {
+			out = append(out, d.Name)
+		}
+		return out
+	}
+	want := []string{"lb-svc-web", "lb-svc-ref", "lb-svc-none"}
+	if got := names(Orphaned(drainIP(), asking, true)); !slices.Equal(got, want) {
+		t.Errorf("owner gone: Orphaned = %v, want %v", got, want)
+	}
+	if got := Orphaned(drainIP(), asking, false); got != nil {
+		t.Errorf("owner alive: Orphaned = %v, want none", names(got))
+	}
+	shared := drainIP()
+	shared.Spec.SharingKey = "dns"
+	if got := Orphaned(shared, asking, true); got != nil {
+		t.Errorf("shared address: Orphaned = %v, want none", names(got))
+	}
+	// End to end with DrainVerdict: the Deployment it names is the one Orphaned returns.
+	d := DrainVerdict(drainIP(), "", nil, nil, []appsv1.Deployment{*mine})
+	if d.Why != "deployment team-a/lb-svc-web still asks for 10.0.0.7" || !slices.Equal(names(Orphaned(drainIP(), d.Asking, true)), []string{"lb-svc-web"}) {
+		t.Errorf("DrainVerdict: why %q, asking %v", d.Why, names(d.Asking))
 	}
 }

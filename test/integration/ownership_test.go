@@ -891,3 +891,43 @@ func TestForgedStrayFreezesNothing(t *testing.T) {
 		g.Expect(d.DeletionTimestamp).To(BeNil(), "the operator deleted a tenant's Deployment")
 	}, time.Second, 200*time.Millisecond).Should(Succeed())
 }
+
+// A Service let go while a Deployment of ours for it still exists: one write of a killed operator
+// that reached the API server after its successor had let the Service go (seen in
+// TestKillDuringChurn under load); here the operator is stopped and our finalizer taken off by
+// hand. Without a garbage collector (envtest has none, like a cluster whose controller manager is
+// down, or the lb pod namespace layout, where nothing points the collector at the Service) the
+// drain would wait for that Deployment for ever. The IP controller deletes it, says so in a
+// CleanedUp Event on the IP object, and releases the address.
+func TestDrainDeletesTheDeploymentOfAGoneService(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	addr := f.ip("91")
+	create(t, lbService(f.ns, "web", f.provider, addr))
+	waitAddress(t, f.ns, "web", addr)
+	key := client.ObjectKey{Namespace: f.ns, Name: lbobjects.ObjectNameIn("", f.ns, "web")}
+	g.Eventually(func() error { return k8s.Get(ctx, key, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	ipUID := getIP(g, addr).UID
+
+	stopOperator()
+	t.Cleanup(func() { startOperator(true) })
+	svc := getService(g, f.ns, "web")
+	update(t, svc, func(s *corev1.Service) { s.Finalizers = nil })
+	g.Expect(k8s.Delete(ctx, svc)).To(Succeed())
+	waitGone(t, svc)
+	g.Expect(k8s.Get(ctx, key, &appsv1.Deployment{})).To(Succeed(), "the Deployment outlived its Service")
+
+	startOperator(true)
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: addr}})
+	var list corev1.EventList
+	g.Expect(k8s.List(ctx, &list, client.InNamespace("default"))).To(Succeed())
+	var notes []string
+	for _, e := range list.Items {
+		if e.InvolvedObject.UID == ipUID && e.Reason == decide.ReasonCleanedUp && e.Type == corev1.EventTypeNormal {
+			notes = append(notes, e.Message)
+		}
+	}
+	g.Expect(notes).To(Equal([]string{fmt.Sprintf("deleted deployment %s/%s: it still asked for %s, and its Service %s/web is gone", f.ns, key.Name, addr, f.ns)}))
+}
