@@ -118,6 +118,9 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 	}
 	if recorder != nil {
 		opts.Record = recorder // a nil *leaseRecorder in the interface would not be nil
+		first := newFirstClaim(recorder, holder.prober, holder, ha.DefaultDeadAdverts*o.ha.interval, log)
+		go first.run(ctx)
+		opts.First = first
 	}
 	haErr := ha.Run(ctx, opts, holder)
 	stopLoop()
@@ -211,6 +214,13 @@ func (h *loopHolder) Peer(id ha.ID) {
 	if len(h.peers) < maxPeers {
 		h.peers[id] = true
 	}
+}
+
+// heardPeer says whether the election accepted an advert from another replica (Peer).
+func (h *loopHolder) heardPeer() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.peers) > 0
 }
 
 // isPeer says whether mac is the net1 of another replica of the Service (Peer).

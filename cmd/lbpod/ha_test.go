@@ -19,6 +19,7 @@ import (
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 	"github.com/lbsvc/lbsvc-operator/lbpod/metric"
+	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
 func TestParseFlagsElection(t *testing.T) {
@@ -473,4 +474,44 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The probe before the first claim (firstClaim): nothing to probe without a prober; none once a
+// takeover has probed; none when the probe would outlast what is left of the dead interval (the
+// rfc timing); and once settled, the takeover's check holds the addresses without probing again
+// (it would need net1 to probe: there is none here).
+func TestProbeFirst(t *testing.T) {
+	ctx := context.Background()
+	var none *prober
+	if free, ok, why := none.probeFirst(ctx); free != nil || !ok || why != "" {
+		t.Errorf("without a prober: %v %t %q, want nothing to probe", free, ok, why)
+	}
+	none.settle() // no prober: nothing to settle, no panic
+
+	addr := netip.MustParseAddr("172.18.0.44")
+	newProber := func(timing probe.Timing) *prober {
+		return &prober{timing: timing, iface: "lbsvc-test-none", addrs: []netip.Addr{addr}, log: slog.New(slog.DiscardHandler)}
+	}
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	p := newProber(probe.RFC)
+	if _, ok, why := p.probeFirst(short); ok || !strings.Contains(why, "longer than the dead interval") {
+		t.Errorf("rfc timing within 300 ms: ok %t, why %q", ok, why)
+	}
+	if p.finished() {
+		t.Error("a probe that did not run stands")
+	}
+
+	p = newProber(probe.Fast)
+	p.done.Store(true)
+	if _, ok, why := p.probeFirst(ctx); ok || why != "a takeover probed already" {
+		t.Errorf("after a takeover's probe: ok %t, why %q", ok, why)
+	}
+
+	p = newProber(probe.Fast)
+	p.reason = "stale"
+	p.settle()
+	if !p.finished() || p.check(ctx) != "" {
+		t.Errorf("settled: finished %t, check %q; want the addresses held without a probe", p.finished(), p.check(ctx))
+	}
 }

@@ -214,3 +214,45 @@ func (p *prober) record(ctx context.Context, free []netip.Addr, conflicts []v1al
 
 // finished says whether a probe's outcome stands (check will not probe again).
 func (p *prober) finished() bool { return p.done.Load() }
+
+// probeFirst probes, before the Service's first claim (firstClaim), every address of this lb pod:
+// the Lease has never listed one as announced. ok when nobody answered; else why the claim is not
+// to be offered (an answer, which the takeover's own probe then finds and reports as usual, or a
+// probe that could not run). Its outcome stands only once settled: when the record did not take
+// the claim, the takeover probes again. Without a prober (--conflict-probe=off) there is nothing
+// to probe.
+func (p *prober) probeFirst(ctx context.Context) (free []netip.Addr, ok bool, why string) {
+	if p == nil {
+		return nil, true, ""
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done.Load() {
+		return nil, false, "a takeover probed already"
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < p.timing.Total() {
+		return nil, false, fmt.Sprintf("the conflict probe takes up to %s, longer than the dead interval", p.timing.Total())
+	}
+	start := time.Now()
+	conflicts, err := probe.Run(ctx, p.iface, p.addrs, p.timing)
+	if err != nil {
+		return nil, false, "the conflict probe could not run: " + err.Error()
+	}
+	if conflicts = p.notPeers(conflicts); len(conflicts) > 0 {
+		return nil, false, fmt.Sprintf("the conflict probe got %d answers (the takeover probes again)", len(conflicts))
+	}
+	p.log.Info("conflict probe: nobody answered", "addresses", p.addrs, "took", time.Since(start).Round(time.Millisecond), "before", "the first claim")
+	return p.addrs, true, ""
+}
+
+// settle makes the outcome of probeFirst stand: the record took the first claim with the
+// addresses listed as announced, and the takeover that follows holds them without probing again.
+func (p *prober) settle() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.reason, p.conflicts = "", nil
+	p.done.Store(true)
+	p.mu.Unlock()
+}

@@ -30,6 +30,10 @@
 // like a real one. With a key every frame is authenticated, see Authentication.
 //
 //   - Start: release whatever an earlier incarnation left on net1, listen as standby.
+//   - A new Service's first holder (First, Granted): with a record that has never named a holder
+//     (its Lease as the operator leaves it), each replica offers its next claim there and the API
+//     server lets one write through; that replica takes over at once, unless it has heard another
+//     replica meanwhile, instead of after the dead interval. Otherwise the dead interval decides.
 //   - A standby that hears no advert for the dead interval (3 of the active's intervals) plus a
 //     skew (priority, then a slot from the ID; at most half an interval) takes over with
 //     term = highest term seen + 1: it adds the addresses, announces them, and advertises at once.

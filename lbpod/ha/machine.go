@@ -250,6 +250,13 @@ const (
 	// channel and in the socket) has been fed to it. An active that was frozen and heard no
 	// newer claim among them keeps the addresses and advertises at once.
 	Verified
+	// Granted: the Service's record took Event.Claim, this replica's NextClaim, as the Service's
+	// first: it had never named a holder, and the API server accepts one such write only (First,
+	// cmd/lbpod). No replica holds the addresses or ever did, so a standby that started, may
+	// claim, and has heard no other replica (neither an advert nor a claim in the record) takes
+	// over at once instead of after the dead interval: a new Service answers three adverts
+	// sooner. Anything else ignores it (the dead interval decides, as without a record).
+	Granted
 )
 
 func (k EventKind) String() string {
@@ -276,6 +283,8 @@ func (k EventKind) String() string {
 		return "superseded"
 	case Verified:
 		return "verified"
+	case Granted:
+		return "granted"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -288,7 +297,7 @@ type Event struct {
 	Advert Advert // Received only
 	// Authenticated (Received only): the advert's tag and sequence verified (Guard.Open).
 	Authenticated bool
-	Claim         Claim // Superseded only
+	Claim         Claim // Superseded and Granted only
 }
 
 // Hold is the change the caller applies to net1.
@@ -375,6 +384,8 @@ type Machine struct {
 	// the next one from the same active.
 	heardFrom ID
 	heardAt   time.Duration
+	// recordedOther: the record named another replica's claim (Superseded) since start.
+	recordedOther bool
 	// sentAt and sent: when our last advert went out and the interval it carried; prevSent the
 	// one before (a standby that missed the last one goes by it).
 	sentAt          time.Duration
@@ -415,6 +426,12 @@ func (m *Machine) Claim() Claim {
 		return Claim{}
 	}
 	return Claim{Term: m.term, Priority: m.cfg.Priority, Sender: m.cfg.ID}
+}
+
+// NextClaim is the claim a takeover would make now: the next term after the highest seen. The
+// runner offers it to the record as the Service's first claim (Granted).
+func (m *Machine) NextClaim() Claim {
+	return Claim{Term: nextTerm(m.maxTerm), Priority: m.cfg.Priority, Sender: m.cfg.ID}
 }
 
 // Backoff is the wait added to this replica's next claim since it was superseded through the
@@ -627,6 +644,8 @@ func (m *Machine) Handle(ev Event) Output {
 		}
 	case Superseded:
 		m.superseded(now, ev.Claim, &out)
+	case Granted:
+		m.granted(now, ev.Claim, &out)
 	case Verified:
 		if m.verifying && m.role == Active {
 			m.verifying = false
@@ -785,6 +804,9 @@ func (m *Machine) superseded(now time.Duration, c Claim, out *Output) {
 	// Our own claim too teaches the term: lbpod restarted in the same pod keeps net1's MAC, and
 	// its next claim must be newer than the one it recorded before.
 	m.maxTerm = max(m.maxTerm, c.Term)
+	if c.Sender != m.cfg.ID {
+		m.recordedOther = true
+	}
 	if c.Sender == m.cfg.ID || !m.role.holds() || c.Compare(m.own()) <= 0 {
 		return
 	}
@@ -805,6 +827,18 @@ func (m *Machine) superseded(now time.Duration, c Claim, out *Output) {
 	out.Superseded = &c
 }
 
+// granted handles the record's grant of the Service's first claim (Granted). The claim must be
+// ours as NextClaim made it (our ID and priority, a term no replica was seen with: our own record
+// of it may have taught the term already); the replica a standby since start that may claim and
+// that has heard no other replica, on the underlay or in the record.
+func (m *Machine) granted(now time.Duration, c Claim, out *Output) {
+	if m.role != Standby || !m.mayClaim() || m.heardActive || m.recordedOther || m.backoff > 0 ||
+		c.Sender != m.cfg.ID || c.Priority != m.cfg.Priority || c.Term == 0 || c.Term > MaxTerm || c.Term < m.maxTerm {
+		return
+	}
+	m.takeOverAt(now, c.Term, out, "the Service's record granted its first claim")
+}
+
 func (m *Machine) shutdown(now time.Duration, out *Output) {
 	switch m.role {
 	case Active:
@@ -822,8 +856,13 @@ func (m *Machine) shutdown(now time.Duration, out *Output) {
 func (m *Machine) mayClaim() bool { return !m.linkDown && !m.notReady }
 
 func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
-	m.maxTerm = nextTerm(m.maxTerm)
-	m.term = m.maxTerm
+	m.takeOverAt(now, nextTerm(m.maxTerm), out, why)
+}
+
+// takeOverAt makes this replica active with term (at least the highest seen).
+func (m *Machine) takeOverAt(now time.Duration, term uint64, out *Output, why string) {
+	m.maxTerm = term
+	m.term = term
 	m.role = Active
 	m.everActive = true
 	m.resigned = false

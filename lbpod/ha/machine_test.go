@@ -48,6 +48,11 @@ func record(n int, id ID, term uint64) Event {
 	return Event{Kind: Superseded, Now: ms(n), Claim: Claim{Term: term, Priority: DefaultPriority, Sender: id}}
 }
 
+// granted is the record's grant of the claim (term, priority, id) as the Service's first, at n ms.
+func granted(n int, id ID, priority uint8, term uint64) Event {
+	return Event{Kind: Granted, Now: ms(n), Claim: Claim{Term: term, Priority: priority, Sender: id}}
+}
+
 // step is one event and the exact output expected. send is "" for none, else "term N" with
 // " resigning" for a resignation; reason is a substring of Output.Reason ("" means empty).
 type step struct {
@@ -272,6 +277,42 @@ func TestMachine(t *testing.T) {
 			{ev: at(Tick, 650), role: Standby, wake: 665},
 			{ev: at(Tick, 665), hold: Take, send: "term 2", role: Active, wake: 765, failover: 615, reason: "active with term 2"},
 		}},
+		"the record's grant of the first claim makes a standby active at once": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: granted(40, idA, DefaultPriority, 1), hold: Take, send: "term 1", role: Active, wake: 140, reason: "the Service's record granted its first claim: active with term 1"},
+		}},
+		"the grant after the record already showed it (the watch came first) holds the granted term": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: record(30, idA, 1), role: Standby, wake: 315},
+			{ev: granted(40, idA, DefaultPriority, 1), hold: Take, send: "term 1", role: Active, wake: 140, reason: "granted its first claim: active with term 1"},
+		}},
+		"a grant after an advert of another replica is ignored: the dead interval decides": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(20, from(idB, 1)), role: Standby, wake: 335},
+			{ev: granted(40, idA, DefaultPriority, 2), role: Standby, wake: 335},
+		}},
+		"a grant after the record named another replica is ignored": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: record(20, idB, 1), role: Standby, wake: 315},
+			{ev: granted(40, idA, DefaultPriority, 2), role: Standby, wake: 315},
+		}},
+		"a grant of a claim that is not this replica's next one is ignored": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: granted(10, idB, DefaultPriority, 1), role: Standby, wake: 315},
+			{ev: granted(20, idA, DefaultPriority+1, 1), role: Standby, wake: 315},
+			{ev: granted(30, idA, DefaultPriority, 0), role: Standby, wake: 315},
+			{ev: granted(40, idA, DefaultPriority, MaxTerm+1), role: Standby, wake: 315},
+			{ev: record(50, idA, 3), role: Standby, wake: 315},
+			{ev: granted(60, idA, DefaultPriority, 2), role: Standby, wake: 315},
+		}},
+		"a grant while the data path is not ready is ignored": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: at(NotReady, 1), role: Standby, wake: 101},
+			{ev: granted(40, idA, DefaultPriority, 1), role: Standby, wake: 140},
+		}},
+		"a grant to an active changes nothing": {steps: append(activeAt315[:5:5],
+			step{ev: granted(320, idA, DefaultPriority, 2), role: Active, wake: 415},
+		)},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -102,6 +102,11 @@ type simReplica struct {
 	mute, deaf, apiDown bool
 	writes              []recordWrite
 	reads               []recordRead
+	// offer is the first claim this incarnation offered the record (First), its write due at
+	// offerAt (0: none pending); grants are the record's answers on their way back (Granted).
+	offer   Claim
+	offerAt time.Duration
+	grants  []recordRead
 }
 
 func (r *simReplica) hears() bool { return r.alive && !r.frozen && r.linkUp && !r.isolated }
@@ -208,9 +213,16 @@ func (s *sim) start(i int) {
 		r.guard, r.seq, r.accepted = NewGuard(cfg.withDefaults(), r.key), Sequencer{}, map[ID]uint64{}
 	}
 	r.alive, r.frozen, r.inbox, r.reported, r.unreadyTold = true, false, nil, true, false
-	r.writes, r.reads = nil, nil
+	r.writes, r.reads, r.grants = nil, nil, nil
 	s.handle(i, Event{Kind: Start, Now: s.now})
 	s.relist(i)
+	// As the runner does after Start (First): offer the next claim as the Service's first; the
+	// record takes it only while it has never named a claim (the API server's optimistic
+	// concurrency: one such write wins). Keyless replicas are of a release without it.
+	r.offer, r.offerAt = Claim{}, 0
+	if !r.keyless {
+		r.offer, r.offerAt = r.m.NextClaim(), s.now+s.apiDelay()
+	}
 }
 
 // relist: a recorder that (re)starts or gets the API server back reads the record first.
@@ -240,30 +252,49 @@ func (s *sim) recorder(i int) {
 		case r.m.Claim() != w.claim:
 			// no longer ours: the recorder writes only while active
 		case w.claim.Compare(s.record) > 0:
-			s.record = w.claim
-			s.written = append(s.written, s.now)
-			s.logf("r%d record: %s", i, w.claim)
-			for _, o := range s.replicas {
-				if o.alive {
-					o.reads = append(o.reads, recordRead{at: s.now + s.apiDelay(), claim: w.claim})
-				}
-			}
+			s.write(i, w.claim, "")
 		default:
 			r.reads = append(r.reads, recordRead{at: s.now, claim: s.record})
 		}
 	}
 	r.writes = keep
+	if r.offerAt != 0 && r.offerAt <= s.now {
+		if s.record == (Claim{}) {
+			s.write(i, r.offer, " (granted as the first claim)")
+			r.grants = append(r.grants, recordRead{at: s.now + s.apiDelay(), claim: r.offer})
+		}
+		r.offerAt = 0
+	}
+	r.grants = s.deliver(i, r.grants, Granted)
+	r.reads = s.deliver(i, r.reads, Superseded)
+}
+
+// write makes c, replica i's claim, the record's, and every live replica's watch delivers it.
+func (s *sim) write(i int, c Claim, note string) {
+	s.record = c
+	s.written = append(s.written, s.now)
+	s.logf("r%d record: %s%s", i, c, note)
+	for _, o := range s.replicas {
+		if o.alive {
+			o.reads = append(o.reads, recordRead{at: s.now + s.apiDelay(), claim: c})
+		}
+	}
+}
+
+// deliver feeds replica i, while it lives, the claims of list that are due, as events of kind,
+// and returns those still on their way.
+func (s *sim) deliver(i int, list []recordRead, kind EventKind) []recordRead {
 	var later []recordRead
-	for _, rd := range r.reads {
+	for _, rd := range list {
 		if rd.at > s.now {
 			later = append(later, rd)
 			continue
 		}
-		if r.alive {
-			s.handle(i, Event{Kind: Superseded, Now: s.now, Claim: rd.claim})
+		if s.replicas[i].alive {
+			s.handle(i, Event{Kind: kind, Now: s.now, Claim: rd.claim})
 		}
 	}
-	r.reads = later
+	return later
 }
 
 // receive hands one delivered frame to replica i as its runner does: version 2 dropped unread by

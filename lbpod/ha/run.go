@@ -76,6 +76,23 @@ type Record interface {
 	Superseded(held, by Claim)
 }
 
+// First is an optional source of the Service's first claim (cmd/lbpod: the Lease, with the
+// conflict probe before it). A standby at start listens a whole dead interval (three adverts)
+// before it claims, for an active it might not hear yet; for a Service created a moment ago there
+// is none, and the Service answers that much later. When the record has never named a holder,
+// the API server can pick the holder at once instead: every replica offers its first claim, the
+// record takes one (optimistic concurrency: one write wins, the others meet a conflict), and only
+// its replica is told. Run offers once, after Start, the claim a takeover would make then
+// (Machine.NextClaim); Grants delivers it back when the record holds it as the Service's first
+// claim, or never. The machine then takes over at once (Granted) unless it has heard another
+// replica meanwhile; everything else goes on as without it.
+type First interface {
+	// Offer is called once, on the election's goroutine: it must not block.
+	Offer(c Claim)
+	// Grants delivers the offered claim once the record took it.
+	Grants() <-chan Claim
+}
+
 // Options configure Run.
 type Options struct {
 	// Interface is net1, the underlay interface the addresses live on.
@@ -95,6 +112,8 @@ type Options struct {
 	// Record, when not nil, is the Service's record of claims: the takeovers are written there and
 	// its claims fence this replica (see Record).
 	Record Record
+	// First, when not nil, may grant this replica the Service's first claim (see First).
+	First First
 	// NoGroupAddress: send to MulticastMAC and listen only there, as replicas before group
 	// addresses (Group.MAC) did: for an underlay whose switches pass only that one multicast
 	// address. The upgrade tests run the replicas of the release before so.
@@ -202,9 +221,13 @@ func (r *runner) run(ctx context.Context) error {
 	at := r.origin.Add(out.Wake)
 	wake.reset(time.Until(at))
 	done := ctx.Done()
-	var claims <-chan Claim
+	var claims, grants <-chan Claim
 	if r.opts.Record != nil {
 		claims = r.opts.Record.Claims()
+	}
+	if r.opts.First != nil {
+		r.opts.First.Offer(r.m.NextClaim())
+		grants = r.opts.First.Grants()
 	}
 	var hardStop <-chan time.Time
 	for !out.Done {
@@ -222,6 +245,17 @@ func (r *runner) run(ctx context.Context) error {
 			}
 		case c := <-claims:
 			out = r.handle(Event{Kind: Superseded, Now: r.now(), Claim: c})
+		case c := <-grants:
+			grants = nil // offered once, granted at most once
+			// As at a wake: what came before first, and the link and readiness as of now (a
+			// standby that is not ready does not claim, and it learns it is at its wakes only).
+			out = r.drain(out)
+			if !out.Done {
+				out = r.pollLink(out)
+			}
+			if !out.Done {
+				out = r.handle(Event{Kind: Granted, Now: r.now(), Claim: c})
+			}
 		case <-wake.C:
 			if early := time.Until(at); early > 0 {
 				wake.reset(early) // a fire from before the last reset

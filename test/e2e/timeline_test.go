@@ -26,7 +26,8 @@ import (
 // the test polls the API every 20 ms and notes when it first sees each step (the address in the
 // Service's status, the Deployment, the lb pods, one scheduled, its sandbox and network ready,
 // its container running, Ready); afterwards it reads the lb pod that answered for the times its
-// own log lines carry (the process's first line, the rules in place, the address added).
+// own log lines carry (the process's first line, the rules in place, the first claim granted by
+// its Lease, the address added).
 // Every clock here is the same host's (the nodes are network namespaces of this machine), so the
 // steps line up. The steps are figures, not assertions; what the test asserts is that each step
 // was seen, in an order that can happen, and that the client's first answer was a backend's 200.
@@ -88,6 +89,7 @@ const (
 	stepReady     = "first lb pod Ready"
 	stepProcess   = "answering lb pod: first log line"
 	stepRules     = "answering lb pod: Service read, rules in place (ready as a standby)"
+	stepGranted   = "answering lb pod: its Lease granted the first claim"
 	stepAddress1  = "answering lb pod: address added to net1 (active)"
 	stepAnswer    = "client's first answer"
 )
@@ -254,6 +256,13 @@ func logSteps(t *testing.T, pod *corev1.Pod, steps *stepLog) {
 			steps.see(stepProcess, at)
 		case strings.Contains(msg, "msg=ready "):
 			steps.see(stepRules, at)
+		case strings.Contains(msg, `msg="first claim granted"`):
+			// The Lease's first claim (cmd/lbpod firstClaim): the election took over without
+			// waiting out the dead interval. A Service whose first claim was not granted (the
+			// line "first claim: not granted" says why) shows no such step.
+			steps.see(stepGranted, at)
+		case strings.Contains(msg, `msg="first claim: not granted`):
+			t.Logf("%s: %s", pod.Name, msg)
 		case strings.Contains(msg, `change="+address `), strings.Contains(msg, `msg="took over: the addresses are on net1"`):
 			// Added by the loop, or, by a standby whose loop stood ready, by the election's
 			// holder in one add (docs/lbpod.md#the-loop-and-the-failover-seam).
