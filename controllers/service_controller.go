@@ -519,6 +519,22 @@ func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, p
 	return r.recordTeardown(ctx, svc, plan, owned)
 }
 
+// cachedDeployment is the Service's lb Deployment as the cache has it (ours only: the cache holds
+// Deployments with our component label), nil when there is none.
+func (r *ServiceReconciler) cachedDeployment(ctx context.Context, svc *corev1.Service) (*appsv1.Deployment, error) {
+	deploy := &appsv1.Deployment{}
+	key := types.NamespacedName{Namespace: lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace),
+		Name: lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}
+	switch err := r.Client.Get(ctx, key, deploy); {
+	case err == nil:
+		return deploy, nil
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("get deployment %s: %w", key, err)
+	}
+}
+
 // gather reads everything DecideService needs, once.
 func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (decide.ServiceInputs, error) {
 	in := decide.ServiceInputs{
@@ -530,6 +546,15 @@ func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (de
 	}
 	provider, served := decide.ServiceProvider(svc, r.Options.DefaultAttachmentProvider)
 	if !served || !r.Options.EnableLBSvc || !svc.DeletionTimestamp.IsZero() {
+		if r.Options.EnableLBSvc {
+			// An lb Deployment of ours left behind after the Service was let go (a late write
+			// of a killed operator) is torn down too: a cache read, nothing from the API.
+			deploy, err := r.cachedDeployment(ctx, svc)
+			if err != nil {
+				return in, err
+			}
+			in.LBDeployment = deploy
+		}
 		return in, nil
 	}
 	if name, ns, err := decide.SplitProvider(provider); err == nil {
@@ -554,15 +579,11 @@ func (r *ServiceReconciler) gather(ctx context.Context, svc *corev1.Service) (de
 		in.Nodes = nodes.Items
 	}
 	// Its lb Deployment and pods, for LegacyPeers (from the cache: metadata and labels only).
-	deploy := &appsv1.Deployment{}
-	key := types.NamespacedName{Namespace: lbobjects.PodNamespace(r.Options.LBPodNamespace, svc.Namespace),
-		Name: lbobjects.ObjectNameIn(r.Options.LBPodNamespace, svc.Namespace, svc.Name)}
-	switch err := r.Client.Get(ctx, key, deploy); {
-	case err == nil:
-		in.LBDeployment = deploy
-	case !apierrors.IsNotFound(err):
-		return in, fmt.Errorf("get deployment %s: %w", key, err)
+	deploy, err := r.cachedDeployment(ctx, svc)
+	if err != nil {
+		return in, err
 	}
+	in.LBDeployment = deploy
 	var pods corev1.PodList
 	if err := r.Client.List(ctx, &pods, client.MatchingFields{indexServiceUID: string(svc.UID)}); err != nil {
 		return in, fmt.Errorf("list lb pods: %w", err)

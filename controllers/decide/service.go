@@ -261,11 +261,20 @@ func LBPodCondition(d *appsv1.Deployment) metav1.Condition {
 	return c
 }
 
+// leftDeployment says that the cache shows an lb Deployment of ours for the Service (its UID label)
+// although nothing else of ours is on it: a write of a killed operator that reached the API server
+// after its successor had let the Service go (type changed, provider removed). Nothing else would
+// delete it while the Service exists, and it would keep its address draining for ever.
+func leftDeployment(in ServiceInputs) bool {
+	d := in.LBDeployment
+	return d != nil && d.Labels[lbv1.ServiceUIDLabel] == string(in.Service.UID) && d.Labels[lbobjects.ManagedByLabel] == lbobjects.ManagedByValue
+}
+
 // DecideService is the Service reconciler's decision.
 func DecideService(in ServiceInputs) Plan {
 	svc := in.Service
 	deleting := !svc.DeletionTimestamp.IsZero()
-	ours := len(in.Owned) > 0 || HasOurConditions(svc)
+	ours := len(in.Owned) > 0 || HasOurConditions(svc) || leftDeployment(in)
 	provider, served := ServiceProvider(svc, in.DefaultProvider)
 	if !in.EnableLBSvc {
 		// With the flag off nothing is served: only a deletion we must not block completes.

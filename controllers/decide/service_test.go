@@ -10,6 +10,7 @@ import (
 
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -44,6 +45,12 @@ func planService(mutate ...func(*corev1.Service)) *corev1.Service {
 
 func owned(name, addr, subnet string, draining bool) OwnedIP {
 	return OwnedIP{Name: name, Addr: netip.MustParseAddr(addr), Subnet: subnet, Draining: draining}
+}
+
+// leftLBDeployment is an lb Deployment as the cache shows ours, for the Service of uid.
+func leftLBDeployment(uid string) *appsv1.Deployment {
+	return &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "lb-svc-web", Labels: map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue, lbv1.ServiceUIDLabel: uid}}}
 }
 
 func withCondition(s *corev1.Service) {
@@ -144,6 +151,16 @@ func TestDecideService(t *testing.T) {
 			in: ServiceInputs{Service: planService(foreignClass, withCondition), Subnets: []lbv1.Subnet{sn},
 				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
 			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, RemoveFinalizer: true},
+		},
+		"not served, nothing of ours on it, but an lb Deployment of ours for it (a late write): torn down": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }),
+				LBDeployment: leftLBDeployment("u1")},
+			want: Plan{Action: PlanTeardown, RemoveFinalizer: true},
+		},
+		"not served, an lb Deployment at its name for another UID (an earlier Service of the name): untouched": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }),
+				LBDeployment: leftLBDeployment("u0")},
+			want: Plan{Action: PlanNothing},
 		},
 		"flag off, served Service deleted: its deletion completes": {
 			in:   ServiceInputs{Service: planService(deleting, withCondition), Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},

@@ -892,6 +892,18 @@ func TestForgedStrayFreezesNothing(t *testing.T) {
 	}, time.Second, 200*time.Millisecond).Should(Succeed())
 }
 
+// servedWeb creates Service "web" of f asking for addr, and returns its lb Deployment's key and the
+// Deployment once the address is in its status and the Deployment exists.
+func servedWeb(t *testing.T, f fixture, addr string) (client.ObjectKey, *appsv1.Deployment) {
+	t.Helper()
+	create(t, lbService(f.ns, "web", f.provider, addr))
+	waitAddress(t, f.ns, "web", addr)
+	key := client.ObjectKey{Namespace: f.ns, Name: lbobjects.ObjectNameIn("", f.ns, "web")}
+	d := &appsv1.Deployment{}
+	NewWithT(t).Eventually(func() error { return k8s.Get(context.Background(), key, d) }, timeout, interval).Should(Succeed())
+	return key, d
+}
+
 // A Service let go while a Deployment of ours for it still exists: one write of a killed operator
 // that reached the API server after its successor had let the Service go (seen in
 // TestKillDuringChurn under load); here the operator is stopped and our finalizer taken off by
@@ -904,10 +916,7 @@ func TestDrainDeletesTheDeploymentOfAGoneService(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t)
 	addr := f.ip("91")
-	create(t, lbService(f.ns, "web", f.provider, addr))
-	waitAddress(t, f.ns, "web", addr)
-	key := client.ObjectKey{Namespace: f.ns, Name: lbobjects.ObjectNameIn("", f.ns, "web")}
-	g.Eventually(func() error { return k8s.Get(ctx, key, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	key, _ := servedWeb(t, f, addr)
 	ipUID := getIP(g, addr).UID
 
 	stopOperator()
@@ -930,4 +939,39 @@ func TestDrainDeletesTheDeploymentOfAGoneService(t *testing.T) {
 		}
 	}
 	g.Expect(notes).To(Equal([]string{fmt.Sprintf("deleted deployment %s/%s: it still asked for %s, and its Service %s/web is gone", f.ns, key.Name, addr, f.ns)}))
+}
+
+// A Service let go by a type change, whose lb Deployment a write of a killed operator put back
+// afterwards (here: the operator stopped, the Deployment created again as it was): the Service
+// still exists, so no garbage collector would ever delete it, its pods would run for a Service
+// that is no longer served, and its address would drain for ever. The next pass over the Service
+// deletes it.
+func TestLeftDeploymentOfARetypedServiceIsDeleted(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	addr := f.ip("92")
+	key, left := servedWeb(t, f, addr)
+
+	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP })
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: addr}})
+	g.Eventually(func(g Gomega) {
+		s := getService(g, f.ns, "web")
+		g.Expect(s.Finalizers).To(BeEmpty())
+		g.Expect(s.Status.Conditions).To(BeEmpty())
+	}, timeout, interval).Should(Succeed())
+
+	stopOperator()
+	t.Cleanup(func() { startOperator(true) })
+	left.ResourceVersion, left.UID, left.CreationTimestamp, left.ManagedFields = "", "", metav1.Time{}, nil
+	left.Status = appsv1.DeploymentStatus{}
+	g.Expect(k8s.Create(ctx, left)).To(Succeed())
+
+	startOperator(true)
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	s := getService(g, f.ns, "web")
+	g.Expect(s.Finalizers).To(BeEmpty())
+	g.Expect(s.Status.Conditions).To(BeEmpty())
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: addr}, &lbv1.IP{})).NotTo(Succeed())
 }
