@@ -42,8 +42,8 @@ for pkg in $pkgs; do
 		# context's before the child has been cancelled (internal/fuzz, CoordinateFuzzing's stop),
 		# a race that a loaded 2-core machine loses now and then. Such a run is tried once more
 		# with an iteration budget (as many execs as the first run made), which sets no deadline
-		# and so cannot lose that race; its first output is shown indented ("  race| ") so that
-		# its FAIL lines are not read as a test result. A run that wrote a crasher fails at once.
+		# and so cannot lose that race; its first output is shown indented ("  race| "), its FAIL
+		# words as "raced", so that they are not read as a test result. A run that wrote a crasher fails at once.
 		budget="$fuzztime"
 		for attempt in 1 2; do
 			log=$(mktemp)
@@ -57,7 +57,7 @@ for pkg in $pkgs; do
 			execs=$(grep -oE 'execs: [0-9]+' "$log" | tail -n1 | grep -oE '[0-9]+' || true)
 			if [ "$attempt" = 1 ] && grep -qx '    context deadline exceeded' "$log" &&
 				! grep -q 'Failing input written to' "$log" && [ -n "$execs" ] && [ "$execs" -gt 0 ]; then
-				sed 's/^/  race| /' "$log"
+				sed -e 's/--- FAIL/--- raced/' -e 's/^FAIL/raced/' -e 's/^/  race| /' "$log"
 				echo "--- $target: the coordinator's deadline race (no crasher); once more for ${execs}x"
 				budget="${execs}x"
 				rm -f "$log"
