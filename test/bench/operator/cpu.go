@@ -60,7 +60,34 @@ func (cp controlPlane) cpu(op *operator) map[string]float64 {
 	if op != nil {
 		out["operator"] = op.cpuSeconds()
 	}
+	busy, steal := machineCPU()
+	out[machineBusy], out[machineSteal] = busy, steal
 	return out
+}
+
+// The machine's own counters in cpu's map (not processes): all CPU time spent busy, by anyone,
+// and the time the hypervisor gave to other guests while this one wanted to run (steal). A phase
+// that ran slow with the same work shows where the time went: others on this machine, or none
+// given to it.
+const (
+	machineBusy  = "machine:busy"
+	machineSteal = "machine:steal"
+)
+
+// machineCPU reads /proc/stat's first line: busy (user, nice, system, irq, softirq) and steal,
+// in seconds (0 when unreadable).
+func machineCPU() (busy, steal float64) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, 0
+	}
+	v := func(i int) float64 { x, _ := strconv.ParseFloat(f[i], 64); return x / 100 } // USER_HZ
+	return v(1) + v(2) + v(3) + v(6) + v(7), v(8)
 }
 
 // cpuSecondsOf is the CPU time (user + system) process pid has used so far (0 when unreadable).
@@ -89,11 +116,17 @@ func reportCPU(fig func(string, string, ...any), phase string, before, after map
 	sort.Strings(names)
 	total := 0.0
 	for _, k := range names {
+		if strings.HasPrefix(k, "machine:") {
+			continue
+		}
 		d := after[k] - before[k]
 		total += d
 		fig(phase+"_cpu_seconds{process="+k+"}", "%.2f", d)
 	}
 	fig(phase+"_cpu_seconds{process=all}", "%.2f", total)
+	// Busy time not ours: other processes of this machine (a build, a leftover cluster).
+	fig(phase+"_machine_cpu_seconds{kind=others}", "%.2f", max(0, after[machineBusy]-before[machineBusy]-total))
+	fig(phase+"_machine_cpu_seconds{kind=steal}", "%.2f", after[machineSteal]-before[machineSteal])
 }
 
 // saveAPIServerProfile writes a CPU profile of the kube-apiserver over the next secs seconds
