@@ -28,7 +28,8 @@ import (
 // server lets one such write through and refuses the others with a conflict. The winner's election
 // takes over at once (ha.Granted), the others stay standbys and hear its adverts. So the API
 // server decides who holds a new address, and the Service answers about 0.3 s sooner. The write is
-// the one the takeover would make anyway (the claim, with the addresses announced): no write more.
+// the one the takeover would make anyway (the claim, with the addresses announced): no write more
+// is stored; each other replica's attempt is one refused request.
 //
 // It is an accelerator, never the path itself: when anything is not as expected (the Lease names
 // a holder or cannot be read, another replica was heard, the probe got an answer or could not run,
