@@ -466,8 +466,11 @@ func (r *IPReconciler) deleteOrphaned(ctx context.Context, ip *lbv1.IP, asking [
 		return err
 	}
 	for _, d := range decide.Orphaned(ip, asking, svc == nil) {
-		if err := r.Client.Delete(ctx, d, client.PropagationPolicy(metav1.DeletePropagationBackground),
-			client.Preconditions{UID: ptrUID(d.UID)}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		err := r.Client.Delete(ctx, d, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: ptrUID(d.UID)})
+		switch {
+		case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+			continue // gone already, or another object now: the next look decides
+		case err != nil:
 			return fmt.Errorf("delete deployment %s/%s left for %s/%s: %w", d.Namespace, d.Name, owner.Namespace, owner.Name, err)
 		}
 		logf.FromContext(ctx).Info("deleted an lb Deployment whose Service is gone", "ip", ip.Name, "deployment", d.Namespace+"/"+d.Name)

@@ -8,7 +8,6 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
@@ -118,7 +117,7 @@ func (f *firstClaim) try(ctx context.Context, c ha.Claim) string {
 	case f.holder.heardPeer():
 		return "another replica was heard"
 	}
-	took, err := f.recorder.grant(ctx, l, c, free, f.prober != nil)
+	took, err := f.recorder.grant(ctx, l, c, free)
 	switch {
 	case err != nil:
 		return "writing the Lease failed: " + err.Error()
@@ -188,11 +187,10 @@ func (r *leaseRecorder) cachedLease(ctx context.Context) (*coordinationv1.Lease,
 }
 
 // grant writes c as the Service's first claim into l (the Lease as read, never held; nil: absent,
-// then created), with the addresses free announced when probed: the write a takeover makes, made
-// before it. The resourceVersion read (or the Create) lets one replica's write through; it reports
-// whether this one's was.
-func (r *leaseRecorder) grant(ctx context.Context, l *coordinationv1.Lease, c ha.Claim, free []netip.Addr, probed bool) (bool, error) {
-	leases := r.client.Leases(r.namespace)
+// then created), with the addresses free announced (nil: no probe ran): the write a takeover
+// makes, made before it. The resourceVersion read (or the Create) lets one replica's write
+// through; it reports whether this one's was.
+func (r *leaseRecorder) grant(ctx context.Context, l *coordinationv1.Lease, c ha.Claim, free []netip.Addr) (bool, error) {
 	absent := l == nil
 	if absent {
 		var err error
@@ -203,21 +201,14 @@ func (r *leaseRecorder) grant(ctx context.Context, l *coordinationv1.Lease, c ha
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	l.Annotations[v1alpha1.HAClaimAnnotation] = c.String()
 	// With the probe, the addresses nobody answered for; without it, none yet (as a takeover's
 	// write says for a Lease that named no claim).
 	l.Annotations[v1alpha1.AnnouncedAnnotation] = ""
-	if probed {
+	if free != nil {
 		l.Annotations[v1alpha1.AnnouncedAnnotation] = probe.Announced(l.Annotations, free)
 	}
-	l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To(int32(0))
-	l.Spec.AcquireTime = &metav1.MicroTime{Time: r.now()}
-	var err error
-	if absent {
-		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
-	} else {
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	}
+	r.stamp(l, c, 0)
+	err := r.put(ctx, l, absent)
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
 		return false, nil
 	}

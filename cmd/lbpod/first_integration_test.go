@@ -103,7 +103,7 @@ func TestFirstClaimGrantedToOne(t *testing.T) {
 	stale := lbobjects.BuildLease(name, serviceOf(params))
 	stale.ResourceVersion = "1"
 	rec := newLeaseRecorder(podClient.api, ns, "web", name, podB, log)
-	took, err := rec.grant(ctx, stale, claims[podB], []netip.Addr{addr}, true)
+	took, err := rec.grant(ctx, stale, claims[podB], []netip.Addr{addr})
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(took).To(BeFalse())
 	g.Expect(rv()).To(Equal(written))
@@ -119,7 +119,7 @@ func TestFirstClaimGrantedToOne(t *testing.T) {
 	for _, pod := range []string{podA, podB} {
 		rec := newLeaseRecorder(podClient.api, ns, "web", name, pod, log)
 		go func() {
-			took, err := rec.grant(ctx, nil, claims[pod], []netip.Addr{addr}, true)
+			took, err := rec.grant(ctx, nil, claims[pod], []netip.Addr{addr})
 			results <- result{took, err}
 		}()
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -300,9 +299,7 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 		if prev != "" && prev != r.identity {
 			transitions++
 		}
-		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To(transitions)
-		l.Spec.AcquireTime = &metav1.MicroTime{Time: r.now()}
-		l.Annotations[v1alpha1.HAClaimAnnotation] = want.String()
+		r.stamp(l, want, transitions)
 	}
 	if note != nil {
 		other := note.by.Sender.String() // the pod is named when the Lease still records that claim
@@ -312,12 +309,7 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 		l.Annotations[v1alpha1.HeldTwiceAnnotation] = fmt.Sprintf("%s %s %d %s %d",
 			r.identity, note.at.UTC().Format(time.RFC3339), note.held.Term, other, note.by.Term)
 	}
-	if absent {
-		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
-	} else {
-		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
-	}
-	if err != nil {
+	if err := r.put(ctx, l, absent); err != nil {
 		return err
 	}
 	r.mu.Lock()
@@ -341,6 +333,25 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 	return nil
 }
 
+// stamp makes l name this pod as the holder of claim c, with transitions.
+func (r *leaseRecorder) stamp(l *coordinationv1.Lease, c ha.Claim, transitions int32) {
+	l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To(r.identity), ptr.To(transitions)
+	l.Spec.AcquireTime = &metav1.MicroTime{Time: r.now()}
+	l.Annotations[v1alpha1.HAClaimAnnotation] = c.String()
+}
+
+// put writes l: created when it was absent, else updated with the resourceVersion it was read at.
+func (r *leaseRecorder) put(ctx context.Context, l *coordinationv1.Lease, absent bool) error {
+	leases := r.client.Leases(r.namespace)
+	var err error
+	if absent {
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+	} else {
+		_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	}
+	return err
+}
+
 // newLease is the Lease as the operator builds it (name, labels, owner: the Service, whose UID
 // it reads), not yet created.
 func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, error) {
@@ -362,19 +373,18 @@ func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, er
 // a takeover), else as the API server says.
 func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, bool, error) {
 	r.mu.Lock()
-	store, synced := r.store, r.hasSynced
+	watching := r.hasSynced != nil
 	r.mu.Unlock()
-	if synced != nil {
+	if watching {
 		// The watch's first list comes within a moment of start; a takeover that comes first
 		// (at creation) waits for it, a bounded time.
 		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if cache.WaitForCacheSync(wait.Done(), synced) {
-			obj, found, err := store.GetByKey(r.namespace + "/" + r.name)
-			if err != nil || !found {
-				return nil, false, err
+		if l, err := r.cachedLease(wait); err == nil {
+			if l == nil {
+				return nil, false, nil
 			}
-			return maps.Clone(obj.(*coordinationv1.Lease).Annotations), true, nil
+			return l.Annotations, true, nil
 		}
 	}
 	l, err := r.client.Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})

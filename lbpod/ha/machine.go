@@ -829,8 +829,8 @@ func (m *Machine) superseded(now time.Duration, c Claim, out *Output) {
 
 // granted handles the record's grant of the Service's first claim (Granted). The claim must be
 // ours as NextClaim made it (our ID and priority, a term no replica was seen with: our own record
-// of it may have taught the term already); the replica a standby since start that may claim and
-// that has heard no other replica, on the underlay or in the record.
+// of it may have taught the term already), and this replica a standby that may claim and has
+// heard no other replica since start, on the underlay or in the record.
 func (m *Machine) granted(now time.Duration, c Claim, out *Output) {
 	if m.role != Standby || !m.mayClaim() || m.heardActive || m.recordedOther || m.backoff > 0 ||
 		c.Sender != m.cfg.ID || c.Priority != m.cfg.Priority || c.Term == 0 || c.Term > MaxTerm || c.Term < m.maxTerm {

@@ -247,13 +247,9 @@ func (r *runner) run(ctx context.Context) error {
 			out = r.handle(Event{Kind: Superseded, Now: r.now(), Claim: c})
 		case c := <-grants:
 			grants = nil // offered once, granted at most once
-			// As at a wake: what came before first, and the link and readiness as of now (a
-			// standby that is not ready does not claim, and it learns it is at its wakes only).
-			out = r.drain(out)
-			if !out.Done {
-				out = r.pollLink(out)
-			}
-			if !out.Done {
+			// As at a wake (a standby that is not ready does not claim, and it learns it is at
+			// its wakes only).
+			if out = r.upToNow(out); !out.Done {
 				out = r.handle(Event{Kind: Granted, Now: r.now(), Claim: c})
 			}
 		case <-wake.C:
@@ -261,13 +257,7 @@ func (r *runner) run(ctx context.Context) error {
 				wake.reset(early) // a fire from before the last reset
 				continue
 			}
-			// The adverts first: they came before now, and the link's or readiness's change
-			// (pollLink) is fed as of now, after which the machine would take them as of now.
-			out = r.drain(out)
-			if !out.Done {
-				out = r.pollLink(out)
-			}
-			if !out.Done {
+			if out = r.upToNow(out); !out.Done {
 				out = r.handle(Event{Kind: Tick, Now: r.now()})
 			}
 		case <-hardStop:
@@ -288,6 +278,16 @@ func (r *runner) run(ctx context.Context) error {
 		wake.reset(time.Until(at))
 	}
 	return nil
+}
+
+// upToNow feeds the machine what happened before now, before an input decided as of now (a Tick,
+// a grant): the adverts first, since they came before now, then the link's or readiness's change
+// (pollLink), which is fed as of now, after which the machine would take the adverts as of now.
+func (r *runner) upToNow(out Output) Output {
+	if out = r.drain(out); out.Done {
+		return out
+	}
+	return r.pollLink(out)
 }
 
 // drain feeds the adverts waiting in the queue socket (conn), dated when the kernel received them,

@@ -51,7 +51,7 @@ func findControlPlane() controlPlane {
 }
 
 // cpu returns the CPU seconds used so far by each control-plane process, the operator (when not
-// nil) and the bench itself.
+// nil) and the bench itself, and the machine's busy and steal time (machineBusy, machineSteal).
 func (cp controlPlane) cpu(op *operator) map[string]float64 {
 	out := map[string]float64{"bench": cpuSecondsOf(os.Getpid())}
 	for name, pid := range cp {
