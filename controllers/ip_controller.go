@@ -397,12 +397,13 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 		return ctrl.Result{}, err
 	}
 	var kept []lbv1.IPHolder
+	var asking []*appsv1.Deployment
 	if len(pods) == 0 || len(decide.DroppingNamespaces(ip, r.LBPodNamespace, pods)) > 0 {
 		d, err := r.confirmNoHolder(ctx, ip)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		pods, kept, foreign = d.Holding, d.Kept, d.Foreign
+		pods, kept, foreign, asking = d.Holding, d.Kept, d.Foreign, d.Asking
 		r.reportForeign(ip, foreign)
 		if d.Why == "" && len(pods) == 0 {
 			before := ip.DeepCopy()
@@ -417,13 +418,22 @@ func (r *IPReconciler) reconcileDraining(ctx context.Context, ip *lbv1.IP) (ctrl
 			return ctrl.Result{}, nil
 		}
 		if d.Why != "" {
-			if err := r.deleteOrphaned(ctx, ip, d.Asking); err != nil {
+			if err := r.deleteOrphaned(ctx, ip, asking); err != nil {
 				return ctrl.Result{}, err
 			}
 			return ctrl.Result{RequeueAfter: drainRecheck}, r.patchStatus(ctx, ip, draining(ip), holderList(nil, "", kept), d.Why)
 		}
 	} else {
 		r.reportForeign(ip, foreign)
+		if asking, err = r.cachedAsking(ctx, ip); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	// Pods of ours hold the address. A Deployment of ours that still asks for it although its
+	// Service is gone would replace them for ever where no garbage collector follows it to the
+	// Service (the lb pod namespace layout): delete it, and wait for its pods as for any holder.
+	if err := r.deleteOrphaned(ctx, ip, asking); err != nil {
+		return ctrl.Result{}, err
 	}
 	msg := fmt.Sprintf("waiting for %s to be gone", podNames(pods))
 	for i := range pods {
@@ -503,11 +513,7 @@ func (r *IPReconciler) drainingActive(ctx context.Context, ip *lbv1.IP, pods []c
 // no holder (when the three had to be read anyway), or when a namespace trusted only through
 // status.holders would drop out of it (after --lb-pod-namespace changed).
 func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (decide.DrainDecision, error) {
-	key := lbv1.IPv4Label
-	if strings.Contains(ip.Name, "-") {
-		key = lbv1.IPv6Label
-	}
-	sel := client.MatchingLabels{key: ip.Name}
+	sel := addressSelector(ip)
 	var pods corev1.PodList
 	if err := r.Reader.List(ctx, &pods, sel); err != nil {
 		return decide.DrainDecision{}, fmt.Errorf("list pods of %s: %w", ip.Name, err)
@@ -522,6 +528,26 @@ func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (decide
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return decide.PodKey(&pods.Items[i]) < decide.PodKey(&pods.Items[j]) })
 	return decide.DrainVerdict(ip, r.LBPodNamespace, pods.Items, rss.Items, deps.Items), nil
+}
+
+// addressSelector selects the objects that carry ip's address label.
+func addressSelector(ip *lbv1.IP) client.MatchingLabels {
+	key := lbv1.IPv4Label
+	if strings.Contains(ip.Name, "-") {
+		key = lbv1.IPv6Label
+	}
+	return client.MatchingLabels{key: ip.Name}
+}
+
+// cachedAsking are the Deployments of ours that still ask for ip's address, as the cache has them
+// (decide.AskingDeployments): read while pods of ours hold the address, when the API server's
+// lists are not (confirmNoHolder).
+func (r *IPReconciler) cachedAsking(ctx context.Context, ip *lbv1.IP) ([]*appsv1.Deployment, error) {
+	var deps appsv1.DeploymentList
+	if err := r.Client.List(ctx, &deps, addressSelector(ip)); err != nil {
+		return nil, fmt.Errorf("list deployments of %s: %w", ip.Name, err)
+	}
+	return decide.AskingDeployments(ip, r.LBPodNamespace, deps.Items), nil
 }
 
 func podNames(pods []corev1.Pod) string {

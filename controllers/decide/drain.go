@@ -24,12 +24,18 @@ import (
 //   - it carries our component and managed-by labels (the builders put both, with the Service
 //     UID label, on the Deployment and its pod template, hence on its ReplicaSets and pods);
 //   - its Service UID label is the IP object's spec.service.uid;
-//   - it lives in a namespace trusted for that IP object (trustedNamespaces).
+//   - it lives in a namespace trusted for that IP object (trustedNamespaces): where the lb pods
+//     of the Service live now (its own namespace, or --lb-pod-namespace when set), or where its
+//     status.holders saw them before the flag changed.
 //
 // A pod that has Succeeded or Failed runs nothing and holds nothing.
 //
 // The namespace is the part a tenant cannot forge: creating an object in the Service's own
-// namespace or in --lb-pod-namespace takes rights there. Labels alone, even our managed-by
+// namespace or in --lb-pod-namespace takes rights there. With --lb-pod-namespace the Service's
+// own namespace is not trusted (unless status.holders lists it: lb pods left there by a run
+// without the flag): a tenant may create pods there, and pods that forge our labels and a
+// Service's UID would keep each address the tenant once had draining for ever, one Service of
+// quota at a time. Labels alone, even our managed-by
 // label and the victim's exact UID, prove nothing. A pod in the Service's own namespace that
 // carries the address with another Service's UID is not ours either: no lb pod of another
 // Service carries this address (the IP object is the one claim on it; a Service created again
@@ -37,9 +43,8 @@ import (
 // whoever may run pods there can announce any address with or without our labels: the drain
 // exists to outwait our own lb pods, not to police the namespace's owner.
 
-// trustedNamespaces are the namespaces whose objects may hold ip's address: the owner
-// Service's namespace, lbPodNamespace when set, and the namespaces of ip's current
-// status.holders.
+// trustedNamespaces are the namespaces whose objects may hold ip's address: where its lb pods
+// live (homeNamespace), and the namespaces of ip's current status.holders.
 //
 // Why the last is sound: only the operator writes IP objects and their status (no built-in
 // role aggregates them), and it writes into status.holders only pods that passed ProvablyOurs
@@ -58,16 +63,19 @@ import (
 // the label) may name a foreign namespace, which then stays trusted only for objects there that
 // forge our labels and the exact UID, and only as long as they exist.
 func trustedNamespaces(ip *lbv1.IP, lbPodNamespace string) map[string]bool {
-	ns := map[string]bool{ip.Spec.Service.Namespace: true}
-	if lbPodNamespace != "" {
-		ns[lbPodNamespace] = true
-	}
+	ns := map[string]bool{homeNamespace(ip, lbPodNamespace): true}
 	for _, h := range ip.Status.Holders {
 		if n, _, ok := strings.Cut(h.Pod, "/"); ok && n != "" {
 			ns[n] = true
 		}
 	}
 	return ns
+}
+
+// homeNamespace is where the lb pods of ip's Service live: lbPodNamespace when set, else the
+// Service's own namespace (lbobjects.PodNamespace).
+func homeNamespace(ip *lbv1.IP, lbPodNamespace string) string {
+	return lbobjects.PodNamespace(lbPodNamespace, ip.Spec.Service.Namespace)
 }
 
 // ProvablyOurs tells whether obj, a pod, ReplicaSet or Deployment that carries ip's address
@@ -78,12 +86,18 @@ func ProvablyOurs(obj metav1.Object, ip *lbv1.IP, lbPodNamespace string) bool {
 }
 
 // StrayOurs tells whether obj, found by a Service's UID label away from where its lb pods belong
-// now, is provably one of that Service's objects left behind (a previous --lb-pod-namespace): our
-// labels and the Service's UID, in a namespace one of its IP objects trusts. Anything else that
-// carries the UID (a tenant's forgery in another namespace) is neither deleted nor waited for.
+// now, is provably one of that Service's objects left behind (a previous --lb-pod-namespace, or
+// the Service's own namespace before the flag was set): our labels and the Service's UID, in a
+// namespace one of its IP objects trusts or in the Service's own. Anything else that carries the
+// UID (a tenant's forgery in another namespace) is neither deleted nor waited for. The Service's
+// own namespace counts here though it is not trusted for drains: deleting an object there that
+// forges our labels and the Service's UID only takes from the tenant what they wrote for their
+// own Service.
 func StrayOurs(obj metav1.Object, ips []*lbv1.IP, lbPodNamespace string) bool {
 	for _, ip := range ips {
-		if ProvablyOurs(obj, ip, lbPodNamespace) {
+		trusted := trustedNamespaces(ip, lbPodNamespace)
+		trusted[ip.Spec.Service.Namespace] = true
+		if ours(obj, ip, trusted) {
 			return true
 		}
 	}
@@ -176,6 +190,13 @@ func DrainVerdict(ip *lbv1.IP, lbPodNamespace string, pods []corev1.Pod, rss []a
 	return d
 }
 
+// AskingDeployments are those of deps (Deployments that carry ip's address label) that are ours
+// and still ask for the address, as DrainDecision.Asking.
+func AskingDeployments(ip *lbv1.IP, lbPodNamespace string, deps []appsv1.Deployment) []*appsv1.Deployment {
+	var ignored []string
+	return blocking(deps, "deployment", ip, trustedNamespaces(ip, lbPodNamespace), asks, &ignored)
+}
+
 // blocking returns those of items (ReplicaSets or Deployments) that are ours and may still
 // create a holder (blocks), and appends "<kind> <namespace>/<name>" of those not ours to foreign.
 func blocking[T any, P interface {
@@ -202,7 +223,7 @@ func DroppingNamespaces(ip *lbv1.IP, lbPodNamespace string, holding []corev1.Pod
 	var out map[string]bool
 	for _, h := range ip.Status.Holders {
 		n, _, ok := strings.Cut(h.Pod, "/")
-		if !ok || n == "" || n == ip.Spec.Service.Namespace || n == lbPodNamespace ||
+		if !ok || n == "" || n == homeNamespace(ip, lbPodNamespace) ||
 			slices.ContainsFunc(holding, func(p corev1.Pod) bool { return p.Namespace == n }) {
 			continue
 		}
@@ -243,7 +264,7 @@ func ForeignMessage(ip *lbv1.IP, foreign []string) string {
 		names = append(names[:maxForeignNamed], fmt.Sprintf("and %d more", len(foreign)-maxForeignNamed))
 	}
 	return BoundedMessage(fmt.Sprintf("%s: ignored %d object(s) carrying its address label that are not lb pods of service %s/%s "+
-		"(not our labels, another UID, or outside its namespace and the lb pod namespace); they neither hold it nor delay its release: %s",
+		"(not our labels, another UID, or outside the namespace its lb pods live in); they neither hold it nor delay its release: %s",
 		ip.Spec.Address, len(foreign), ip.Spec.Service.Namespace, ip.Spec.Service.Name, strings.Join(names, ", ")))
 }
 
@@ -254,7 +275,7 @@ const maxForeignNamed = 5
 func PodKey(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
 // Orphaned are those of asking (Deployments of ours that still ask for ip's address, from
-// DrainVerdict: our labels, the owner's UID, a trusted namespace) that no Service wants any more:
+// DrainVerdict or AskingDeployments: our labels, the owner's UID, a trusted namespace) that no Service wants any more:
 // ip's owner Service is gone (ownerGone, read from the API server), and nothing else controls
 // them (their controller, if any, is that Service, by UID). Such a Deployment asks for the address
 // until the garbage collector deletes it, which is for ever where none runs (an API server without

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
@@ -98,8 +99,13 @@ func TestProvablyOurs(t *testing.T) {
 			ptr.To(drainPod("team-a", "lb", ourLabels(victimUID), corev1.PodRunning)), drainIP(), "", true},
 		"our pod in the lb pod namespace holds the address": {
 			ptr.To(drainPod(lbPodNS, "lb", ourLabels(victimUID), corev1.PodRunning)), drainIP(), lbPodNS, true},
-		"our pod in the Service's namespace still holds the address with --lb-pod-namespace set": {
-			ptr.To(drainPod("team-a", "lb", ourLabels(victimUID), corev1.PodRunning)), drainIP(), lbPodNS, true},
+		"our pod in the Service's namespace, listed in status.holders (left by a run without --lb-pod-namespace), still holds the address with the flag set": {
+			ptr.To(drainPod("team-a", "lb-2", ourLabels(victimUID), corev1.PodRunning)), drainIP("team-a/lb-1"), lbPodNS, true},
+		// With --lb-pod-namespace the tenant's own namespace holds no lb pod of ours: a pod there
+		// that forges our labels and the UID of the tenant's own Service would keep each address
+		// the tenant once had draining for ever.
+		"with --lb-pod-namespace, a pod with our labels and the Service's UID in the Service's own namespace, never listed, does not hold the address": {
+			ptr.To(drainPod("team-a", "squat", ourLabels(victimUID), corev1.PodRunning)), drainIP(), lbPodNS, false},
 		"our pod in a namespace the lb pod namespace no longer is, listed in status.holders, holds the address": {
 			ptr.To(drainPod("old-system", "lb-2", ourLabels(victimUID), corev1.PodRunning)), drainIP("old-system/lb-1"), lbPodNS, true},
 		"a pod with our labels and the victim's UID in another namespace does not hold the address": {
@@ -287,7 +293,7 @@ func TestForeignMessageNamesAFew(t *testing.T) {
 	}
 	got := ForeignMessage(ip, []string{"pod team-b/g", "pod team-b/f", "deployment team-b/squat", "pod team-b/e", "pod team-b/d", "pod team-b/c", "pod team-b/b"})
 	want := "10.0.0.7: ignored 7 object(s) carrying its address label that are not lb pods of service team-a/web " +
-		"(not our labels, another UID, or outside its namespace and the lb pod namespace); they neither hold it nor delay its release: " +
+		"(not our labels, another UID, or outside the namespace its lb pods live in); they neither hold it nor delay its release: " +
 		"deployment team-b/squat, pod team-b/b, pod team-b/c, pod team-b/d, pod team-b/e, and 2 more"
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
@@ -371,5 +377,24 @@ func TestOrphaned(t *testing.T) {
 	d := DrainVerdict(drainIP(), "", nil, nil, []appsv1.Deployment{*mine})
 	if d.Why != "deployment team-a/lb-svc-web still asks for 10.0.0.7" || !slices.Equal(names(Orphaned(drainIP(), d.Asking, true)), []string{"lb-svc-web"}) {
 		t.Errorf("DrainVerdict: why %q, asking %v", d.Why, names(d.Asking))
+	}
+	// Its pods still running: DrainVerdict has no Why (the pods are the reason to wait), but the
+	// Deployment still asks, and is still orphaned: deleting it is what lets the pods go where no
+	// garbage collector follows it.
+	running := drainPod("team-a", "lb-svc-web-1", ourLabels(victimUID), corev1.PodRunning)
+	d = DrainVerdict(drainIP(), "", []corev1.Pod{running}, nil, []appsv1.Deployment{*mine})
+	if d.Why != "" || len(d.Holding) != 1 || !slices.Equal(names(Orphaned(drainIP(), d.Asking, true)), []string{"lb-svc-web"}) {
+		t.Errorf("DrainVerdict with a running pod: why %q, holding %d, asking %v", d.Why, len(d.Holding), names(d.Asking))
+	}
+	// AskingDeployments, from the cache's Deployments, says the same, and ignores what is not ours
+	// (another namespace, another UID) or no longer asks (being deleted).
+	foreignNS := drainDeployment("team-b", "lb-svc-web", ourLabels(victimUID), 2)
+	otherUID := drainDeployment("team-a", "lb-svc-x", ourLabels("uid-other"), 2)
+	going := *mine.DeepCopy()
+	going.Name = "lb-svc-going"
+	going.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+	got := AskingDeployments(drainIP(), "", []appsv1.Deployment{foreignNS, *mine, otherUID, going})
+	if !slices.Equal(names(got), []string{"lb-svc-web"}) {
+		t.Errorf("AskingDeployments = %v, want [lb-svc-web]", names(got))
 	}
 }

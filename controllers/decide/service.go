@@ -264,17 +264,26 @@ func LBPodCondition(d *appsv1.Deployment) metav1.Condition {
 // leftDeployment says that the cache shows an lb Deployment of ours for the Service (its UID label)
 // although nothing else of ours is on it: a write of a killed operator that reached the API server
 // after its successor had let the Service go (type changed, provider removed). Nothing else would
-// delete it while the Service exists, and it would keep its address draining for ever.
+// delete it while the Service exists, and it would keep its address draining for ever. One being
+// deleted already asks for nothing.
+//
+// Its labels are all that says it is ours, and whoever may create Deployments in the namespace can
+// write them: it makes the operator delete that Deployment (at our name, in the Service's own
+// namespace or the lb pod namespace), never take the Service's finalizer (DecideService).
 func leftDeployment(in ServiceInputs) bool {
 	d := in.LBDeployment
-	return d != nil && d.Labels[lbv1.ServiceUIDLabel] == string(in.Service.UID) && d.Labels[lbobjects.ManagedByLabel] == lbobjects.ManagedByValue
+	return d != nil && d.DeletionTimestamp.IsZero() && d.Labels[lbv1.ServiceUIDLabel] == string(in.Service.UID) &&
+		d.Labels[lbobjects.ManagedByLabel] == lbobjects.ManagedByValue
 }
 
 // DecideService is the Service reconciler's decision.
 func DecideService(in ServiceInputs) Plan {
 	svc := in.Service
 	deleting := !svc.DeletionTimestamp.IsZero()
-	ours := len(in.Owned) > 0 || HasOurConditions(svc) || leftDeployment(in)
+	// Ours: it owns an address, or shows our conditions (which went in with our finalizer, in one
+	// write to status that a tenant cannot make). Only then is the cleanup finalizer ours to take
+	// off: another load balancer controller puts the same one.
+	ours := len(in.Owned) > 0 || HasOurConditions(svc)
 	provider, served := ServiceProvider(svc, in.DefaultProvider)
 	if !in.EnableLBSvc {
 		// With the flag off nothing is served: only a deletion we must not block completes.
@@ -284,10 +293,10 @@ func DecideService(in ServiceInputs) Plan {
 		}
 	}
 	if !served || deleting {
-		if !ours {
+		if !ours && !leftDeployment(in) {
 			return Plan{Action: PlanNothing}
 		}
-		return Plan{Action: PlanTeardown, Drain: Bound(in.Owned), RemoveFinalizer: true, Deleting: deleting}
+		return Plan{Action: PlanTeardown, Drain: Bound(in.Owned), RemoveFinalizer: ours, Deleting: deleting}
 	}
 	refuse := func(ref *Refusal) Plan {
 		return Plan{Action: PlanTeardown, Refusal: ref, Drain: Bound(in.Owned)}

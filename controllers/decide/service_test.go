@@ -152,10 +152,28 @@ func TestDecideService(t *testing.T) {
 				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
 			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, RemoveFinalizer: true},
 		},
-		"not served, nothing of ours on it, but an lb Deployment of ours for it (a late write): torn down": {
+		"not served, nothing of ours on it, but an lb Deployment of ours for it (a late write): torn down, the finalizer left alone": {
 			in: ServiceInputs{Service: planService(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }),
 				LBDeployment: leftLBDeployment("u1")},
-			want: Plan{Action: PlanTeardown, RemoveFinalizer: true},
+			want: Plan{Action: PlanTeardown},
+		},
+		// Another controller's class, and a Deployment forged with our labels at our name: its
+		// labels prove nothing, so it costs the Service no finalizer (another load balancer
+		// controller puts the same one); the Deployment itself is deleted.
+		"another class, its cleanup finalizer, a forged lb Deployment: the Deployment goes, the finalizer stays": {
+			in: ServiceInputs{Service: planService(foreignClass, func(s *corev1.Service) { s.Finalizers = []string{lbv1.CleanupFinalizer} }),
+				LBDeployment: leftLBDeployment("u1")},
+			want: Plan{Action: PlanTeardown},
+		},
+		"not served, a left lb Deployment already being deleted: nothing": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }),
+				LBDeployment: func() *appsv1.Deployment {
+					d := leftLBDeployment("u1")
+					d.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+					d.Finalizers = []string{"example.com/hold"}
+					return d
+				}()},
+			want: Plan{Action: PlanNothing},
 		},
 		"not served, an lb Deployment at its name for another UID (an earlier Service of the name): untouched": {
 			in: ServiceInputs{Service: planService(func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP }),

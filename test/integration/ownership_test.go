@@ -207,6 +207,42 @@ func TestForeignServicesUntouched(t *testing.T) {
 	}
 }
 
+// A tenant's Deployment at our name for a Service of another load balancer, carrying our labels
+// and that Service's UID (what a Deployment a killed operator left behind carries): the operator
+// deletes that Deployment (at our name, in the tenant's own namespace), but its labels prove
+// nothing about the Service, whose cleanup finalizer (the same one any load balancer controller
+// puts) stays.
+func TestForgedLeftDeploymentTakesNoFinalizer(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	_, real := servedWeb(t, f, f.ip("94"))
+	foreign := lbService(f.ns, "metallb", f.provider, "")
+	foreign.Spec.LoadBalancerClass = ptr.To("metallb.io/l2")
+	foreign.Finalizers = []string{lbv1.CleanupFinalizer}
+	create(t, foreign)
+
+	forged := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: lbobjects.ObjectNameIn("", f.ns, "metallb"),
+		Labels: map[string]string{}}, Spec: *real.Spec.DeepCopy()}
+	for k, v := range real.Labels {
+		forged.Labels[k] = v
+	}
+	forged.Labels[lbv1.ServiceUIDLabel] = string(foreign.UID)
+	forged.Labels[lbv1.ServiceLabel] = "metallb"
+	create(t, forged)
+	waitGone(t, forged)
+
+	s := getService(g, f.ns, "metallb")
+	g.Expect(s.Finalizers).To(Equal([]string{lbv1.CleanupFinalizer}))
+	g.Expect(s.Status.Conditions).To(BeEmpty())
+	g.Expect(k8s.Delete(ctx, s)).To(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(getService(g, f.ns, "metallb").Finalizers).To(Equal([]string{lbv1.CleanupFinalizer}))
+	}, time.Second, 200*time.Millisecond).Should(Succeed())
+	update(t, s, func(s *corev1.Service) { s.Finalizers = nil })
+	waitGone(t, s)
+}
+
 // Hand edits to the fields we own are reverted; an object in the way that is not ours is reported
 // and left alone.
 func TestDesiredStateEnforced(t *testing.T) {
@@ -580,7 +616,7 @@ func TestSquattersInAnotherNamespaceHoldNoAddress(t *testing.T) {
 
 	note := func(svc string, names ...string) string {
 		return fmt.Sprintf("%s: ignored %d object(s) carrying its address label that are not lb pods of service %s/%s "+
-			"(not our labels, another UID, or outside its namespace and the lb pod namespace); they neither hold it nor delay its release: %s",
+			"(not our labels, another UID, or outside the namespace its lb pods live in); they neither hold it nor delay its release: %s",
 			addr, len(names), f.ns, svc, strings.Join(names, ", "))
 	}
 	boundNote := note("web", "pod "+teamB+"/"+squat)
@@ -700,6 +736,32 @@ func TestDrainWaitsForLBPodLeftInPreviousLBPodNamespace(t *testing.T) {
 		return apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: addr}, &lbv1.IP{}))
 	}, timeout, interval).Should(BeTrue())
 	g.Expect(ignoredNotes(t, ip.UID)).To(BeEmpty())
+}
+
+// With --lb-pod-namespace no lb pod of ours lives in a tenant's namespace. A tenant who deleted
+// their Service (its UID and address are in its status and labels) and runs a pod there with our
+// labels, that UID and the address does not hold the address: the drain waits for the lb pod in
+// the lb pod namespace alone, the address is released, and a Warning on the IP object names the
+// pod. Trusted, such pods would keep every address the tenant once had draining for ever, one
+// Service of quota at a time.
+func TestSquatterInTheServiceNamespaceWithLBPodNamespaceHoldsNoAddress(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	addr := f.ip("95")
+	_, pod := servedFromLBPodNamespace(t, f, addr)
+	web := getService(g, f.ns, "web")
+	ipUID := getIP(g, addr).UID
+
+	g.Expect(k8s.Delete(ctx, web)).To(Succeed())
+	waitDraining(t, addr)
+	squat := lbPodObject(t, web, "squat", addr, "")
+	g.Eventually(func() []string { return ignoredNotes(t, ipUID) }, timeout, interval).Should(ContainElement(HaveSuffix("pod " + f.ns + "/squat")))
+	g.Expect(getIP(g, addr).Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: pod.Namespace + "/lb-web-old"}}))
+
+	forceDelete(t, pod)
+	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: addr}})
+	g.Expect(k8s.Get(ctx, client.ObjectKeyFromObject(squat), &corev1.Pod{})).To(Succeed(), "the tenant's pod is theirs: left alone")
 }
 
 // --lb-pod-namespace changed while no operator ran, and the Service stopped being ours meanwhile
@@ -939,6 +1001,35 @@ func TestDrainDeletesTheDeploymentOfAGoneService(t *testing.T) {
 		}
 	}
 	g.Expect(notes).To(Equal([]string{fmt.Sprintf("deleted deployment %s/%s: it still asked for %s, and its Service %s/web is gone", f.ns, key.Name, addr, f.ns)}))
+}
+
+// The same, with an lb pod of that Deployment still running (a pod object: envtest has no
+// ReplicaSet controller or kubelet). The pod is the reason the drain waits, and it would wait for
+// ever: the Deployment would replace the pod whenever it went. The IP controller deletes the
+// Deployment although a pod holds the address, and the address goes only once the pod is gone.
+func TestDrainDeletesTheDeploymentOfAGoneServiceWhileItsPodRuns(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	addr := f.ip("93")
+	key, _ := servedWeb(t, f, addr)
+
+	stopOperator()
+	t.Cleanup(func() { startOperator(true) })
+	svc := getService(g, f.ns, "web")
+	update(t, svc, func(s *corev1.Service) { s.Finalizers = nil })
+	g.Expect(k8s.Delete(ctx, svc)).To(Succeed())
+	waitGone(t, svc)
+	pod := lbPodObject(t, svc, "lb-svc-web-1", addr, "")
+
+	startOperator(true)
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}})
+	ip := waitDraining(t, addr)
+	g.Expect(ip.Status.Message).To(Equal(fmt.Sprintf("waiting for pod %s/lb-svc-web-1 to be gone", f.ns)))
+	g.Expect(ip.Status.Holders).To(Equal([]lbv1.IPHolder{{Pod: f.ns + "/lb-svc-web-1"}}))
+
+	forceDelete(t, pod)
+	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: addr}})
 }
 
 // A Service let go by a type change, whose lb Deployment a write of a killed operator put back
