@@ -20,7 +20,7 @@ import (
 //
 // A standby at start listens a whole dead interval (3 adverts, 0.3 s by default) before it claims,
 // since an active may exist that it has not heard yet. A Service created a moment ago has none:
-// its Lease, as the operator created it, has never named a holder. Then every replica, once its
+// its Lease is absent (the first write creates it) or names no holder. Then every replica, once its
 // data path is ready, probes the underlay for its addresses (the conflict probe, which a first
 // announcement needs anyway) and writes its claim into the Lease with the resourceVersion it read
 // (the Update of a Lease that still names no holder, or its Create where it is absent): the API
@@ -34,7 +34,10 @@ import (
 // a holder or cannot be read, another replica was heard, the probe got an answer or could not run,
 // the data path is not ready in time, the write failed), it grants nothing and the dead interval
 // decides as before, the takeover probing as before. It gives up after one dead interval: by
-// then the election takes over by itself.
+// then the election takes over by itself. A granted claim nobody takes over with (its replica died
+// after the write landed, heard another replica first, or gave up on a write that landed all the
+// same) stays in the Lease; it is term 1, and a takeover at the dead interval is term 2 or newer
+// (ha.Config.FirstClaims), so it outranks that claim instead of stepping down for it.
 type firstClaim struct {
 	recorder *leaseRecorder
 	prober   *prober // nil: no conflict probe (--conflict-probe=off)
@@ -122,7 +125,7 @@ func (f *firstClaim) try(ctx context.Context, c ha.Claim) string {
 	case err != nil:
 		return "writing the Lease failed: " + err.Error()
 	case !took:
-		return "another replica's claim was written first"
+		return "the Lease was written first (another replica's claim, or this one's takeover)"
 	}
 	f.prober.settle()
 	return ""
@@ -143,7 +146,7 @@ func (f *firstClaim) waitReady(ctx context.Context) bool {
 }
 
 // neverHeld says whether l has never named a holder: no holder, no claim, no list of announced
-// addresses, no conflict report and no note, as the operator creates it.
+// addresses, no conflict report and no note (as BuildLease makes it).
 func neverHeld(l *coordinationv1.Lease) bool {
 	if ptr.Deref(l.Spec.HolderIdentity, "") != "" {
 		return false

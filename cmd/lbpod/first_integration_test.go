@@ -28,7 +28,7 @@ func (h readyHolder) isActive() bool  { return h.active }
 func (h readyHolder) heardPeer() bool { return h.peer }
 
 // The Service's first claim against a real API server, with the rights the operator gives an lb
-// pod: two replicas offer theirs at once on the Lease as the operator creates it (no holder), and
+// pod: two replicas offer theirs at once on a Lease that names no holder, and
 // the API server lets exactly one write through: the Lease names that pod, its claim and the
 // address announced, and only that replica is granted; the other writes nothing. Then nothing is
 // granted any more: the Lease has named a holder, and a write from a copy read before is refused.

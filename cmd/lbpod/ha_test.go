@@ -514,4 +514,17 @@ func TestProbeFirst(t *testing.T) {
 	if !p.finished() || p.check(ctx) != "" {
 		t.Errorf("settled: finished %t, check %q; want the addresses held without a probe", p.finished(), p.check(ctx))
 	}
+
+	// A takeover at the dead interval probed while the grant's write was on its way, and a host
+	// answered: the grant's settle keeps that outcome, for announcedSince to lift once the Lease
+	// lists the addresses as announced (clearing it would leave that with nothing to lift, and
+	// the holder blocked for good).
+	p = newProber(probe.Fast)
+	blocked := "in use on the underlay: 172.18.0.44 answered by 02:00:5e:00:00:01; not announced"
+	p.reason = blocked
+	p.done.Store(true)
+	p.settle()
+	if !p.finished() || p.check(ctx) != blocked {
+		t.Errorf("settled after a takeover's probe found an answer: finished %t, check %q; want %q kept", p.finished(), p.check(ctx), blocked)
+	}
 }

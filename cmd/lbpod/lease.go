@@ -28,8 +28,9 @@ import (
 // annotation lbsvc.io/ha-claim: term, priority, net1 MAC), which the operator mirrors into the
 // Service's annotations and condition, an Event and the IP object.
 //
-// It is a record and a fence, not a lock: the election on the underlay decides, the Lease is never
-// renewed (an idle Service costs no API write), and a takeover never waits for it. But when the
+// It is a record and a fence, not a lock: the election on the underlay decides (but for a new
+// Service's first holder, which the Lease picks: firstClaim), the Lease is never renewed (an idle
+// Service costs no API write), and a takeover at the dead interval never waits for it. But when the
 // underlay loses adverts (a switch that drops their EtherType, a one-way link), two replicas that
 // cannot hear each other both hold the address, and the Lease is the one place both can read:
 //   - a replica writes only a claim newer than the recorded one by the election's order (term,

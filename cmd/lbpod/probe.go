@@ -247,12 +247,18 @@ func (p *prober) probeFirst(ctx context.Context) (free []netip.Addr, ok bool, wh
 
 // settle makes the outcome of probeFirst stand: the record took the first claim with the
 // addresses listed as announced, and the takeover that follows holds them without probing again.
+// An outcome that already stands is kept: a takeover at the dead interval, while the grant's
+// write was on its way, probed itself (check) and may have been blocked by an answer; clearing
+// that reason would leave the holder waiting for a Lease that lists the addresses as announced
+// (announcedSince) with nothing to lift. It lifts it, once the grant's Lease shows.
 func (p *prober) settle() {
 	if p == nil {
 		return
 	}
 	p.mu.Lock()
-	p.reason, p.conflicts = "", nil
-	p.done.Store(true)
+	if !p.done.Load() {
+		p.reason, p.conflicts = "", nil
+		p.done.Store(true)
+	}
 	p.mu.Unlock()
 }

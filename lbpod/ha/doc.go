@@ -31,12 +31,14 @@
 //
 //   - Start: release whatever an earlier incarnation left on net1, listen as standby.
 //   - A new Service's first holder (First, Granted): with a record that has never named a holder
-//     (its Lease as the operator leaves it), each replica offers its next claim there and the API
+//     (its Lease absent, or naming no holder), each replica offers its next claim there and the API
 //     server lets one write through; that replica takes over at once, unless it has heard another
 //     replica meanwhile, instead of after the dead interval. Otherwise the dead interval decides.
+//     The granted claim is term 1, which no other takeover uses (Config.FirstClaims).
 //   - A standby that hears no advert for the dead interval (3 of the active's intervals) plus a
 //     skew (priority, then a slot from the ID; at most half an interval) takes over with
-//     term = highest term seen + 1: it adds the addresses, announces them, and advertises at once.
+//     term = highest term seen + 1 (at least 2 with FirstClaims): it adds the addresses, announces
+//     them, and advertises at once.
 //   - Two actives that hear each other settle at the first advert: the newer term wins, then the
 //     higher priority, then the higher ID. The winner answers a losing advert at once, so the
 //     loser lets go within one delivery. No preemption by default (Config.Preempt).

@@ -77,6 +77,10 @@ type Config struct {
 	// Authenticated, an authenticated one: a forged version-1 frame must not end it). Zero: the
 	// defaults; negative: none.
 	SupersededBackoff, MaxSupersededBackoff time.Duration
+	// FirstClaims: the record may grant the Service's first claim (Granted; Run sets it when
+	// Options.First is set). Term 1 is then that claim's alone, and a takeover starts at term 2
+	// (see takeOver).
+	FirstClaims bool
 }
 
 // Defaults: 100 ms adverts and 3 missed ones make a 300 ms dead interval (plus skew), the VRRP
@@ -252,10 +256,12 @@ const (
 	Verified
 	// Granted: the Service's record took Event.Claim, this replica's NextClaim, as the Service's
 	// first: it had never named a holder, and the API server accepts one such write only (First,
-	// cmd/lbpod). No replica holds the addresses or ever did, so a standby that started, may
-	// claim, and has heard no other replica (neither an advert nor a claim in the record) takes
-	// over at once instead of after the dead interval: a new Service answers three adverts
-	// sooner. Anything else ignores it (the dead interval decides, as without a record).
+	// cmd/lbpod). No replica had held the addresses when the write landed (a takeover at the dead
+	// interval may race it: term 1 is the grant's, Config.FirstClaims, so such a takeover is
+	// newer), so a standby that started, may claim, and has heard no other replica (neither an
+	// advert nor a claim in the record) takes over at once instead of after the dead interval: a
+	// new Service answers three adverts sooner. Anything else ignores it (the dead interval
+	// decides, as without a record).
 	Granted
 )
 
@@ -855,8 +861,19 @@ func (m *Machine) shutdown(now time.Duration, out *Output) {
 // mayClaim: a standby claims only with a link and a data path ready to serve.
 func (m *Machine) mayClaim() bool { return !m.linkDown && !m.notReady }
 
+// takeOver makes this replica active with a term newer than any seen. With FirstClaims, never
+// term 1: that is the Service's first claim (NextClaim of a replica that has seen no term), which
+// the record may hold for a replica that never took over with it (it died after its write landed,
+// heard another replica first, or its write timed out after landing). A takeover at term 1 would
+// tie with that claim in the record, lose it to the higher MAC (Claim.Compare), and step down for
+// SupersededBackoff while nobody holds the addresses; at term 2 it wins, and a replica that did
+// take over with the grant steps down on its first advert, as to any newer claim.
 func (m *Machine) takeOver(now time.Duration, out *Output, why string) {
-	m.takeOverAt(now, nextTerm(m.maxTerm), out, why)
+	least := m.maxTerm
+	if m.cfg.FirstClaims {
+		least = max(least, 1)
+	}
+	m.takeOverAt(now, nextTerm(least), out, why)
 }
 
 // takeOverAt makes this replica active with term (at least the highest seen).

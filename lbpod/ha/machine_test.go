@@ -310,6 +310,23 @@ func TestMachine(t *testing.T) {
 			{ev: at(NotReady, 1), role: Standby, wake: 101},
 			{ev: granted(40, idA, DefaultPriority, 1), role: Standby, wake: 140},
 		}},
+		// FirstClaims (a record that grants first claims): term 1 is the grant's. A first claim
+		// the record holds for a replica that never took over with it (dead, or it heard another
+		// first) then loses to a takeover at the dead interval, instead of beating it on the MAC
+		// and leaving the addresses with no holder for SupersededBackoff.
+		"with first claims, a takeover at the dead interval is term 2, and the record's unheld first claim supersedes nothing": {
+			cfg: Config{FirstClaims: true}, steps: []step{
+				{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+				{ev: at(Tick, 315), hold: Take, send: "term 2", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 2"},
+				{ev: Event{Kind: Superseded, Now: ms(320), Claim: Claim{Term: 1, Priority: 255, Sender: idC}}, role: Active, wake: 415},
+				{ev: at(Tick, 415), send: "term 2", role: Active, wake: 515},
+			}},
+		"with first claims, the grant is term 1, and a takeover at the dead interval by a replica that missed it wins on its first advert": {
+			cfg: Config{FirstClaims: true}, steps: []step{
+				{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+				{ev: granted(40, idA, DefaultPriority, 1), hold: Take, send: "term 1", role: Active, wake: 140, reason: "granted its first claim: active with term 1"},
+				{ev: recv(60, from(idB, 2)), hold: Release, role: Standby, wake: 375, reason: "02:00:00:00:00:03 is active with term 2 (ours 1): stepping down"},
+			}},
 		"a grant to an active changes nothing": {steps: append(activeAt315[:5:5],
 			step{ev: granted(320, idA, DefaultPriority, 2), role: Active, wake: 415},
 		)},

@@ -137,6 +137,10 @@ type sim struct {
 	// firstSupersede is when the first replica stepped down on the record (0: never).
 	firstSupersede time.Duration
 	apiRng         uint32
+	// held are the claims some replica took over with; supersededBy those a replica stepped
+	// down on through the record (Output.Superseded).
+	held         map[Claim]bool
+	supersededBy []Claim
 }
 
 // hearEachOther: adverts go both ways between a and b.
@@ -149,6 +153,14 @@ func (s *sim) hearEachOther(a, b *simReplica) bool {
 func (s *sim) apiDelay() time.Duration {
 	s.apiRng = s.apiRng*1664525 + 1013904223
 	return time.Duration(1+(s.apiRng>>8)%uint32(maxAPIDelay/time.Millisecond)) * time.Millisecond
+}
+
+// offerDelay is how long after Start a replica's first-claim offer reaches the record, as in
+// cmd/lbpod: its data path gets ready (up to 200 ms here), the conflict probe (100 ms), then the
+// write (apiDelay). Drawn from the API server's generator, as apiDelay.
+func (s *sim) offerDelay() time.Duration {
+	s.apiRng = s.apiRng*1664525 + 1013904223
+	return 100*time.Millisecond + time.Duration((s.apiRng>>8)%200)*time.Millisecond + s.apiDelay()
 }
 
 // wall is replica r's wall clock.
@@ -172,9 +184,14 @@ func (s *sim) handle(i int, ev Event) Output {
 	r.wake = out.Wake
 	// The recorder: a takeover writes the claim, a step-down on the record writes the note.
 	if out.Hold == Take {
+		if s.held == nil {
+			s.held = map[Claim]bool{}
+		}
+		s.held[r.m.Claim()] = true
 		r.writes = append(r.writes, recordWrite{at: s.now + s.apiDelay(), claim: r.m.Claim()})
 	}
 	if out.Superseded != nil {
+		s.supersededBy = append(s.supersededBy, *out.Superseded)
 		if s.firstSupersede == 0 {
 			s.firstSupersede = s.now
 		}
@@ -205,7 +222,7 @@ func (s *sim) handle(i int, ev Event) Output {
 func (s *sim) start(i int) {
 	r := s.replicas[i]
 	cfg := Config{ID: r.id, Group: group, Priority: DefaultPriority, MaxSlack: s.maxSlack,
-		Authenticated: !r.keyless, LegacyWindow: s.legacy}
+		Authenticated: !r.keyless, LegacyWindow: s.legacy, FirstClaims: !r.keyless}
 	r.m = NewMachine(cfg)
 	if !r.keyless {
 		// A new process: a new guard (it remembers nothing) and sequencer (from its wall clock).
@@ -221,7 +238,7 @@ func (s *sim) start(i int) {
 	// concurrency: one such write wins). Keyless replicas are of a release without it.
 	r.offer, r.offerAt = Claim{}, 0
 	if !r.keyless {
-		r.offer, r.offerAt = r.m.NextClaim(), s.now+s.apiDelay()
+		r.offer, r.offerAt = r.m.NextClaim(), s.now+s.offerDelay()
 	}
 }
 
@@ -258,15 +275,27 @@ func (s *sim) recorder(i int) {
 		}
 	}
 	r.writes = keep
-	if r.offerAt != 0 && r.offerAt <= s.now {
-		if s.record == (Claim{}) {
-			s.write(i, r.offer, " (granted as the first claim)")
-			r.grants = append(r.grants, recordRead{at: s.now + s.apiDelay(), claim: r.offer})
-		}
-		r.offerAt = 0
-	}
+	s.landOffer(i)
 	r.grants = s.deliver(i, r.grants, Granted)
 	r.reads = s.deliver(i, r.reads, Superseded)
+}
+
+// landOffer: replica i's first-claim offer reaches the record when due, also after its process
+// died (the write was on its way): the record takes it only while it has never named a claim.
+func (s *sim) landOffer(i int) {
+	r := s.replicas[i]
+	if r.offerAt == 0 || r.offerAt > s.now || r.apiDown {
+		return
+	}
+	if s.record == (Claim{}) {
+		note := " (granted as the first claim)"
+		if !r.alive {
+			note = " (granted as the first claim; its author is dead)"
+		}
+		s.write(i, r.offer, note)
+		r.grants = append(r.grants, recordRead{at: s.now + s.apiDelay(), claim: r.offer})
+	}
+	r.offerAt = 0
 }
 
 // write makes c, replica i's claim, the record's, and every live replica's watch delivers it.
@@ -337,6 +366,9 @@ func (s *sim) receive(i int, d delivery) {
 // step advances every replica that runs to s.now, then checks safety.
 func (s *sim) step() {
 	for i, r := range s.replicas {
+		if !r.alive {
+			s.landOffer(i)
+		}
 		if !r.alive || r.frozen {
 			continue
 		}
@@ -421,6 +453,12 @@ func newSim(t *testing.T, n int, rng uint32, legacy time.Duration, keyless ...in
 		s.start(i)
 	}
 	return s
+}
+
+// notStarted takes replica i, just started by newSim, back to a process not started yet: it
+// runs nothing, and its first-claim offer was never sent.
+func (s *sim) notStarted(i int) {
+	s.replicas[i].alive, s.replicas[i].offerAt = false, 0
 }
 
 func runModel(t *testing.T, data []byte) {
@@ -796,7 +834,7 @@ func (s *sim) forge(kind byte, i int) Advert {
 func TestUpgradeFromUnauthenticated(t *testing.T) {
 	s := newSim(t, 2, 3, DefaultLegacyWindow, 0)
 	old, next := s.replicas[0], s.replicas[1]
-	next.alive = false // started below, once the old one holds
+	s.notStarted(1) // started below, once the old one holds
 	s.run(time.Second)
 	if s.holder() != 0 {
 		t.Fatalf("the old replica does not hold after 1 s:\n%s", strings.Join(s.log, "\n"))
@@ -852,7 +890,8 @@ func TestUpgradeOldStandby(t *testing.T) {
 		oldActive, oldStandby, next := order[0], order[1], order[2]
 		t.Run(fmt.Sprintf("old active r%d, old standby r%d, new r%d", oldActive, oldStandby, next), func(t *testing.T) {
 			s := newSim(t, 3, 5, DefaultLegacyWindow, oldActive, oldStandby)
-			s.replicas[oldStandby].alive, s.replicas[next].alive = false, false
+			s.notStarted(oldStandby)
+			s.notStarted(next)
 			s.run(time.Second)
 			s.start(oldStandby)
 			s.start(next)
@@ -979,4 +1018,51 @@ func (s *sim) holders() int {
 		}
 	}
 	return n
+}
+
+// TestModelFirstClaimAuthorDies: the replica whose first-claim offer the record takes dies before
+// it could take over with it (kill -9 after its write was sent, never restarted); the write lands
+// all the same and the record names a claim nobody holds. The other replica takes over at its
+// dead interval, and must not lose to that claim: term 1 is the grant's (Config.FirstClaims), so
+// its takeover is newer. Checked over 2000 starts: someone holds within a second of the start and
+// from then on, and no replica steps down for a claim that no replica ever held.
+func TestModelFirstClaimAuthorDies(t *testing.T) {
+	for seed := range uint32(2000) {
+		s := newSim(t, 2, seed, 0)
+		s.apiRng = seed * 7919
+		// The offers were drawn at start: kill the author of the first to land, before it lands.
+		first := 0
+		if s.replicas[1].offerAt < s.replicas[0].offerAt {
+			first = 1
+		}
+		killAt := time.Duration(s.rand(uint32(s.replicas[first].offerAt/time.Millisecond))) * time.Millisecond
+		s.run(killAt)
+		s.replicas[first].alive = false
+		s.logf("r%d kill -9 (for good)", first)
+		var firstHeld, gapFrom, gap time.Duration
+		for s.now < 3*time.Second {
+			s.step()
+			s.now += time.Millisecond
+			switch {
+			case s.holders() > 0 && firstHeld == 0:
+				firstHeld = s.now
+			case s.holders() > 0 && gapFrom != 0:
+				gap, gapFrom = max(gap, s.now-gapFrom), 0
+			case s.holders() == 0 && firstHeld != 0 && gapFrom == 0:
+				gapFrom = s.now
+			}
+		}
+		if gapFrom != 0 {
+			gap = max(gap, s.now-gapFrom)
+		}
+		if firstHeld == 0 || firstHeld > time.Second || gap > 0 {
+			t.Fatalf("seed %d: first holder at %s, then no holder for %s (want someone within 1 s, and always after):\n%s",
+				seed, firstHeld, gap, strings.Join(s.log, "\n"))
+		}
+		for _, c := range s.supersededBy {
+			if !s.held[c] {
+				t.Fatalf("seed %d: a replica stepped down for %s, a claim nobody held:\n%s", seed, c, strings.Join(s.log, "\n"))
+			}
+		}
+	}
 }

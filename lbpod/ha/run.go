@@ -201,6 +201,7 @@ func (r *runner) authenticate(secret []byte) error {
 		r.key, r.guard = key, NewGuard(r.cfg, key)
 		r.log.Info("adverts are authenticated", "replayWindow", r.cfg.ReplayWindow, "legacyWindow", r.cfg.LegacyWindow)
 	}
+	r.cfg.FirstClaims = r.opts.First != nil
 	r.m = NewMachine(r.cfg)
 	return nil
 }
