@@ -478,7 +478,10 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 		if _, ok := o.(*appsv1.Deployment); ok && r.specs != nil {
 			r.specs.forget(client.ObjectKeyFromObject(o))
 		}
-		if err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+		// Of the version judged ours (read from the cache): an object created since at that name
+		// is another one, for the next pass to judge.
+		err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: ptrUID(o.GetUID())})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return false, fmt.Errorf("delete %s %s/%s left from a previous lb pod namespace: %w", lbobjects.KindOf(o), o.GetNamespace(), o.GetName(), err)
 		}
 	}
