@@ -236,6 +236,18 @@ func TestServiceFromObject(t *testing.T) {
 		t.Fatalf("annotation source ranges: got %v, want %v", got.SourceRanges, want)
 	}
 
+	// IPv4-mapped IPv6 ranges are the IPv4 ranges they map (a prefix of the mapped form that is
+	// shorter than 96 bits covers more than IPv4 and stays IPv6).
+	got, err = ServiceFromObject(base(func(s *corev1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"::ffff:10.0.0.0/104", "::ffff:192.0.2.1/128", "::ffff:0:0/80"}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := prefixes("10.0.0.0/8", "192.0.2.1/32", "::/80"); !equalPrefixes(got.SourceRanges, want) {
+		t.Fatalf("IPv4-mapped source ranges: got %v, want %v", got.SourceRanges, want)
+	}
+
 	errCases := map[string]struct {
 		mut  func(*corev1.Service)
 		want string

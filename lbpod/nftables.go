@@ -183,8 +183,13 @@ func desiredNFT(fam Family, iface string, lbIP netip.Addr, targets []target) NFT
 	}
 	input.Rules = append(input.Rules, nftRule(nftIifname(iface), nftAddrMatch(fam, false, lb, true), nftVerdict(expr.VerdictDrop, "")))
 	// Both directions of a DNATed connection carry the DNAT status, so replies arriving on net1
-	// for the connections it forwards pass too.
-	forward.Rules = append(forward.Rules, nftRule(nftIifname(iface), nftNotDNAT(), nftVerdict(expr.VerdictDrop, "")))
+	// for the connections it forwards pass too. Everything else from net1 is dropped by a rule of
+	// its own: a packet conntrack found invalid has no connection, and an expression on its ct
+	// status does not match at all (the kernel ends the rule), so "ct status & dnat == 0 drop"
+	// would let it be forwarded (iptables' "! --ctstate DNAT" matches it, and drops it).
+	forward.Rules = append(forward.Rules,
+		nftRule(nftIifname(iface), nftDNATed(), nftVerdict(expr.VerdictAccept, "")),
+		nftRule(nftIifname(iface), nftVerdict(expr.VerdictDrop, "")))
 	t.Chains = append([]NFTChain{pre, svc}, groupChains...)
 	t.Chains = append(t.Chains, post, input, forward)
 	return t
@@ -332,17 +337,17 @@ func nftIifname(name string) nftPart {
 // (IPS_DST_NAT), host byte order as the kernel keeps ct status.
 const ipsDstNAT = 1 << 5
 
-func nftNotDNAT() nftPart {
+func nftDNATed() nftPart {
 	mask := binaryutil.NativeEndian.PutUint32(ipsDstNAT)
-	return nftPart{"ct status & dnat == 0", []expr.Any{
+	return nftPart{"ct status & dnat != 0", []expr.Any{
 		&expr.Ct{Key: expr.CtKeySTATUS, Register: 1},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: make([]byte, 4)},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: make([]byte, 4)},
 	}}
 }
 
 func nftVerdict(kind expr.VerdictKind, chain string) nftPart {
-	text := map[expr.VerdictKind]string{expr.VerdictJump: "jump " + chain, expr.VerdictReturn: "return", expr.VerdictDrop: "drop"}[kind]
+	text := map[expr.VerdictKind]string{expr.VerdictJump: "jump " + chain, expr.VerdictReturn: "return", expr.VerdictDrop: "drop", expr.VerdictAccept: "accept"}[kind]
 	return nftPart{text, []expr.Any{&expr.Verdict{Kind: kind, Chain: chain}}}
 }
 

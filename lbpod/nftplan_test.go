@@ -44,7 +44,8 @@ func TestPlanNFTFromScratch(t *testing.T) {
 		"add rule ip lbsvc input ip daddr 172.18.0.18 meta l4proto udp reject with icmp port-unreachable",
 		"add rule ip lbsvc input ip daddr 172.18.0.18 meta l4proto sctp reject with icmp port-unreachable",
 		`add rule ip lbsvc input iifname "net1" ip daddr != 172.18.0.18 drop`,
-		`add rule ip lbsvc forward iifname "net1" ct status & dnat == 0 drop`,
+		`add rule ip lbsvc forward iifname "net1" ct status & dnat != 0 accept`,
+		`add rule ip lbsvc forward iifname "net1" drop`,
 	}
 	if got := stepStrings(p.Steps); !slices.Equal(got, want) {
 		t.Fatalf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
