@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -15,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 )
@@ -44,7 +46,7 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 		r.warnOnChange(svc, lbPod, actionSchedule)
 	}
 	written, err := r.patchService(ctx, svc, func(s *corev1.Service) {
-		setStatus(s, addrs, nil, []metav1.Condition{allocated, lbPod})
+		setServedStatus(s, plan, addrs, []metav1.Condition{allocated, lbPod})
 		controllerutil.AddFinalizer(s, lbv1.CleanupFinalizer)
 		if s.Annotations == nil {
 			s.Annotations = map[string]string{}
@@ -79,7 +81,7 @@ func (r *ServiceReconciler) reportServed(ctx context.Context, svc *corev1.Servic
 			"address moved from %s to %s (subnet %q); the old address drains until its lb pod is gone", decide.BoundedMessage(previous), recorded, plan.Subnet)
 	}
 	_, err := r.patchService(ctx, svc, func(s *corev1.Service) {
-		setStatus(s, addrs, nil, []metav1.Condition{plan.AllocatedCondition(addrs), plan.LBPodCondition(deploy)})
+		setServedStatus(s, plan, addrs, []metav1.Condition{plan.AllocatedCondition(addrs), plan.LBPodCondition(deploy)})
 	})
 	return err
 }
@@ -220,6 +222,31 @@ func setStatus(svc *corev1.Service, addrs []netip.Addr, remove map[string]bool, 
 	}
 }
 
+// setServedStatus is setStatus of a served Service: its addresses and conds, and for a member of a
+// shared address the ports admitted for it (admitPorts).
+func setServedStatus(s *corev1.Service, plan decide.Plan, addrs []netip.Addr, conds []metav1.Condition) {
+	setStatus(s, addrs, nil, conds)
+	if plan.Share != nil {
+		admitPorts(s)
+	}
+}
+
+// admitPorts lists, on each ingress entry of a member of a shared address, the ports of its spec
+// as this pass judged them (no clash with the other members): the lb pods of the address serve a
+// member only on the ports listed there, which only the operator writes. A member that adds a
+// port of another member to its spec (a tenant may) thus takes nothing from it in the moment
+// before its pass refuses it: the port is not listed. The status write carries the version the
+// pass read (optimistic lock), so a spec changed since is judged again before any port is listed.
+func admitPorts(s *corev1.Service) {
+	ports := make([]corev1.PortStatus, 0, len(s.Spec.Ports))
+	for _, p := range s.Spec.Ports {
+		ports = append(ports, corev1.PortStatus{Port: p.Port, Protocol: cmp.Or(p.Protocol, corev1.ProtocolTCP)})
+	}
+	for i := range s.Status.LoadBalancer.Ingress {
+		s.Status.LoadBalancer.Ingress[i].Ports = slices.Clone(ports)
+	}
+}
+
 // ingressFor lists the addresses as ingress points; ipMode stays unset (VIP) so that kube-proxy
 // serves in-cluster clients directly.
 func ingressFor(addrs []netip.Addr) []corev1.LoadBalancerIngress {
@@ -239,7 +266,7 @@ func statusEqual(a, b corev1.ServiceStatus) bool {
 	}
 	for i := range a.LoadBalancer.Ingress {
 		x, y := a.LoadBalancer.Ingress[i], b.LoadBalancer.Ingress[i]
-		if x.IP != y.IP || x.Hostname != y.Hostname || ipMode(x) != ipMode(y) || len(x.Ports) != len(y.Ports) {
+		if x.IP != y.IP || x.Hostname != y.Hostname || ipMode(x) != ipMode(y) || !slices.EqualFunc(x.Ports, y.Ports, portStatusEqual) {
 			return false
 		}
 	}
@@ -251,6 +278,10 @@ func statusEqual(a, b corev1.ServiceStatus) bool {
 		}
 	}
 	return true
+}
+
+func portStatusEqual(a, b corev1.PortStatus) bool {
+	return a.Port == b.Port && a.Protocol == b.Protocol && ptr.Equal(a.Error, b.Error)
 }
 
 // ipMode reads an ingress' ipMode with the API server's default (VIP) for unset, so that the

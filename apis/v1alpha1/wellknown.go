@@ -14,6 +14,11 @@ const (
 	// LoadBalancerClass is our spec.loadBalancerClass; Services with another class are not ours.
 	LoadBalancerClass = "lbsvc.io/lb-svc"
 
+	// ConditionAddressAllocated is the condition type by which the operator tells, in a Service's
+	// status, whether the Service holds an address from a Subnet (the lb pods of a shared address
+	// read it: status is the operator's to write, not a tenant's).
+	ConditionAddressAllocated = "lbsvc.io/AddressAllocated"
+
 	// CleanupFinalizer is Kubernetes' own finalizer for load balancers, put on every served Service.
 	CleanupFinalizer = "service.kubernetes.io/load-balancer-cleanup"
 

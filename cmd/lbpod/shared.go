@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -32,8 +33,15 @@ import (
 // and could otherwise put their Service's ports (and ClusterIP) on someone else's address. The
 // proof is status.loadBalancer.ingress listing one of the lb pod's own addresses: the operator
 // writes it when it makes a Service a member, and tenants with the edit role cannot write
-// services/status. A Service of another type is no member either, whatever its status says
-// (a Service turned into ClusterIP may keep an old status for a moment).
+// services/status. The status must also carry our AddressAllocated condition, True, and the
+// Service our load balancer class or none: another load balancer controller writes status too,
+// and one whose pool overlaps a Subnet may list the address for a Service of its class. A Service
+// of another type is no member either, whatever its status says (a Service turned into ClusterIP
+// may keep an old status for a moment).
+//
+// A member is served only on the ports its ingress entry for the address lists (admitted): the
+// operator lists the ports it judged free of clashes, and a member that adds another member's
+// port to its spec (its tenant may) gets nothing on it before the operator refuses it.
 type membership struct {
 	// namespaces are the namespaces whose Services may be members: LBPOD_NAMESPACE, and from the
 	// API those the lb pod's ServiceAccount lists (see sharedSource); empty for a --service-file
@@ -71,12 +79,13 @@ func (m membership) in(namespaces sets.Set[string]) membership {
 	return m
 }
 
-// members keeps the Services that are members (see membership), sorted by namespace/name.
+// members keeps the Services that are members (see membership), sorted by namespace/name, each
+// with the ports it was admitted on (admitted).
 func (m membership) members(svcs []*corev1.Service) []*corev1.Service {
 	var out []*corev1.Service
 	for _, s := range svcs {
 		if m.isMember(s) {
-			out = append(out, s)
+			out = append(out, m.admitted(s))
 		}
 	}
 	slices.SortFunc(out, func(a, b *corev1.Service) int {
@@ -92,12 +101,44 @@ func (m membership) isMember(s *corev1.Service) bool {
 	if _, labelled := s.Labels[m.label]; !labelled || s.Spec.Type != corev1.ServiceTypeLoadBalancer {
 		return false
 	}
-	for _, in := range s.Status.LoadBalancer.Ingress {
+	if c := s.Spec.LoadBalancerClass; c != nil && *c != v1alpha1.LoadBalancerClass {
+		return false
+	}
+	if !meta.IsStatusConditionTrue(s.Status.Conditions, v1alpha1.ConditionAddressAllocated) {
+		return false
+	}
+	return m.ingress(s) != nil
+}
+
+// ingress is s's status.loadBalancer.ingress entry of one of the lb pod's addresses, nil when none.
+func (m membership) ingress(s *corev1.Service) *corev1.LoadBalancerIngress {
+	for i, in := range s.Status.LoadBalancer.Ingress {
 		if a, err := netip.ParseAddr(in.IP); err == nil && slices.Contains(m.addrs, a.Unmap()) {
-			return true
+			return &s.Status.LoadBalancer.Ingress[i]
 		}
 	}
-	return false
+	return nil
+}
+
+// admitted is member s with only the ports of its spec that its ingress entry lists (see
+// membership): a copy when that drops any. An entry that lists none was written by a release
+// that did not list them: all its ports stand, as they did.
+func (m membership) admitted(s *corev1.Service) *corev1.Service {
+	in := m.ingress(s)
+	if in == nil || len(in.Ports) == 0 {
+		return s
+	}
+	listed := func(p corev1.ServicePort) bool {
+		return slices.ContainsFunc(in.Ports, func(l corev1.PortStatus) bool {
+			return l.Port == p.Port && cmp.Or(l.Protocol, corev1.ProtocolTCP) == cmp.Or(p.Protocol, corev1.ProtocolTCP)
+		})
+	}
+	if !slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return !listed(p) }) {
+		return s
+	}
+	c := s.DeepCopy()
+	c.Spec.Ports = slices.DeleteFunc(c.Spec.Ports, func(p corev1.ServicePort) bool { return !listed(p) })
+	return c
 }
 
 // memberNamespaces reads MemberNamespacesAnnotation's value: the namespaces it lists, sorted,

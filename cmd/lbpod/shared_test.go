@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/utils/ptr"
 
 	"sigs.k8s.io/yaml"
 
@@ -38,6 +40,10 @@ func svcFor(ns, name string, typ corev1.ServiceType, labelled bool, ingress ...s
 	}
 	for _, ip := range ingress {
 		s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+	}
+	if len(ingress) > 0 {
+		// What the operator writes with the ingress of a member.
+		s.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: "Allocated"}}
 	}
 	return s
 }
@@ -71,6 +77,21 @@ func TestMembership(t *testing.T) {
 	})
 	if want := []string{"tenant/alpha", "tenant/v6-only", "tenant/zeta"}; !slices.Equal(names(got), want) {
 		t.Fatalf("members %v, want %v", names(got), want)
+	}
+
+	// Another writer of status (a load balancer controller whose pool overlaps the Subnet) proves
+	// nothing: the status must carry our AddressAllocated condition, True, and the Service our
+	// class or none.
+	noCondition := svcFor("tenant", "no-condition", lb, true, "172.18.0.18")
+	noCondition.Status.Conditions = nil
+	refused := svcFor("tenant", "refused", lb, true, "172.18.0.18")
+	refused.Status.Conditions[0].Status = metav1.ConditionFalse
+	metallb := svcFor("tenant", "metallb", lb, true, "172.18.0.18")
+	metallb.Spec.LoadBalancerClass = ptr.To("metallb.io/metallb")
+	ours := svcFor("tenant", "our-class", lb, true, "172.18.0.18")
+	ours.Spec.LoadBalancerClass = ptr.To(v1alpha1.LoadBalancerClass)
+	if got := names(m.members([]*corev1.Service{noCondition, refused, metallb, ours})); !slices.Equal(got, []string{"tenant/our-class"}) {
+		t.Fatalf("members %v, want [tenant/our-class]", got)
 	}
 
 	_, err = newMembership("tenant", "172.18.0.19", sharedNetwork(t))
@@ -253,5 +274,36 @@ func TestPodNamespace(t *testing.T) {
 	t.Setenv(v1alpha1.EnvPodNamespace, "lbsvc-system")
 	if o, err := parseFlags("lbpod", []string{"--service-file", "/x"}); err != nil || o.podNamespace != "lbsvc-system" {
 		t.Errorf("env: %v %q", err, o.podNamespace)
+	}
+}
+
+// A member is served only on the ports its ingress entry for the address lists (what the operator
+// admitted, free of clashes): a tenant who adds another member's port to their Service's spec gets
+// nothing on it before the operator refuses the Service. An entry without ports (written by a
+// release that listed none) leaves every port, as before; a protocol left out means TCP.
+func TestMembershipAdmittedPorts(t *testing.T) {
+	m, err := newMembership("tenant", "172.18.0.18", sharedNetwork(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb := corev1.ServiceTypeLoadBalancer
+	dns := svcFor("tenant", "dns", lb, true, "172.18.0.18")
+	dns.Spec.Ports = []corev1.ServicePort{{Protocol: corev1.ProtocolUDP, Port: 53}, {Protocol: corev1.ProtocolTCP, Port: 443}, {Port: 853}}
+	dns.Status.LoadBalancer.Ingress[0].Ports = []corev1.PortStatus{{Protocol: corev1.ProtocolUDP, Port: 53}, {Protocol: corev1.ProtocolTCP, Port: 853}}
+	legacy := svcFor("tenant", "legacy", lb, true, "172.18.0.18")
+	legacy.Spec.Ports = []corev1.ServicePort{{Protocol: corev1.ProtocolTCP, Port: 80}}
+	got := m.members([]*corev1.Service{dns, legacy})
+	ports := func(s *corev1.Service) []string {
+		var out []string
+		for _, p := range s.Spec.Ports {
+			out = append(out, fmt.Sprintf("%s/%d", p.Protocol, p.Port))
+		}
+		return out
+	}
+	if len(got) != 2 || !slices.Equal(ports(got[0]), []string{"UDP/53", "/853"}) || !slices.Equal(ports(got[1]), []string{"TCP/80"}) {
+		t.Fatalf("members %v: ports %v, %v", names(got), ports(got[0]), ports(got[1]))
+	}
+	if len(dns.Spec.Ports) != 3 {
+		t.Fatalf("the Service read was changed: %v", ports(dns))
 	}
 }

@@ -141,7 +141,7 @@ func TestSharedSourceStatusIsTheProof(t *testing.T) {
 	}
 	prove := func(c kubernetes.Interface, svc *corev1.Service) error {
 		svc = svc.DeepCopy()
-		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.18"}}
+		proveMember(svc)
 		_, err := c.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
 		return err
 	}
@@ -207,7 +207,7 @@ func TestSharedSourceAcrossNamespaces(t *testing.T) {
 		t.Helper()
 		svc := createLabelled(ctx, g, admin, ns, name, label)
 		if proven {
-			svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.18"}}
+			proveMember(svc)
 			_, err := admin.CoreV1().Services(ns).UpdateStatus(ctx, svc, metav1.UpdateOptions{})
 			g.Expect(err).NotTo(HaveOccurred())
 		}
@@ -289,4 +289,12 @@ func createLabelled(ctx context.Context, g Gomega, c kubernetes.Interface, ns, n
 	}, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	return svc
+}
+
+// proveMember writes into svc's status what the operator writes for a member of the shared
+// address 172.18.0.18: the address as an ingress entry, and our AddressAllocated condition.
+func proveMember(svc *corev1.Service) {
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "172.18.0.18"}}
+	svc.Status.Conditions = []metav1.Condition{{Type: v1alpha1.ConditionAddressAllocated, Status: metav1.ConditionTrue,
+		Reason: "Allocated", LastTransitionTime: metav1.Now()}}
 }

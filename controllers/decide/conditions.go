@@ -1,9 +1,11 @@
 package decide
 
+import lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+
 // Condition types the operator sets in a Service's status.conditions and a Subnet's status.
 const (
 	// ConditionAddressAllocated tells whether the Service holds an address from a Subnet.
-	ConditionAddressAllocated = "lbsvc.io/AddressAllocated"
+	ConditionAddressAllocated = lbv1.ConditionAddressAllocated
 	// ConditionLBPodAvailable mirrors the Available condition of the Service's lb-svc Deployment.
 	ConditionLBPodAvailable = "lbsvc.io/LBPodAvailable"
 	// ConditionAddressActive tells which lb pod holds the address (from the Lease its lb pods

@@ -27,6 +27,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netns"
+
+	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
 
 // lbpodBin is the binary under test, built once by TestMain (or given as LBPOD_BIN); loopDriverBin
@@ -574,12 +576,12 @@ type servicePort struct {
 // and renames it over the old one so that lbpod never reads half a file.
 func writeService(t testing.TB, path string, clusterIPs []string, ports []servicePort, sourceRanges []string) {
 	t.Helper()
-	writeFile(t, path, serviceYAML("test-svc", clusterIPs, ports, sourceRanges, nil, nil))
+	writeFile(t, path, serviceYAML("test-svc", clusterIPs, ports, sourceRanges, nil, nil, nil))
 }
 
 // serviceYAML is a Service object of namespace default: its ClusterIPs, ports and source ranges,
 // and, when given, its labels and the addresses of its status.loadBalancer.ingress.
-func serviceYAML(name string, clusterIPs []string, ports []servicePort, sourceRanges []string, labels map[string]string, ingress []string) string {
+func serviceYAML(name string, clusterIPs []string, ports []servicePort, sourceRanges []string, labels map[string]string, ingress []string, admitted []servicePort) string {
 	var b strings.Builder
 	b.WriteString("apiVersion: v1\nkind: Service\nmetadata:\n  name: " + name + "\n  namespace: default\n")
 	if len(labels) > 0 {
@@ -602,10 +604,20 @@ func serviceYAML(name string, clusterIPs []string, ports []servicePort, sourceRa
 		b.WriteString("  loadBalancerSourceRanges: [\"" + strings.Join(sourceRanges, "\", \"") + "\"]\n")
 	}
 	if len(ingress) > 0 {
+		// What the operator writes for a member of a shared address: the ingress entries and our
+		// AddressAllocated condition.
 		b.WriteString("status:\n  loadBalancer:\n    ingress:\n")
 		for _, ip := range ingress {
 			fmt.Fprintf(&b, "    - ip: %q\n", ip)
+			if len(admitted) > 0 {
+				b.WriteString("      ports:\n")
+				for _, p := range admitted {
+					fmt.Fprintf(&b, "      - port: %d\n        protocol: %s\n", p.Port, p.Protocol)
+				}
+			}
 		}
+		fmt.Fprintf(&b, "  conditions:\n  - type: %s\n    status: \"True\"\n    reason: Allocated\n    message: \"\"\n    lastTransitionTime: \"2026-01-01T00:00:00Z\"\n",
+			v1alpha1.ConditionAddressAllocated)
 	}
 	return b.String()
 }

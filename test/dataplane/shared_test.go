@@ -28,6 +28,9 @@ type sharedMember struct {
 	// proven: the status lists the LB address (what the operator writes for a member). Every
 	// Service of the file carries the label; without the status it must not be served.
 	proven bool
+	// admitted, when set, are the ports the status lists on the address (what the operator
+	// admitted); unset, it lists none (an operator release that did not list them).
+	admitted []servicePort
 }
 
 // writeMembers writes the Services lbpod --shared-ip reads, as YAML documents.
@@ -40,7 +43,7 @@ func writeMembers(t testing.TB, path string, members ...sharedMember) {
 		if m.proven {
 			ingress = []string{lbIPv4}
 		}
-		docs = append(docs, serviceYAML(m.name, []string{m.clusterIP}, m.ports, m.ranges, labels, ingress))
+		docs = append(docs, serviceYAML(m.name, []string{m.clusterIP}, m.ports, m.ranges, labels, ingress, m.admitted))
 	}
 	writeFile(t, path, "---\n"+strings.Join(docs, "---\n"))
 }
@@ -128,6 +131,28 @@ func TestSharedAddressTwoServices(t *testing.T) {
 				"-A LBSVC-SERVICES-S1 -d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.109.201.194:53",
 			), "iptables-save -t nat:\n%s", nat)
 		}
+	})
+}
+
+// A member is served only on the ports the operator admitted for it (its status lists them on
+// the address): its tenant adds the other member's TCP 53 to its spec, and, in the moment before
+// the operator refuses it (here: for ever), TCP 53 stays the other member's, though by name
+// ("aaa" before "web") the lb pod would give a clash to the newcomer. Its own admitted UDP 53 is
+// served. Run with each rules back end.
+func TestSharedMemberServedOnlyOnAdmittedPorts(t *testing.T) {
+	forEachRules(t, func(t *testing.T, rules []string) {
+		web := sharedMember{name: "web", clusterIP: clusterIPv4, ports: []servicePort{{Protocol: "TCP", Port: 53}}, proven: true,
+			admitted: []servicePort{{Protocol: "TCP", Port: 53}}}
+		newcomer := sharedMember{name: "aaa", clusterIP: clusterIPv4B, ports: []servicePort{{Protocol: "UDP", Port: 53}, {Protocol: "TCP", Port: 53}},
+			proven: true, admitted: []servicePort{{Protocol: "UDP", Port: 53}}}
+		g, tp, _ := startShared(t, rules, web, newcomer)
+		tp.serveMember(clusterIPv4, []int{53}, nil)
+		tp.serveMember(clusterIPv4B, []int{53}, []int{53})
+		waitReady(g, tp)
+
+		g.Eventually(func() (string, error) { return tcpGreeting(t, tp.client, lbAddr(lbIPv4, 53)) }).
+			WithTimeout(3*time.Second).WithPolling(50*time.Millisecond).Should(Equal(memberTCPReply(clusterIPv4, 53)), "TCP 53 stays web's")
+		g.Expect(udpExchange(t, tp.client, lbAddr(lbIPv4, 53), "ping")).To(Equal(memberUDPReply(clusterIPv4B, 53, "ping")))
 	})
 }
 

@@ -135,10 +135,21 @@ func TestSharedAddress(t *testing.T) {
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, d)).To(Succeed())
 	g.Expect(d.DeletionTimestamp).To(BeNil())
 
-	// A member's new port, free now, is recorded.
+	// Each member's status lists the ports admitted for it on the address (what its lb pods serve
+	// it on: a member cannot take another's port by editing its spec).
+	admitted := func(g Gomega, name string) []corev1.PortStatus {
+		in := getService(g, f.ns, name).Status.LoadBalancer.Ingress
+		g.Expect(in).To(HaveLen(1))
+		return in[0].Ports
+	}
+	g.Expect(admitted(g, "dns-udp")).To(Equal([]corev1.PortStatus{{Port: 53, Protocol: corev1.ProtocolUDP}}))
+	g.Expect(admitted(g, "web")).To(Equal([]corev1.PortStatus{{Port: 80, Protocol: corev1.ProtocolTCP}}))
+
+	// A member's new port, free now, is recorded, and admitted.
 	update(t, b, func(s *corev1.Service) { s.Spec.Ports = []corev1.ServicePort{udp53, tcp53} })
 	g.Eventually(func(g Gomega) {
 		g.Expect(members(g, addr)).To(Equal([]string{"dns-udp:TCP/53,UDP/53", "web:TCP/80"}))
+		g.Expect(admitted(g, "dns-udp")).To(Equal([]corev1.PortStatus{{Port: 53, Protocol: corev1.ProtocolUDP}, {Port: 53, Protocol: corev1.ProtocolTCP}}))
 	}, timeout, interval).Should(Succeed())
 	// Its port taken by another member's change: that member moves (dynamic) to another address.
 	web := getService(g, f.ns, "web")
@@ -150,6 +161,8 @@ func TestSharedAddress(t *testing.T) {
 		g.Expect(members(g, addr)).To(Equal([]string{"dns-udp:TCP/53,UDP/53"}))
 		g.Expect(ingressIPs(getService(g, f.ns, "web"))).NotTo(ContainElement(addr))
 	}, timeout, interval).Should(Succeed())
+	// On its new address (of the same key) both its ports are admitted.
+	g.Expect(admitted(g, "web")).To(Equal([]corev1.PortStatus{{Port: 80, Protocol: corev1.ProtocolTCP}, {Port: 53, Protocol: corev1.ProtocolTCP}}))
 
 	// The last member leaves: the address drains (its lb Deployment goes) and is free again; the
 	// static Service refused for the clash gets it.
