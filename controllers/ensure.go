@@ -39,13 +39,20 @@ func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Servi
 		}
 		return nil, "", err
 	}
-	return r.ensureSet(ctx, svc, objects, r.confirmService(ctx, svc, confirmed))
+	d, foreign, _, err := r.ensureSet(ctx, svc, objects, r.confirmService(ctx, svc, confirmed), nil)
+	return d, foreign, err
 }
 
 // ensureShared ensures the lb objects of each shared address of a Service that shares (sets, one
 // per address), each as the objects of the address's owner (whose UID they carry), and deletes
 // the Service's own objects of an earlier, unshared life. It returns the first address's
 // Deployment, or the name of an object in the way. confirmed is as for ensureObjects.
+//
+// Only an object in the way in svc's own namespace (or the lb pod namespace) refuses svc. The
+// RoleBindings of an address in the other members' namespaces are theirs to keep: one that is not
+// ours there (its namespace's admin replaced it) is left alone and told in a Warning on svc, and
+// that member's own pass is refused for it. Refusing every member for it would let the admin of
+// one namespace take a shared address from the tenants of the others.
 func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Service, sets []lbobjects.Set, confirmed bool) (*appsv1.Deployment, string, error) {
 	if err := r.deleteObjects(ctx, svc); err != nil {
 		return nil, "", err
@@ -56,9 +63,17 @@ func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Servic
 		owner := &corev1.Service{}
 		owner.Namespace, owner.Name = set.RoleBinding.Namespace, set.Deployment.Name
 		owner.UID = types.UID(set.Deployment.Labels[lbv1.ServiceUIDLabel])
-		d, foreign, err := r.ensureSet(ctx, owner, set, confirm)
+		elsewhere := func(o client.Object) bool {
+			_, binding := o.(*rbacv1.RoleBinding)
+			return binding && o.GetNamespace() != svc.Namespace && o.GetNamespace() != r.Options.LBPodNamespace
+		}
+		d, foreign, skipped, err := r.ensureSet(ctx, owner, set, confirm, elsewhere)
 		if err != nil || foreign != "" {
 			return nil, foreign, err
+		}
+		for _, what := range skipped {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonObjectConflict, actionApply, "%s",
+				decide.BoundedMessage(fmt.Sprintf("%s of the shared address %s is not ours: left alone; the address's lb pods cannot read the members of that namespace until it is", what, set.Deployment.Labels[lbv1.SharedIPLabel])))
 		}
 		if err := r.dropMemberBindings(ctx, owner, set); err != nil {
 			return nil, "", err
@@ -120,36 +135,39 @@ func (r *ServiceReconciler) confirmService(ctx context.Context, svc *corev1.Serv
 // ensureSet makes one Set of objects what it says, stage by stage (Set.Stages, each stage's
 // objects in parallel), and deletes those it leaves out; owner is whose the objects are
 // (ownedBy). It returns the Deployment as ensured, or the name of an object in the way.
-func (r *ServiceReconciler) ensureSet(ctx context.Context, owner *corev1.Service, objects lbobjects.Set, confirm func() error) (*appsv1.Deployment, string, error) {
+func (r *ServiceReconciler) ensureSet(ctx context.Context, owner *corev1.Service, objects lbobjects.Set, confirm func() error,
+	tolerated func(client.Object) bool) (d *appsv1.Deployment, foreign string, skipped []string, err error) {
 	cur := &appsv1.Deployment{}
 	// The key first: the lb pods cannot start without it (the kubelet waits for the Secret).
 	if err := r.ensureHAKey(ctx, owner, objects.HAKeySecret, confirm); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	for _, stage := range objects.Stages() {
 		jobs := make([]ensureJob, len(stage))
 		for i, o := range stage {
-			jobs[i] = ensureJob{desired: o, cur: reflect.New(reflect.TypeOf(o).Elem()).Interface().(client.Object)}
+			jobs[i] = ensureJob{desired: o, cur: reflect.New(reflect.TypeOf(o).Elem()).Interface().(client.Object), tolerated: tolerated != nil && tolerated(o)}
 			if o == lbobjects.Object(objects.Deployment) {
 				jobs[i].cur = cur
 			}
 		}
-		if foreign, err := r.ensureAll(ctx, owner, jobs, confirm); err != nil || foreign != "" {
-			return nil, foreign, err
+		foreign, skippedHere, err := r.ensureAll(ctx, owner, jobs, confirm)
+		if err != nil || foreign != "" {
+			return nil, foreign, nil, err
 		}
+		skipped = append(skipped, skippedHere...)
 	}
 	for _, o := range objects.Unwanted() {
 		if err := r.deleteOwned(ctx, owner, o, false); err != nil {
-			return nil, "", err
+			return nil, "", nil, err
 		}
 	}
 	if err := r.retire(ctx, owner, objects, cur); err != nil {
-		return nil, "", err
+		return nil, "", nil, err
 	}
 	if cur.Name == "" {
-		return objects.Deployment, "", nil
+		return objects.Deployment, "", skipped, nil
 	}
-	return cur, "", nil
+	return cur, "", skipped, nil
 }
 
 // retire deletes the Service's own ServiceAccount and RoleBinding of an earlier release once its
@@ -176,11 +194,16 @@ func (r *ServiceReconciler) retire(ctx context.Context, owner *corev1.Service, o
 var errServiceGone = errors.New("the service is gone or being deleted")
 
 // ensureJob is one object for ensure: what it should be, and where to read what it is.
-type ensureJob struct{ desired, cur client.Object }
+// ensureJob is one object to ensure; tolerated says that one in the way that is not ours is left
+// alone and skipped rather than stopping the pass.
+type ensureJob struct {
+	desired, cur client.Object
+	tolerated    bool
+}
 
 // ensureAll ensures the jobs in parallel. It returns the first object in the order of jobs that is
-// not ours, else the first error in that order.
-func (r *ServiceReconciler) ensureAll(ctx context.Context, svc *corev1.Service, jobs []ensureJob, confirm func() error) (string, error) {
+// not ours and not tolerated, else the first error in that order, and the tolerated ones skipped.
+func (r *ServiceReconciler) ensureAll(ctx context.Context, svc *corev1.Service, jobs []ensureJob, confirm func() error) (string, []string, error) {
 	foreign := make([]string, len(jobs))
 	errs := make([]error, len(jobs))
 	var wg sync.WaitGroup
@@ -188,17 +211,22 @@ func (r *ServiceReconciler) ensureAll(ctx context.Context, svc *corev1.Service, 
 		wg.Go(func() { foreign[i], errs[i] = r.ensure(ctx, svc, j.desired, j.cur, confirm) })
 	}
 	wg.Wait()
-	for _, f := range foreign {
-		if f != "" {
-			return f, nil
+	var skipped []string
+	for i, f := range foreign {
+		switch {
+		case f == "":
+		case jobs[i].tolerated:
+			skipped = append(skipped, f)
+		default:
+			return f, nil, nil
 		}
 	}
 	for _, err := range errs {
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
-	return "", nil
+	return "", skipped, nil
 }
 
 // ensure creates desired, or server-side applies it (field manager lbsvc-operator, forced, so

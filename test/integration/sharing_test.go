@@ -348,16 +348,9 @@ func TestConflictOnSharedAddress(t *testing.T) {
 func TestSharedAddressInLBPodNamespace(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	f := newFixture(t)
-	system := newNamespace(t)
-	restartWithLBPodNamespace(t, system)
-	other := fixture{ns: newNamespace(t), provider: f.provider, subnet: f.subnet, net: f.net}
-	stranger := fixture{ns: newNamespace(t), provider: f.provider, subnet: f.subnet, net: f.net}
+	f, system, more := withLBPodNamespace(t, 2)
+	other, stranger := more[0], more[1]
 	addr := f.ip("6")
-	accepting := func(s *corev1.Service, namespaces string) *corev1.Service {
-		s.Annotations[lbv1.SharedIPNamespacesAnnotation] = namespaces
-		return s
-	}
 	create(t, accepting(sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)), other.ns))
 	a := waitAddress(t, f.ns, "dns-tcp", addr)
 	create(t, accepting(sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)), other.ns))
@@ -425,4 +418,67 @@ func TestSharedAddressInLBPodNamespace(t *testing.T) {
 	// Drained: the Service that asked for it gets it.
 	waitAddress(t, stranger.ns, "dns-d", addr)
 	g.Expect(getIP(g, addr).Spec.Service.Namespace).To(Equal(stranger.ns))
+}
+
+// The admin of one member's namespace replaces the address's RoleBinding there with one of their
+// own (our labels gone; RoleBindings are theirs to write): only their own Service is refused
+// (ObjectConflict: the object is in its namespace) and leaves the address. The members of the
+// other namespace keep it (while that namespace is still a member, a Warning on their Service
+// names the RoleBinding).
+// Before, every member's pass met the foreign RoleBinding and was refused, and the address was
+// drained: one namespace's admin took a shared address from the tenants of the others.
+func TestForeignRoleBindingInAnotherMemberNamespaceRefusesOnlyThatMember(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f, _, more := withLBPodNamespace(t, 1)
+	other := more[0]
+	addr := f.ip("6")
+	create(t, accepting(sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)), other.ns))
+	waitAddress(t, f.ns, "dns-tcp", addr)
+	create(t, accepting(sharingService(other, "mdns", "dns", addr, svcPort("mdns", corev1.ProtocolUDP, 5353)), f.ns))
+	waitAddress(t, other.ns, "mdns", addr)
+	name := lbobjects.SharedObjectName(addr)
+	key := client.ObjectKey{Namespace: other.ns, Name: name}
+	rb := &rbacv1.RoleBinding{}
+	g.Eventually(func() error { return k8s.Get(ctx, key, rb) }, timeout, interval).Should(Succeed())
+
+	// The other namespace's admin: the same name, bound to nothing of ours.
+	g.Expect(k8s.Delete(ctx, rb)).To(Succeed())
+	waitGone(t, rb)
+	create(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: other.ns, Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: other.ns}}})
+
+	waitRefused(t, other.ns, "mdns", decide.ReasonObjectConflict)
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, addr)).To(Equal([]string{"dns-tcp:TCP/53"}))
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(ingressIPs(getService(g, f.ns, "dns-tcp"))).To(Equal([]string{addr}))
+		g.Expect(getIP(g, addr).DeletionTimestamp).To(BeNil())
+	}, time.Second, 200*time.Millisecond).Should(Succeed())
+	// The RoleBinding is the admin's: left as they wrote it.
+	g.Expect(k8s.Get(ctx, key, rb)).To(Succeed())
+	g.Expect(rb.RoleRef.Name).To(Equal("view"))
+}
+
+// accepting is s accepting members from namespaces (SharedIPNamespacesAnnotation).
+func accepting(s *corev1.Service, namespaces string) *corev1.Service {
+	s.Annotations[lbv1.SharedIPNamespacesAnnotation] = namespaces
+	return s
+}
+
+// withLBPodNamespace runs the operator with --lb-pod-namespace set to a new namespace (the usual
+// one comes back when the test ends) and returns a fixture, that namespace, and n more fixtures of
+// new namespaces on the same Subnet.
+func withLBPodNamespace(t *testing.T, n int) (fixture, string, []fixture) {
+	t.Helper()
+	f := newFixture(t)
+	system := newNamespace(t)
+	restartWithLBPodNamespace(t, system)
+	var more []fixture
+	for range n {
+		more = append(more, fixture{ns: newNamespace(t), provider: f.provider, subnet: f.subnet, net: f.net})
+	}
+	return f, system, more
 }
