@@ -194,9 +194,10 @@ func ServiceFromObject(svc *corev1.Service) (Service, error) {
 		p = p.Masked()
 		if p.Addr().Is4In6() {
 			// An IPv4-mapped IPv6 range (::ffff:10.0.0.0/104; the API server takes it without
-			// strict CIDR validation) is the IPv4 range it maps: the rules are per family, and an
-			// IPv6 prefix of an IPv4 address fits neither (the apply failed, keeping the old rules).
-			// Masked, only a prefix of 96 bits or more keeps the mapped form.
+			// strict CIDR validation, the operator refuses the Service for it, and a --service-file
+			// may hold it) is the IPv4 range it maps: the rules are per family, and an IPv6 prefix
+			// of an IPv4 address fits neither (the apply failed, keeping the previous rules until
+			// the operator's refusal). Masked, only a prefix of 96 bits or more keeps the mapped form.
 			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		out.SourceRanges = append(out.SourceRanges, p)
