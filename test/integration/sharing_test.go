@@ -430,7 +430,7 @@ func TestSharedAddressInLBPodNamespace(t *testing.T) {
 func TestForeignRoleBindingInAnotherMemberNamespaceRefusesOnlyThatMember(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
-	f, _, more := withLBPodNamespace(t, 1)
+	f, system, more := withLBPodNamespace(t, 1)
 	other := more[0]
 	addr := f.ip("6")
 	create(t, accepting(sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)), other.ns))
@@ -442,12 +442,15 @@ func TestForeignRoleBindingInAnotherMemberNamespaceRefusesOnlyThatMember(t *test
 	rb := &rbacv1.RoleBinding{}
 	g.Eventually(func() error { return k8s.Get(ctx, key, rb) }, timeout, interval).Should(Succeed())
 
-	// The other namespace's admin: the same name, bound to nothing of ours.
+	// The other namespace's admin: the same name, bound to nothing of ours (written while the
+	// operator is stopped, which would otherwise put ours back between the delete and the create).
+	stopOperator()
 	g.Expect(k8s.Delete(ctx, rb)).To(Succeed())
 	waitGone(t, rb)
 	create(t, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Namespace: other.ns, Name: name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "default", Namespace: other.ns}}})
+	restartWithLBPodNamespace(t, system)
 
 	waitRefused(t, other.ns, "mdns", decide.ReasonObjectConflict)
 	g.Eventually(func(g Gomega) {
