@@ -388,16 +388,25 @@ func (l *Loop) reconcile(svcs []*corev1.Service, fresh bool, r role) Result {
 		return slices.ContainsFunc(s.Ports, func(p Port) bool { return p.Protocol == SCTP })
 	}) {
 		// The kernel refused a transaction of a state with SCTP ports: when the same state
-		// without them goes in, SCTP is what it lacks. Serve the other ports.
+		// without them goes in and the state with them is refused once more, SCTP is what it
+		// lacks, for the pod's life: serve the other ports. A refusal that does not come back
+		// (the xtables lock held past its wait, a timeout) turns nothing off.
 		obs.NoSCTP = true
 		sctpless := desired(obs)
 		more, err2 := a.Apply(sctpless, true)
 		if err2 == nil {
-			l.noSCTP.Store(true)
-			l.cfg.Log.Warn("the kernel refused the SCTP rules; serving the other ports", "err", err)
-			st, err = sctpless, nil
 			more.Changes = append(applied.Changes, more.Changes...)
 			applied = more
+			again, err3 := a.Apply(st, true)
+			if err3 == nil {
+				l.cfg.Log.Warn("a transaction with the SCTP rules was refused once, then went in: SCTP is served", "err", err)
+				again.Changes = append(applied.Changes, again.Changes...)
+				applied, err = again, nil
+			} else {
+				l.noSCTP.Store(true)
+				l.cfg.Log.Warn("the kernel refused the SCTP rules; serving the other ports", "err", err)
+				st, err = sctpless, nil
+			}
 		}
 	}
 	res.Applied = applied

@@ -216,3 +216,35 @@ func TestSCTPUnavailableFailsOnlySCTPPorts(t *testing.T) {
 	g.Expect(logs).To(ContainSubstring(`msg="the kernel refused the SCTP rules; serving the other ports"`))
 	g.Expect(logs).To(ContainSubstring(fmt.Sprintf("msg=\"serving with a problem\" reason=SCTPUnavailable message=%q", strings.TrimPrefix(note, "SCTPUnavailable: "))))
 }
+
+// A transaction with the SCTP rules refused, then not (the xtables lock held past
+// iptables-restore's wait, a timeout): SCTP stays served, with no SCTPUnavailable. Before, such a
+// refusal (twice in a row: the applier retries once by itself) turned the SCTP ports off for the
+// pod's life. iptables-restore is wrapped to refuse the first two payloads with an SCTP match.
+func TestSCTPRefusedThenAcceptedStaysServed(t *testing.T) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	real, err := exec.LookPath("iptables-restore")
+	g.Expect(err).NotTo(HaveOccurred())
+	bin := t.TempDir()
+	// Refused twice: the applier reads the tables again after a refusal and retries at once, so
+	// one refusal alone never reaches the SCTP fallback.
+	count := filepath.Join(bin, "refused")
+	wrapper := "#!/bin/sh\npayload=$(cat)\ncase \"$payload\" in *'-m sctp'*) n=$(cat " + count + " 2>/dev/null || echo 0); if [ \"$n\" -lt 2 ]; then echo $((n+1)) > " + count +
+		"; echo 'iptables-restore: Another app is currently holding the xtables lock' >&2; exit 4; fi;; esac\n" +
+		"printf '%s\\n' \"$payload\" | exec " + real + " \"$@\"\n"
+	g.Expect(os.WriteFile(filepath.Join(bin, "iptables-restore"), []byte(wrapper), 0o755)).To(Succeed())
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	tp.startCommand(append([]string{"env", "PATH=" + bin + ":" + os.Getenv("PATH"), lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081", "--iptables", "plain", "--rules", "iptables"}, stackArgs("v4")...)...)
+
+	g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
+		Should(Equal("ok\n"))
+	g.Expect(os.ReadFile(count)).To(Equal([]byte("2\n")), "the wrapper refused the transactions with the SCTP rules twice")
+	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+	g.Expect(tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "LBSVC-SERVICES")).To(ContainSubstring("-p sctp -m sctp --dport 3868"))
+	_, metrics := tp.healthGet("/metrics")
+	g.Expect(metrics).To(ContainSubstring("\nlbpod_unserved_ports{protocol=\"SCTP\"} 0\n"))
+	g.Expect(tp.lbpod.logs.String()).To(ContainSubstring(`msg="a transaction with the SCTP rules was refused once, then went in: SCTP is served"`))
+}
