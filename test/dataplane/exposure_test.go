@@ -192,18 +192,10 @@ func TestFamilyMismatchIsNotReady(t *testing.T) {
 // lbpod_unserved_ports. iptables-restore is wrapped to refuse any payload with an SCTP match,
 // as the kernel would, so that the host's modules are left alone.
 func TestSCTPUnavailableFailsOnlySCTPPorts(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	real, err := exec.LookPath("iptables-restore")
-	g.Expect(err).NotTo(HaveOccurred())
-	bin := t.TempDir()
-	wrapper := "#!/bin/sh\npayload=$(cat)\ncase \"$payload\" in *'-m sctp'*) echo \"iptables-restore v1.8.9: Couldn't load match \\`sctp':No such file or directory\" >&2; exit 2;; esac\n" +
-		"printf '%s\\n' \"$payload\" | exec " + real + " \"$@\"\n"
-	g.Expect(os.WriteFile(filepath.Join(bin, "iptables-restore"), []byte(wrapper), 0o755)).To(Succeed())
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
-	tp.startCommand(append([]string{"env", "PATH=" + bin + ":" + os.Getenv("PATH"), lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081", "--iptables", "plain", "--rules", "iptables"}, stackArgs("v4")...)...)
+	g, tp, _ := servedBehindRestore(t, func(_, real string) string {
+		return "case \"$payload\" in *'-m sctp'*) echo \"iptables-restore v1.8.9: Couldn't load match \\`sctp':No such file or directory\" >&2; exit 2;; esac\n" +
+			"printf '%s\\n' \"$payload\" | exec " + real + " \"$@\"\n"
+	})
 
 	const note = "SCTPUnavailable: SCTP ports 3868 not served: the kernel refused the SCTP rules (no SCTP match or conntrack: modules xt_sctp, nf_conntrack_proto_sctp); the other ports are served. Load the modules on the node and restart the pod"
 	g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
@@ -222,22 +214,15 @@ func TestSCTPUnavailableFailsOnlySCTPPorts(t *testing.T) {
 // refusal (twice in a row: the applier retries once by itself) turned the SCTP ports off for the
 // pod's life. iptables-restore is wrapped to refuse the first two payloads with an SCTP match.
 func TestSCTPRefusedThenAcceptedStaysServed(t *testing.T) {
-	g := NewWithT(t)
-	tp := newTopology(t)
-	tp.startBackends()
-	real, err := exec.LookPath("iptables-restore")
-	g.Expect(err).NotTo(HaveOccurred())
-	bin := t.TempDir()
 	// Refused twice: the applier reads the tables again after a refusal and retries at once, so
 	// one refusal alone never reaches the SCTP fallback.
+	g, tp, bin := servedBehindRestore(t, func(bin, real string) string {
+		count := filepath.Join(bin, "refused")
+		return "case \"$payload\" in *'-m sctp'*) n=$(cat " + count + " 2>/dev/null || echo 0); if [ \"$n\" -lt 2 ]; then echo $((n+1)) > " + count +
+			"; echo 'iptables-restore: Another app is currently holding the xtables lock' >&2; exit 4; fi;; esac\n" +
+			"printf '%s\\n' \"$payload\" | exec " + real + " \"$@\"\n"
+	})
 	count := filepath.Join(bin, "refused")
-	wrapper := "#!/bin/sh\npayload=$(cat)\ncase \"$payload\" in *'-m sctp'*) n=$(cat " + count + " 2>/dev/null || echo 0); if [ \"$n\" -lt 2 ]; then echo $((n+1)) > " + count +
-		"; echo 'iptables-restore: Another app is currently holding the xtables lock' >&2; exit 4; fi;; esac\n" +
-		"printf '%s\\n' \"$payload\" | exec " + real + " \"$@\"\n"
-	g.Expect(os.WriteFile(filepath.Join(bin, "iptables-restore"), []byte(wrapper), 0o755)).To(Succeed())
-	svc := filepath.Join(t.TempDir(), "svc.yaml")
-	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
-	tp.startCommand(append([]string{"env", "PATH=" + bin + ":" + os.Getenv("PATH"), lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081", "--iptables", "plain", "--rules", "iptables"}, stackArgs("v4")...)...)
 
 	g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("ok\n"))
@@ -247,4 +232,23 @@ func TestSCTPRefusedThenAcceptedStaysServed(t *testing.T) {
 	_, metrics := tp.healthGet("/metrics")
 	g.Expect(metrics).To(ContainSubstring("\nlbpod_unserved_ports{protocol=\"SCTP\"} 0\n"))
 	g.Expect(tp.lbpod.logs.String()).To(ContainSubstring(`msg="a transaction with the SCTP rules was refused once, then went in: SCTP is served"`))
+}
+
+// servedBehindRestore starts the backends and an lb pod of the base Service on the iptables back
+// end whose iptables-restore is a shell wrapper: the payload read into $payload, then body(bin,
+// real), where bin is the wrapper's directory (for its own files) and real the iptables-restore
+// it stands in front of. It returns bin.
+func servedBehindRestore(t *testing.T, body func(bin, real string) string) (Gomega, *topology, string) {
+	g := NewWithT(t)
+	tp := newTopology(t)
+	tp.startBackends()
+	real, err := exec.LookPath("iptables-restore")
+	g.Expect(err).NotTo(HaveOccurred())
+	bin := t.TempDir()
+	wrapper := "#!/bin/sh\npayload=$(cat)\n" + body(bin, real)
+	g.Expect(os.WriteFile(filepath.Join(bin, "iptables-restore"), []byte(wrapper), 0o755)).To(Succeed())
+	svc := filepath.Join(t.TempDir(), "svc.yaml")
+	writeService(t, svc, []string{clusterIPv4}, basePorts, nil)
+	tp.startCommand(append([]string{"env", "PATH=" + bin + ":" + os.Getenv("PATH"), lbpodBin, "--service-file", svc, "--health-addr", "127.0.0.1:8081", "--iptables", "plain", "--rules", "iptables"}, stackArgs("v4")...)...)
+	return g, tp, bin
 }
