@@ -50,6 +50,9 @@ const indexPodAddress = "lbsvc.io/address"
 // indexIPOwner indexes IP objects by their owner Service's UID.
 const indexIPOwner = "lbsvc.io/owner-uid"
 
+// indexIPConflict indexes IP objects in phase Conflict by "<owner namespace>/<family>".
+const indexIPConflict = "lbsvc.io/conflict-namespace"
+
 // drainRecheck is how often a draining address whose holders are not pods (a ReplicaSet that
 // has not scaled down yet) is looked at again: nothing else would wake it.
 const drainRecheck = 2 * time.Second
@@ -93,6 +96,14 @@ func (r *IPReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		return uids
 	}); err != nil {
 		return fmt.Errorf("index IP objects by owner: %w", err)
+	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &lbv1.IP{}, indexIPConflict, func(o client.Object) []string {
+		if ip := o.(*lbv1.IP); ip.Status.Phase == lbv1.IPConflict {
+			return []string{conflictNamespaceKey(ip)}
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("index IP objects in conflict: %w", err)
 	}
 	// A Service that goes may leave a claim it never recorded (it was deleted while the claim
 	// was in flight): look at the IP objects it owned.
@@ -358,7 +369,13 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 	if err != nil {
 		return err
 	}
-	cp := decide.DecideIPConflict(decide.IPConflictInputs{IP: ip, Lease: lease})
+	in := decide.IPConflictInputs{IP: ip, Lease: lease}
+	if ip.Status.Phase != lbv1.IPConflict && lease != nil && lease.Annotations[lbv1.AddressConflictAnnotation] != "" {
+		if in.NamespaceConflicts, err = r.namespaceConflicts(ctx, ip); err != nil {
+			return err
+		}
+	}
+	cp := decide.DecideIPConflict(in)
 	if cp.Ignored != "" && ip.Status.Phase != lbv1.IPConflict {
 		logf.FromContext(ctx).Info("conflict report not believed", "ip", ip.Name, "why", cp.Ignored)
 	}
@@ -528,6 +545,30 @@ func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (decide
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return decide.PodKey(&pods.Items[i]) < decide.PodKey(&pods.Items[j]) })
 	return decide.DrainVerdict(ip, r.LBPodNamespace, pods.Items, rss.Items, deps.Items), nil
+}
+
+// conflictNamespaceKey is indexIPConflict's key of ip: its owner's namespace and its family.
+func conflictNamespaceKey(ip *lbv1.IP) string {
+	family := "4"
+	if strings.Contains(ip.Name, "-") {
+		family = "6"
+	}
+	return ip.Spec.Service.Namespace + "/" + family
+}
+
+// namespaceConflicts is decide.IPConflictInputs.NamespaceConflicts for ip, from the cache.
+func (r *IPReconciler) namespaceConflicts(ctx context.Context, ip *lbv1.IP) (int, error) {
+	var list lbv1.IPList
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexIPConflict: conflictNamespaceKey(ip)}); err != nil {
+		return 0, fmt.Errorf("list the IP objects in conflict of namespace %s: %w", ip.Spec.Service.Namespace, err)
+	}
+	n := 0
+	for i := range list.Items {
+		if list.Items[i].Name != ip.Name {
+			n++
+		}
+	}
+	return n, nil
 }
 
 // addressSelector selects the objects that carry ip's address label.

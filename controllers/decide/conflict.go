@@ -25,11 +25,23 @@ import (
 // Service in phase Conflict.
 const MaxConflictsPerFamily = 3
 
+// MaxConflictsPerNamespace bounds how many addresses of one family the Services of one namespace
+// may hold in phase Conflict at once: past it a new report from that namespace is not believed
+// (the lb pod that made it still does not announce the address; the Service stays on it). The
+// report is read from the Service's Lease, which the namespace's tenants may write as well as its
+// lb pods, and a Conflict object outlives its Service: without a bound per namespace, one Service
+// of quota created and deleted again and again would lock the Subnet's addresses for good.
+const MaxConflictsPerNamespace = 3
+
 // IPConflictInputs is what the IP controller read for one Bound or Conflict IP object.
 type IPConflictInputs struct {
 	IP *lbv1.IP
 	// Lease is the owner Service's Lease (nil: none, or not that Service's by its UID label).
 	Lease *coordinationv1.Lease
+	// NamespaceConflicts is how many other IP objects of the address's family whose owner
+	// Service is of the same namespace are in phase Conflict (read only when the Lease reports a
+	// conflict).
+	NamespaceConflicts int
 }
 
 // IPConflictPlan is what the IP object's status says about the probe.
@@ -85,6 +97,11 @@ func DecideIPConflict(in IPConflictInputs) IPConflictPlan {
 	}
 	if p.Announced {
 		p.Ignored = fmt.Sprintf("a conflict reported for %s after it was announced is not believed (the probe runs only before the first announcement)", addr)
+		return p
+	}
+	if in.NamespaceConflicts >= MaxConflictsPerNamespace {
+		p.Ignored = BoundedMessage(fmt.Sprintf("a conflict reported for %s is not believed: namespace %s already holds %d addresses of its family in phase Conflict (at most %d; an admin clears one by deleting its IP object)",
+			addr, ip.Spec.Service.Namespace, in.NamespaceConflicts, MaxConflictsPerNamespace))
 		return p
 	}
 	c := lbv1.IPConflictStatus{MAC: reports[i].MAC.String(), Since: metav1.NewTime(reports[i].At.UTC())}

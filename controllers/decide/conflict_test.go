@@ -63,6 +63,16 @@ func TestDecideIPConflict(t *testing.T) {
 		in:   IPConflictInputs{IP: ip(lbv1.IPBound, false, nil), Lease: lease(lbv1.AddressConflictAnnotation, report)},
 		want: IPConflictPlan{Phase: lbv1.IPConflict, Conflict: conflict, Message: msg, Event: event},
 	}, {
+		name: "a report with fewer than MaxConflictsPerNamespace addresses of the namespace in Conflict: Conflict",
+		in:   IPConflictInputs{IP: ip(lbv1.IPBound, false, nil), Lease: lease(lbv1.AddressConflictAnnotation, report), NamespaceConflicts: MaxConflictsPerNamespace - 1},
+		want: IPConflictPlan{Phase: lbv1.IPConflict, Conflict: conflict, Message: msg, Event: event},
+	}, {
+		// The namespace's tenants may write the Lease too: what they can lock is bounded.
+		name: "a report when the namespace already holds MaxConflictsPerNamespace addresses in Conflict: not believed",
+		in:   IPConflictInputs{IP: ip(lbv1.IPBound, false, nil), Lease: lease(lbv1.AddressConflictAnnotation, report), NamespaceConflicts: MaxConflictsPerNamespace},
+		want: IPConflictPlan{Phase: lbv1.IPBound,
+			Ignored: "a conflict reported for 172.18.0.18 is not believed: namespace default already holds 3 addresses of its family in phase Conflict (at most 3; an admin clears one by deleting its IP object)"},
+	}, {
 		name: "a report for the other family's address only: Bound",
 		in:   IPConflictInputs{IP: ip(lbv1.IPBound, false, nil), Lease: lease(lbv1.AddressConflictAnnotation, "fd00::18 02:42:ac:12:00:05 2026-11-25T01:02:03Z")},
 		want: IPConflictPlan{Phase: lbv1.IPBound},

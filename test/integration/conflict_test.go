@@ -167,3 +167,45 @@ func TestConflictAfterAnnouncementIgnored(t *testing.T) {
 	g.Expect(warningMessages(t, f.ns, "web", decide.ReasonAddressInUse)).To(BeEmpty())
 	g.Expect(conflictsTotal(g)).To(Equal(before))
 }
+
+// A tenant writes the conflict report into their own Service's Lease themselves (the Lease is in
+// their namespace, which they may write as well as its lb pods), then deletes the Service and
+// does it again: each report put an address in phase Conflict, kept after its Service, so one
+// Service of quota locked the Subnet's addresses for good. Now a namespace holds at most
+// MaxConflictsPerNamespace addresses of a family in Conflict: the next report is not believed,
+// the Service keeps its address, and that address drains with it.
+func TestConflictReportsOfANamespaceAreBounded(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	at := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
+	var locked []string
+	for i := range decide.MaxConflictsPerNamespace + 1 {
+		name := fmt.Sprintf("cycle-%d", i)
+		create(t, lbService(f.ns, name, f.provider, ""))
+		var svc *corev1.Service
+		g.Eventually(func(g Gomega) {
+			svc = getService(g, f.ns, name)
+			g.Expect(ingressIPs(svc)).To(HaveLen(1))
+		}, timeout, interval).Should(Succeed())
+		addr := ingressIPs(svc)[0]
+		reportConflict(t, svc, fmt.Sprintf("%s 02:42:ac:12:00:05 %s", addr, at))
+		if i < decide.MaxConflictsPerNamespace {
+			g.Eventually(func(g Gomega) { g.Expect(getIP(g, addr).Status.Phase).To(Equal(lbv1.IPConflict)) }, timeout, interval).Should(Succeed())
+			locked = append(locked, addr)
+		} else {
+			g.Consistently(func(g Gomega) {
+				g.Expect(getIP(g, addr).Status.Phase).To(Equal(lbv1.IPBound))
+				g.Expect(ingressIPs(getService(g, f.ns, name))).To(Equal([]string{addr}))
+			}, time.Second, interval).Should(Succeed(), "the report past the bound is not believed")
+			g.Expect(k8s.Delete(ctx, getService(g, f.ns, name))).To(Succeed())
+			waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: addr}})
+			continue
+		}
+		g.Expect(k8s.Delete(ctx, getService(g, f.ns, name))).To(Succeed())
+		waitGone(t, svc)
+	}
+	for _, addr := range locked {
+		g.Expect(getIP(g, addr).Status.Phase).To(Equal(lbv1.IPConflict), "%s stays locked until an admin clears it", addr)
+	}
+}
