@@ -406,7 +406,11 @@ func (r *leaseRecorder) startProbe() {
 }
 
 // probed implements leaseState. With the recorder running (standbys) the outcome goes with the
-// claim's write; a single lb pod writes it here, retrying a few times.
+// claim's write; a single lb pod writes it here, retrying a few times on a conflict. A write that
+// fails otherwise (the API server unreachable, a timeout) is retried in the background until it
+// lands: the address is announced all the same, and until the Lease lists it as announced the
+// operator believes a conflict report for it, so that a later probe (a replacement pod's, after a
+// drain) that one host on the underlay answers would move a Service off an address it has held.
 func (r *leaseRecorder) probed(ctx context.Context, free []netip.Addr, conflicts []v1alpha1.AddressConflict) error {
 	r.mu.Lock()
 	r.probing = false
@@ -422,6 +426,28 @@ func (r *leaseRecorder) probed(ctx context.Context, free []netip.Addr, conflicts
 		r.wake()
 		return nil
 	}
+	err := r.syncRetrying(ctx)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	go func() {
+		for wait := 100 * time.Millisecond; ; wait = min(2*wait, r.retryMax) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+			if err := r.syncRetrying(ctx); err == nil {
+				r.log.Info("the conflict probe's outcome is recorded on the Lease, after failed writes")
+				return
+			}
+		}
+	}()
+	return err
+}
+
+// syncRetrying is sync, tried again at once (up to five times) when another write came first.
+func (r *leaseRecorder) syncRetrying(ctx context.Context) error {
 	var err error
 	for try := 0; try < 5; try++ {
 		if err = r.sync(ctx); err == nil || !(apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err)) {

@@ -208,7 +208,7 @@ func (p *prober) record(ctx context.Context, free []netip.Addr, conflicts []v1al
 		return
 	}
 	if err := p.lease.probed(ctx, free, conflicts); err != nil {
-		p.log.Warn("conflict probe: recording the outcome on the Lease failed", "err", err)
+		p.log.Warn("conflict probe: recording the outcome on the Lease failed; trying again in the background", "err", err)
 	}
 }
 

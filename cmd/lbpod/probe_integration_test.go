@@ -3,11 +3,13 @@
 package main
 
 import (
+	"context"
 	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,4 +163,62 @@ func TestBlockedReplicaReadsTheLease(t *testing.T) {
 	g.Eventually(lease).WithTimeout(5 * time.Second).Should(HaveKeyWithValue(v1alpha1.AnnouncedAnnotation, "172.18.0.18"))
 	g.Eventually(func() bool { return p.announcedSince(ctx) }).WithTimeout(5 * time.Second).Should(BeTrue())
 	g.Expect(p.check(ctx)).To(BeEmpty())
+}
+
+// A single lb pod whose write of the probe's outcome fails (the API server unavailable: 503)
+// writes it once the API server takes writes again, in the background: until the Lease lists the
+// address as announced, the operator would believe a later probe's report for it (a replacement
+// pod's) and move the Service off an address it has held. Before, the outcome was written a few
+// times at once on a conflict only, and a 503 left it unwritten for the pod's life.
+func TestSingleLBPodRecordsTheProbeAfterFailedWrites(t *testing.T) {
+	g := NewWithT(t)
+	const ns = "lbpod-probe-retry"
+	admin, ctx, _, podClient := startWithService(t, ns)
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	name := lbobjects.LeaseName("", ns, "web")
+	addr := netip.MustParseAddr("172.18.0.18")
+	failing := &atomic.Int32{}
+	failing.Store(3)
+	single := newLeaseRecorder(flakyLeaseWrites{apiClient: podClient.api, failing: failing}, ns, "web", name, podA, log)
+	single.addrs = []netip.Addr{addr}
+	single.startProbe()
+	err := single.probed(ctx, []netip.Addr{addr}, nil)
+	g.Expect(apierrors.IsServiceUnavailable(err)).To(BeTrue(), "the first write fails: %v", err)
+	g.Eventually(func(g Gomega) {
+		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		g.Expect(l.Annotations).To(HaveKeyWithValue(v1alpha1.AnnouncedAnnotation, "172.18.0.18"))
+	}).WithTimeout(10 * time.Second).WithPolling(50 * time.Millisecond).Should(Succeed())
+	g.Expect(failing.Load()).To(BeNumerically("<=", 0), "every injected failure was met")
+}
+
+// flakyLeaseWrites is the lb pod's API client with Lease creates and updates answered 503 while
+// failing is above zero: a real API server does not refuse one client's writes on demand (the
+// reads and every other write go to the real one).
+type flakyLeaseWrites struct {
+	apiClient
+	failing *atomic.Int32
+}
+
+func (f flakyLeaseWrites) Leases(namespace string) objectClient[*coordinationv1.Lease, *coordinationv1.LeaseList] {
+	return flakyLeaseClient{objectClient: f.apiClient.Leases(namespace), failing: f.failing}
+}
+
+type flakyLeaseClient struct {
+	objectClient[*coordinationv1.Lease, *coordinationv1.LeaseList]
+	failing *atomic.Int32
+}
+
+func (c flakyLeaseClient) Create(ctx context.Context, l *coordinationv1.Lease, opts metav1.CreateOptions) (*coordinationv1.Lease, error) {
+	if c.failing.Add(-1) >= 0 {
+		return nil, apierrors.NewServiceUnavailable("injected")
+	}
+	return c.objectClient.Create(ctx, l, opts)
+}
+
+func (c flakyLeaseClient) Update(ctx context.Context, l *coordinationv1.Lease, opts metav1.UpdateOptions) (*coordinationv1.Lease, error) {
+	if c.failing.Add(-1) >= 0 {
+		return nil, apierrors.NewServiceUnavailable("injected")
+	}
+	return c.objectClient.Update(ctx, l, opts)
 }
