@@ -112,7 +112,12 @@ func TestFileSourceFollowsEdits(t *testing.T) {
 	write("{port: 80}, {port: 443}")
 	waitPorts(80, 443)
 
-	if err := os.WriteFile(path, []byte("kind: ConfigMap\n"), 0o644); err != nil {
+	// Written whole (a new file renamed over it), as a kubelet's projected file changes: written in
+	// place, the poll could read it empty in between and report that instead (seen in CI).
+	if err := os.WriteFile(path+".tmp", []byte("kind: ConfigMap\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.After(2 * time.Second)
