@@ -547,13 +547,10 @@ func (r *IPReconciler) confirmNoHolder(ctx context.Context, ip *lbv1.IP) (decide
 	return decide.DrainVerdict(ip, r.LBPodNamespace, pods.Items, rss.Items, deps.Items), nil
 }
 
-// conflictNamespaceKey is indexIPConflict's key of ip: its owner's namespace and its family.
+// conflictNamespaceKey is indexIPConflict's key of ip: its owner's namespace and its family (as
+// the address label's key).
 func conflictNamespaceKey(ip *lbv1.IP) string {
-	family := "4"
-	if strings.Contains(ip.Name, "-") {
-		family = "6"
-	}
-	return ip.Spec.Service.Namespace + "/" + family
+	return ip.Spec.Service.Namespace + "/" + addressLabelKey(ip)
 }
 
 // namespaceConflicts is decide.IPConflictInputs.NamespaceConflicts for ip, from the cache.
@@ -571,13 +568,17 @@ func (r *IPReconciler) namespaceConflicts(ctx context.Context, ip *lbv1.IP) (int
 	return n, nil
 }
 
+// addressLabelKey is the key of ip's address label: an IPv6 address's IP object name has dashes.
+func addressLabelKey(ip *lbv1.IP) string {
+	if strings.Contains(ip.Name, "-") {
+		return lbv1.IPv6Label
+	}
+	return lbv1.IPv4Label
+}
+
 // addressSelector selects the objects that carry ip's address label.
 func addressSelector(ip *lbv1.IP) client.MatchingLabels {
-	key := lbv1.IPv4Label
-	if strings.Contains(ip.Name, "-") {
-		key = lbv1.IPv6Label
-	}
-	return client.MatchingLabels{key: ip.Name}
+	return client.MatchingLabels{addressLabelKey(ip): ip.Name}
 }
 
 // cachedAsking are the Deployments of ours that still ask for ip's address, as the cache has them
