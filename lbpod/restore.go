@@ -150,21 +150,30 @@ func PlanRestore(saved Saved, want Tables, cmd string) RestorePlan {
 				count++
 			}
 		}
+		// First, so that no rule added by anyone else to the built-in chain shadows it: one that
+		// drifted behind another rule is moved back to the front.
+		misplaced := count == 1 && saved[j.Table][j.From][0] != spec
 		line := fmt.Sprintf("-A %s -j %s", j.From, j.To)
-		if count != 1 && j.Table == "nat" {
+		if (count != 1 || misplaced) && j.Table == "nat" {
 			p.FlowsChanged = true
 		}
-		if count != 1 {
+		if count != 1 || misplaced {
 			p.Whole = true
 		}
 		switch {
 		case count == 0:
-			// First, so that nothing appended later by hand shadows it.
 			fmt.Fprintf(body(j.Table), "-I %s 1 -j %s\n", j.From, j.To)
 			p.Changes = append(p.Changes, Change{Kind: "jump", Added: true, What: fmt.Sprintf("%s -t %s %s", cmd, j.Table, line)})
+		case misplaced:
+			fmt.Fprintf(body(j.Table), "-D %s -j %s\n-I %s 1 -j %s\n", j.From, j.To, j.From, j.To)
+			p.Changes = append(p.Changes, Change{Kind: "jump", Added: true, What: fmt.Sprintf("%s -t %s %s (moved to the front)", cmd, j.Table, line)})
 		case count > 1:
-			for range count - 1 {
+			// All of them deleted and one put back in front: the one kept is where it belongs.
+			for range count {
 				fmt.Fprintf(body(j.Table), "-D %s -j %s\n", j.From, j.To)
+			}
+			fmt.Fprintf(body(j.Table), "-I %s 1 -j %s\n", j.From, j.To)
+			for range count - 1 {
 				p.Changes = append(p.Changes, Change{Kind: "jump", What: fmt.Sprintf("%s -t %s %s (duplicate)", cmd, j.Table, line)})
 			}
 		}

@@ -73,12 +73,20 @@ func TestPlanRestore(t *testing.T) {
 		saved: "*nat\n:PREROUTING ACCEPT [0:0]\n:LBSVC-SERVICES - [0:0]\n-A PREROUTING -j LBSVC-SERVICES\n-A PREROUTING -j LBSVC-SERVICES\n" +
 			"-A LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\nCOMMIT\n",
 		payloads: map[string]string{"nat": "*nat\n-D LBSVC-SERVICES " + strings.Join(dnat80, " ") + "\n-A LBSVC-SERVICES " + strings.Join(dnat81, " ") +
-			"\n-D PREROUTING -j LBSVC-SERVICES\nCOMMIT\n"},
+			"\n-D PREROUTING -j LBSVC-SERVICES\n-D PREROUTING -j LBSVC-SERVICES\n-I PREROUTING 1 -j LBSVC-SERVICES\nCOMMIT\n"},
 		changes: []string{
 			"+iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat81, " "),
 			"-iptables iptables -t nat -A LBSVC-SERVICES " + strings.Join(dnat80, " "),
 			"-jump iptables -t nat -A PREROUTING -j LBSVC-SERVICES (duplicate)",
 		},
+		flowsChanged: true,
+	}, {
+		name: "the jump behind a rule someone else added: moved back to the front",
+		saved: "*nat\n:PREROUTING ACCEPT [0:0]\n:LBSVC-SERVICES - [0:0]\n-A PREROUTING -p udp -j ACCEPT\n-A PREROUTING -j LBSVC-SERVICES\n" +
+			"-A LBSVC-SERVICES " + strings.Join(dnat81, " ") + "\nCOMMIT\n",
+		payloads: map[string]string{"nat": "*nat\n-D PREROUTING -j LBSVC-SERVICES\n-I PREROUTING 1 -j LBSVC-SERVICES\nCOMMIT\n"},
+		changes:  []string{"+jump iptables -t nat -A PREROUTING -j LBSVC-SERVICES (moved to the front)"},
+		// UDP may have been accepted untranslated in front of it: its flows are to be checked.
 		flowsChanged: true,
 	}, {
 		name: "a stale rule before the wanted one: deleted",

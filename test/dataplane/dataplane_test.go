@@ -238,6 +238,13 @@ func TestDriftIsRepaired(t *testing.T) {
 		Should(Equal("0:\tfrom all lookup local\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"))
 	g.Eventually(func() string { return tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "PREROUTING") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("-P PREROUTING ACCEPT\n-A PREROUTING -j LBSVC-PREROUTING\n"))
+	// A rule put in front of the jump (which would accept the client's UDP untranslated): the jump
+	// is moved back to the front, the rule left where it is (not ours).
+	tp.exec(tp.lb, "iptables", "-t", "nat", "-I", "PREROUTING", "1", "-p", "udp", "-j", "ACCEPT")
+	g.Eventually(func() string { return tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "PREROUTING") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
+		Should(Equal("-P PREROUTING ACCEPT\n-A PREROUTING -j LBSVC-PREROUTING\n-A PREROUTING -p udp -j ACCEPT\n"))
+	g.Eventually(tp.lbpod.logs.String).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
+		Should(ContainSubstring(`msg=changed change="+jump iptables -t nat -A PREROUTING -j LBSVC-PREROUTING (moved to the front)"`))
 
 	// Each repair counted by its cause: what the resync found (a DNAT rule, a jump), what the
 	// kernel watch saw (net1's addresses flushed, net1 recreated) and what the apply it triggered
