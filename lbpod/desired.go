@@ -395,7 +395,7 @@ func sourceRules(matches []sourceMatch, match []string, chain string) [][]string
 	for _, m := range matches {
 		var r []string
 		if m.from.IsValid() {
-			r = append(r, "-s", m.from.String())
+			r = append(r, "-s", iptPrefix(m.from))
 		}
 		// Everyone: iptables -S prints "-s 0.0.0.0/0" back without the match, so a rule written
 		// with it would never compare equal and be re-added at every sync.
@@ -415,7 +415,7 @@ func dnatRules(lb string, targets []target, flows map[Port]netip.AddrPort) []por
 		for _, p := range tg.ports {
 			proto := strings.ToLower(string(p.Protocol))
 			target := netip.AddrPortFrom(tg.clusterIP, uint16(p.Port))
-			dnat = append(dnat, portRule{port: p, rule: []string{"-d", lb, "-p", proto, "-m", proto, "--dport", strconv.Itoa(int(p.Port)), "-j", "DNAT", "--to-destination", target.String()}})
+			dnat = append(dnat, portRule{port: p, rule: []string{"-d", lb, "-p", proto, "-m", proto, "--dport", strconv.Itoa(int(p.Port)), "-j", "DNAT", "--to-destination", iptAddrPort(target)}})
 			if p.Protocol != TCP {
 				flows[p] = target
 			}
@@ -550,5 +550,27 @@ func zeroAddr(fam Family) netip.Addr {
 
 // hostPrefix renders an address as iptables -S does: with /32 or /128.
 func hostPrefix(a netip.Addr) string {
-	return fmt.Sprintf("%s/%d", a, a.BitLen())
+	return iptPrefix(netip.PrefixFrom(a, a.BitLen()))
+}
+
+// iptAddr spells an address as iptables prints it back (glibc's inet_ntop): an IPv6 address whose
+// first 96 bits are zero and next 16 are not ends in dotted IPv4 (::1.0.0.0, which Go spells
+// ::100:0). Written in Go's spelling, a rule with such an address would never compare equal to
+// its listing, and every sync would write its chain again.
+func iptAddr(a netip.Addr) string {
+	if b := a.As16(); a.Is6() && !a.Is4In6() && [12]byte(b[:12]) == [12]byte{} && (b[12] != 0 || b[13] != 0) {
+		return "::" + netip.AddrFrom4([4]byte(b[12:])).String()
+	}
+	return a.String()
+}
+
+// iptPrefix is a prefix as iptables prints it back (see iptAddr).
+func iptPrefix(p netip.Prefix) string { return iptAddr(p.Addr()) + "/" + strconv.Itoa(p.Bits()) }
+
+// iptAddrPort is a DNAT destination as iptables prints it back (see iptAddr).
+func iptAddrPort(ap netip.AddrPort) string {
+	if ap.Addr().Is6() {
+		return "[" + iptAddr(ap.Addr()) + "]:" + strconv.Itoa(int(ap.Port()))
+	}
+	return ap.String()
 }

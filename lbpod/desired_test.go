@@ -121,6 +121,22 @@ func TestDesiredGolden(t *testing.T) {
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}},
 		},
+		// Ranges as a user may write them: repeated apart, unmasked, and IPv6 ranges whose
+		// address glibc spells with a dotted tail (::1.0.0.0/104, ::0.1.0.0/112 in iptables'
+		// listing, ::100:0/104 and ::1:0/112 in Go's): each range matched once, every address
+		// written as iptables prints it back (or the chains would never compare equal), the
+		// ClusterIP and the DNAT target too.
+		"source-ranges-spelled-and-repeated": {
+			cfg: Config{
+				Network: mustNetwork(t, "172.18.0.18/16,fd00:172:18::18/64", "172.18.0.1,fd00:172:18::1", "172.18.0.0/16,fd00:172:18::/64"),
+				Services: []Service{{
+					ClusterIPs:   addrs("10.109.201.193", "::a00:c1"),
+					Ports:        []Port{{TCP, 80}, {UDP, 53}},
+					SourceRanges: prefixes("172.18.0.100/32", "::1.0.0.0/104", "10.1.2.3/8", "172.18.0.100/32", "::1:0/112", "10.0.0.0/8", "::100:0/104"),
+				}},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw, IPv6: v6gw}},
+		},
 		// SCTP refused by the kernel: the SCTP ports are left out and reported, the rest served.
 		"no-sctp": {
 			cfg: Config{

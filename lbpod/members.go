@@ -144,13 +144,17 @@ type sourceMatch struct{ from netip.Prefix }
 // sourceMatches lists the source checks of a family for ranges, in the Service's order, and the
 // flow policy's view of them (everyone, or the ranges): empty ranges allow everyone, a /0 of the
 // family allows everyone, the other family's ranges are left out (all of them left out: nobody).
+// Each range is matched once, where it first appears: a range listed twice, even apart, would
+// otherwise be written twice, and a chain that repeats a rule cannot be patched in place.
 func sourceMatches(fam Family, ranges []netip.Prefix) (matches []sourceMatch, all bool, allowed []netip.Prefix) {
 	if len(ranges) == 0 {
 		return []sourceMatch{{}}, true, nil
 	}
+	seen := map[netip.Prefix]bool{}
 	for _, r := range ranges {
+		r = r.Masked()
 		switch {
-		case familyOf(r.Addr()) != fam:
+		case familyOf(r.Addr()) != fam, seen[r]:
 		case r.Bits() == 0:
 			matches = append(matches, sourceMatch{})
 			all = true
@@ -158,6 +162,7 @@ func sourceMatches(fam Family, ranges []netip.Prefix) (matches []sourceMatch, al
 			matches = append(matches, sourceMatch{from: r})
 			allowed = append(allowed, r)
 		}
+		seen[r] = true
 	}
 	return matches, all, allowed
 }
