@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -61,21 +62,30 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		c.Status != "True" || svc.DeletionTimestamp != nil {
 		return ctrl.Result{}, nil
 	}
-	name := lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)
+	leaseKey := types.NamespacedName{Namespace: svc.Namespace, Name: lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)}
 	podNS := lbobjects.PodNamespace(r.LBPodNamespace, svc.Namespace)
 	ours := func(l *coordinationv1.Lease) bool { return l.Labels[lbv1.ServiceUIDLabel] == string(svc.UID) }
 	mine := []client.ListOption{client.InNamespace(podNS), client.MatchingFields{indexServiceUID: string(svc.UID)}}
 	replicas := decide.ServiceReplicas(svc, r.LBReplicas)
-	if ip := sharedAddressOf(svc); ip != "" {
-		// A member of a shared address: its lb pods and Lease are the address's (the first one's).
-		name = lbobjects.SharedObjectName(ip)
-		ours = func(l *coordinationv1.Lease) bool { return l.Labels[lbv1.SharedIPLabel] == ip }
-		mine = []client.ListOption{client.InNamespace(podNS), client.MatchingLabels{lbv1.SharedIPLabel: ip}}
+	shared, err := r.sharedAddress(ctx, svc)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if shared != nil {
+		// A member of a shared address: its lb pods and Lease are the address's, which its lb
+		// pods write in the owner's namespace (a member of another namespace has none of its
+		// own), labelled with the owner's UID, as the IP controller reads it.
+		name, owner := shared.Name, shared.Spec.Service
+		leaseKey = types.NamespacedName{Namespace: owner.Namespace, Name: lbobjects.SharedObjectName(name)}
+		ours = func(l *coordinationv1.Lease) bool {
+			return l.Labels[lbv1.SharedIPLabel] == name && l.Labels[lbv1.ServiceUIDLabel] == owner.UID
+		}
+		mine = []client.ListOption{client.InNamespace(podNS), client.MatchingLabels{lbv1.SharedIPLabel: name}}
 		replicas = max(r.LBReplicas, 1)
 	}
 	var lease *coordinationv1.Lease
 	l := &coordinationv1.Lease{}
-	switch err := r.Client.Get(ctx, types.NamespacedName{Namespace: svc.Namespace, Name: name}, l); {
+	switch err := r.Client.Get(ctx, leaseKey, l); {
 	case err == nil:
 		if ours(l) {
 			lease = l
@@ -188,8 +198,24 @@ func (r *ActiveReconciler) write(ctx context.Context, svc *corev1.Service, held 
 
 // SetupWithManager watches served Services, their Leases and their lb pods.
 func (r *ActiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	byLabels := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+	members := func(ip *lbv1.IP) []reconcile.Request {
+		reqs := make([]reconcile.Request, 0, len(ip.Spec.Members))
+		for _, m := range ip.Spec.Members {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}})
+		}
+		return reqs
+	}
+	byLabels := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		l := o.GetLabels()
+		if name := l[lbv1.SharedIPLabel]; name != "" {
+			// A shared address's Lease and lb pods name no Service: they wake every member the
+			// IP object lists.
+			ip := &lbv1.IP{}
+			if r.Client.Get(ctx, types.NamespacedName{Name: name}, ip) != nil {
+				return nil
+			}
+			return members(ip)
+		}
 		if l[lbv1.ServiceNamespaceLabel] == "" || l[lbv1.ServiceLabel] == "" {
 			return nil
 		}
@@ -204,6 +230,11 @@ func (r *ActiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
 		}})).
 		Watches(&coordinationv1.Lease{}, byLabels).
 		Watches(&corev1.Pod{}, byLabels).
+		// A member that joined is seen as one once the IP object lists it: its own status write
+		// may reach this cache first.
+		Watches(&lbv1.IP{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+			return members(o.(*lbv1.IP))
+		}), builder.WithPredicates(predicate.GenerationChangedPredicate{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: 2, SkipNameValidation: &r.SkipNameValidation})
 	return b.Complete(r)
 }
@@ -235,6 +266,24 @@ func activeInputsChanged(old, cur *corev1.Service) bool {
 		}
 	}
 	return false
+}
+
+// sharedAddress is the IP object of the shared address a Service we serve is a member of (nil
+// for none): the one its status shows (only we write it), shared, and listing the Service among
+// its members by UID (the cluster-scoped IP object is written by the operator alone).
+func (r *ActiveReconciler) sharedAddress(ctx context.Context, svc *corev1.Service) (*lbv1.IP, error) {
+	name := sharedAddressOf(svc)
+	if name == "" {
+		return nil, nil
+	}
+	ip := &lbv1.IP{}
+	if err := r.Client.Get(ctx, types.NamespacedName{Name: name}, ip); err != nil {
+		return nil, client.IgnoreNotFound(err)
+	}
+	if ip.Spec.SharingKey == "" || !slices.ContainsFunc(ip.Spec.Members, func(m lbv1.IPMember) bool { return m.UID == string(svc.UID) }) {
+		return nil, nil
+	}
+	return ip, nil
 }
 
 // sharedAddressOf is the IP object name of the first shared address a Service we serve is a

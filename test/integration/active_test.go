@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
@@ -303,4 +304,76 @@ func counterValue(g Gomega, name string, missing float64) float64 {
 		}
 	}
 	return missing
+}
+
+// TestSharedAddressHolderShownToEveryMember: the Lease of a shared address lives in its owner's
+// namespace (its lb pods write it there, with the owner's UID) and names no Service. Every member,
+// one of another namespace too (--lb-pod-namespace), shows the holder it records, follows it when
+// it changes and is told when two lb pods held the address at once; a Lease with the address's
+// label and name in the other member's namespace, which that namespace's tenant can write, is not
+// read.
+func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
+	g := NewWithT(t)
+	// Two lb pods for a shared address (--lb-replicas, as the operator's default): the Lease is read.
+	f, system, more := withLBPodNamespace(t, 1, func(o *controllers.Options) { o.LBReplicas = 2 })
+	other := more[0]
+	addr := f.ip("6")
+	create(t, accepting(sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)), other.ns))
+	owner := waitAddress(t, f.ns, "dns-tcp", addr)
+	create(t, accepting(sharingService(other, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)), f.ns))
+	waitAddress(t, other.ns, "dns-udp", addr)
+	g.Eventually(func(g Gomega) { g.Expect(members(g, addr)).To(ConsistOf("dns-tcp:TCP/53", "dns-udp:UDP/53")) }, timeout, interval).Should(Succeed())
+	ip := getIP(g, addr)
+	name := lbobjects.SharedObjectName(addr)
+	// The address's lb pods (no kubelet here: pod objects stand in), as its Deployment labels them.
+	for _, p := range []struct{ name, node string }{{"lb-a", "n1"}, {"lb-b", "n2"}} {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: p.name, Namespace: system, Labels: map[string]string{
+				lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
+				lbv1.SharedIPLabel: addr, lbv1.ServiceNamespaceLabel: f.ns, lbv1.ServiceUIDLabel: string(owner.UID), lbv1.IPv4Label: addr}},
+			Spec: corev1.PodSpec{NodeName: p.node, Containers: []corev1.Container{{Name: "c", Image: image}}},
+		}
+		create(t, pod)
+		setReady(t, pod, true)
+	}
+	forged := lbobjects.BuildSharedLease(name, other.ns, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	forged.Spec.HolderIdentity, forged.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](7)
+	create(t, forged)
+	lease := lbobjects.BuildSharedLease(name, f.ns, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	lease.Spec.HolderIdentity, lease.Spec.LeaseTransitions = ptr.To("lb-a"), ptr.To[int32](0)
+	create(t, lease)
+
+	shown := func(holder, node, standby, standbyNode string) {
+		t.Helper()
+		for _, s := range []struct{ ns, name string }{{f.ns, "dns-tcp"}, {other.ns, "dns-udp"}} {
+			g.Eventually(func(g Gomega) {
+				svc := getService(g, s.ns, s.name)
+				g.Expect(svc.Annotations[lbv1.ActivePodAnnotation]).To(Equal(system+"/"+holder), "%s/%s", s.ns, s.name)
+				g.Expect(svc.Annotations[lbv1.ActiveNodeAnnotation]).To(Equal(node))
+				c := findCondition(svc.Status.Conditions, decide.ConditionAddressActive)
+				g.Expect(c).NotTo(BeNil())
+				g.Expect(c.Message).To(Equal(fmt.Sprintf("%s held by pod %s/%s on node %s; standby: %s/%s on node %s", addr, system, holder, node, system, standby, standbyNode)))
+			}, timeout, interval).Should(Succeed())
+		}
+	}
+	shown("lb-a", "n1", "lb-b", "n2")
+	update(t, lease, func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](1)
+	})
+	shown("lb-b", "n2", "lb-a", "n1")
+
+	at := time.Now().UTC().Add(-2 * time.Second).Truncate(time.Second).Format(time.RFC3339)
+	update(t, lease, func(l *coordinationv1.Lease) {
+		l.Annotations = map[string]string{lbv1.HAClaimAnnotation: "4 100 02:00:00:00:00:0b", lbv1.HeldTwiceAnnotation: "lb-a " + at + " 3 lb-b 4"}
+	})
+	msg := fmt.Sprintf(`%s was held by two lb pods at once: "lb-a" (term 3) and "lb-b" (term 4); at %s the Lease fenced "lb-a", `+
+		`whose adverts and the other's did not reach each other: check that the underlay carries EtherType 0x88B5 multicast between their nodes`, addr, at)
+	for _, s := range []struct{ ns, name string }{{f.ns, "dns-tcp"}, {other.ns, "dns-udp"}} {
+		g.Eventually(func() []string { return warningMessages(t, s.ns, s.name, decide.ReasonAddressHeldTwice) }, timeout, interval).
+			Should(Equal([]string{msg}), "%s/%s", s.ns, s.name)
+	}
+	// The forged Lease is still there, naming another holder and no note: never read.
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(forged), forged)).To(Succeed())
+	g.Expect(forged.Spec.HolderIdentity).To(Equal(ptr.To("lb-b")))
+	shown("lb-b", "n2", "lb-a", "n1")
 }

@@ -671,12 +671,17 @@ func TestSquattersInAnotherNamespaceHoldNoAddress(t *testing.T) {
 }
 
 // restartWithLBPodNamespace replaces the running operator with one run with
-// --lb-pod-namespace=ns; the usual one comes back when the test ends.
-func restartWithLBPodNamespace(t *testing.T, ns string) {
+// --lb-pod-namespace=ns (and the options more changes); the usual one comes back when the test
+// ends.
+func restartWithLBPodNamespace(t *testing.T, ns string, more ...func(*controllers.Options)) {
 	t.Helper()
 	stopOperator()
 	opMu.Lock()
-	current = newOperator(controllers.Options{EnableLBSvc: true, LBPodNamespace: ns})
+	opts := controllers.Options{EnableLBSvc: true, LBPodNamespace: ns}
+	for _, m := range more {
+		m(&opts)
+	}
+	current = newOperator(opts)
 	opMu.Unlock()
 	t.Cleanup(func() { startOperator(true) })
 }

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lbsvc/lbsvc-operator/controllers"
 	"github.com/lbsvc/lbsvc-operator/controllers/decide"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 
@@ -473,12 +474,12 @@ func accepting(s *corev1.Service, namespaces string) *corev1.Service {
 
 // withLBPodNamespace runs the operator with --lb-pod-namespace set to a new namespace (the usual
 // one comes back when the test ends) and returns a fixture, that namespace, and n more fixtures of
-// new namespaces on the same Subnet.
-func withLBPodNamespace(t *testing.T, n int) (fixture, string, []fixture) {
+// new namespaces on the same Subnet; opts change the operator's other options.
+func withLBPodNamespace(t *testing.T, n int, opts ...func(*controllers.Options)) (fixture, string, []fixture) {
 	t.Helper()
 	f := newFixture(t)
 	system := newNamespace(t)
-	restartWithLBPodNamespace(t, system)
+	restartWithLBPodNamespace(t, system, opts...)
 	var more []fixture
 	for range n {
 		more = append(more, fixture{ns: newNamespace(t), provider: f.provider, subnet: f.subnet, net: f.net})
