@@ -97,6 +97,11 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err := r.Client.List(ctx, &pods, mine...); err != nil {
 		return ctrl.Result{}, err
 	}
+	if shared == nil {
+		// The lb pods of a shared address carry the UID of the Service it was first claimed for,
+		// which may since have left it for an address of its own: they are not that Service's.
+		pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.Labels[lbv1.SharedIPLabel] != "" })
+	}
 	// The addresses as the status shows them (only we write it): the held-twice Warning goes to
 	// the IP objects they name, so not the mirror annotation, which the Service's tenant may edit.
 	addrs := decide.IngressAddrs(svc)

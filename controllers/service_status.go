@@ -141,6 +141,13 @@ func (r *ServiceReconciler) recordTeardown(ctx context.Context, svc *corev1.Serv
 	if _, err := r.patchService(ctx, svc, func(s *corev1.Service) {
 		delete(s.Annotations, lbv1.AllocatedIPsAnnotation)
 		delete(s.Annotations, lbv1.AllocatedSubnetAnnotation)
+		// Who held the address goes too (the active controller no longer looks at a Service we
+		// do not serve): left, it would show a pod long gone, and on a return to LoadBalancer
+		// the first holder's Event would name it as the one before.
+		delete(s.Annotations, lbv1.ActivePodAnnotation)
+		delete(s.Annotations, lbv1.ActiveNodeAnnotation)
+		meta.RemoveStatusCondition(&s.Status.Conditions, decide.ConditionAddressActive)
+		meta.RemoveStatusCondition(&s.Status.Conditions, decide.ConditionAddressHeldTwice)
 		setMemberLabels(s, nil)
 		if plan.RemoveFinalizer {
 			controllerutil.RemoveFinalizer(s, lbv1.CleanupFinalizer)

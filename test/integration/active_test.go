@@ -159,6 +159,17 @@ func TestActiveHolderShown(t *testing.T) {
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(lease), lease)).To(Succeed())
 	g.Expect(lease.Spec.HolderIdentity).To(Equal(ptr.To("not-a-pod")))
 
+	// No longer a LoadBalancer: who held the address is no longer shown (it would name a pod
+	// long gone, and, back to LoadBalancer, the first holder's Event would name it as the one
+	// before).
+	update(t, getService(g, f.ns, "web"), func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP })
+	g.Eventually(func(g Gomega) {
+		s := getService(g, f.ns, "web")
+		g.Expect(s.Status.LoadBalancer.Ingress).To(BeEmpty())
+		g.Expect(s.Annotations).NotTo(HaveKey(lbv1.ActivePodAnnotation))
+		g.Expect(s.Annotations).NotTo(HaveKey(lbv1.ActiveNodeAnnotation))
+		g.Expect(findCondition(s.Status.Conditions, decide.ConditionAddressActive)).To(BeNil())
+	}, timeout, interval).Should(Succeed())
 }
 
 // lbsvc.io/replicas: 2 gives two lb pods with a rolling update, a budget and the Lease they write;
@@ -376,4 +387,21 @@ func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(forged), forged)).To(Succeed())
 	g.Expect(forged.Spec.HolderIdentity).To(Equal(ptr.To("lb-b")))
 	shown("lb-b", "n2", "lb-a", "n1")
+
+	// The owner leaves the address for one of its own: the address's lb pods still carry its
+	// UID, but they are not its lb pods (none is shown as its holder or standby); the other
+	// member keeps the address and its holder.
+	update(t, getService(g, f.ns, "dns-tcp"), func(s *corev1.Service) {
+		delete(s.Annotations, lbv1.AllowSharedIPAnnotation)
+		delete(s.Annotations, lbv1.SharedIPNamespacesAnnotation)
+	})
+	own := f.ip("7")
+	waitAddress(t, f.ns, "dns-tcp", own)
+	g.Eventually(func(g Gomega) {
+		c := findCondition(getService(g, f.ns, "dns-tcp").Status.Conditions, decide.ConditionAddressActive)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Message).To(HavePrefix("no lb pod has reported holding " + own))
+		g.Expect(c.Message).NotTo(ContainSubstring("lb-"))
+	}, timeout, interval).Should(Succeed())
+	g.Expect(getService(g, other.ns, "dns-udp").Annotations[lbv1.ActivePodAnnotation]).To(Equal(system + "/lb-b"))
 }
