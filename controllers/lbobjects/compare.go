@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
 
 func ptrTrue(b *bool) bool { return b != nil && *b }
@@ -138,14 +140,27 @@ func LiveSpecDigest(d *appsv1.Deployment) string {
 	return SpecDigest(&d.Spec)
 }
 
+// exactAnnotations are annotations of ours whose absence also says something: a live object
+// must carry the desired value, or none when none is desired (the subset check alone would keep
+// a value no longer wanted).
+var exactAnnotations = []string{lbv1.MemberNamespacesAnnotation}
+
 // UpToDate tells whether cur already has every field desired sets (server defaults aside).
 func UpToDate(desired, cur Object) bool {
 	if !subset(desired.GetLabels(), cur.GetLabels()) || !subset(desired.GetAnnotations(), cur.GetAnnotations()) {
 		return false
 	}
+	for _, k := range exactAnnotations {
+		if desired.GetAnnotations()[k] != cur.GetAnnotations()[k] {
+			return false
+		}
+	}
 	for _, ref := range desired.GetOwnerReferences() {
+		// The controller flag only where desired sets it: the objects of a shared address are
+		// owned by its IP object without it, and were otherwise never up to date (every pass
+		// of every member applied them again).
 		if !slices.ContainsFunc(cur.GetOwnerReferences(), func(o metav1.OwnerReference) bool {
-			return o.UID == ref.UID && ptrTrue(o.Controller)
+			return o.UID == ref.UID && (!ptrTrue(ref.Controller) || ptrTrue(o.Controller))
 		}) {
 			return false
 		}

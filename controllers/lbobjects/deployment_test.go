@@ -650,6 +650,28 @@ func TestBuildSharedAcrossNamespaces(t *testing.T) {
 	if len(set.Stages()[0]) != 3+len(set.MemberRoleBindings) {
 		t.Fatalf("stage %d objects", len(set.Stages()[0]))
 	}
+	// Each object of the address, as the API server keeps it, is up to date (owned by the IP
+	// object without the controller flag: each was applied again at every member's pass), and
+	// stays so only while it lists the member namespaces: once the last member of another
+	// namespace leaves, the ServiceAccount's annotation must go.
+	for _, o := range set.Stages()[0] {
+		if !UpToDate(o, o.DeepCopyObject().(Object)) {
+			t.Errorf("%T %s: a copy is not up to date", o, o.GetName())
+		}
+	}
+	live := set.ServiceAccount.DeepCopy()
+	p.MemberNamespaces = nil
+	if UpToDate(BuildServiceAccount(p), live) {
+		t.Error("a ServiceAccount still listing member namespaces is up to date with none desired")
+	}
+	if UpToDate(set.ServiceAccount, BuildServiceAccount(p)) {
+		t.Error("a ServiceAccount listing no member namespaces is up to date with some desired")
+	}
+	other := set.Deployment.DeepCopy()
+	other.OwnerReferences[0].UID = "another-ip"
+	if UpToDate(set.Deployment, other) {
+		t.Error("a Deployment owned by another IP object is up to date")
+	}
 	// Without standbys and members elsewhere, in the Service's namespace: nothing extra.
 	p.PodNamespace, p.MemberNamespaces = "", nil
 	set, _ = Build(p)
