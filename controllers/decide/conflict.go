@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,6 +33,11 @@ const MaxConflictsPerFamily = 3
 // lb pods, and a Conflict object outlives its Service: without a bound per namespace, one Service
 // of quota created and deleted again and again would lock the Subnet's addresses for good.
 const MaxConflictsPerNamespace = 3
+
+// ConflictReportSkew is how much earlier than its IP object's creation a conflict report may be
+// dated and still be about it: the report carries the lb pod's clock, the object the API
+// server's. A report older than that is about an earlier IP object of the address.
+const ConflictReportSkew = 5 * time.Second
 
 // IPConflictInputs is what the IP controller read for one Bound or Conflict IP object.
 type IPConflictInputs struct {
@@ -97,6 +103,14 @@ func DecideIPConflict(in IPConflictInputs) IPConflictPlan {
 	}
 	if p.Announced {
 		p.Ignored = fmt.Sprintf("a conflict reported for %s after it was announced is not believed (the probe runs only before the first announcement)", addr)
+		return p
+	}
+	if created := ip.CreationTimestamp.Time; !created.IsZero() && reports[i].At.Before(created.Add(-ConflictReportSkew)) {
+		// Nothing clears a report from the Lease (the operator does not write Leases): one about
+		// an earlier IP object of the address, which an admin deleted to clear its Conflict,
+		// would otherwise put the new one in Conflict at once.
+		p.Ignored = fmt.Sprintf("a conflict reported for %s at %s is not believed: it predates this IP object (created %s), so it was about an earlier claim of the address",
+			addr, reports[i].At.UTC().Format(time.RFC3339), created.UTC().Format(time.RFC3339))
 		return p
 	}
 	if in.NamespaceConflicts >= MaxConflictsPerNamespace {

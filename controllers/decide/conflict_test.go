@@ -27,6 +27,7 @@ func TestDecideIPConflict(t *testing.T) {
 		o.Status.Phase, o.Status.Announced, o.Status.Conflict = phase, announced, c
 		return o
 	}
+	created := func(o *lbv1.IP, t time.Time) *lbv1.IP { o.CreationTimestamp = metav1.NewTime(t); return o }
 	lease := func(kv ...string) *coordinationv1.Lease {
 		l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "lb-svc-web", Annotations: map[string]string{}}}
 		for i := 0; i+1 < len(kv); i += 2 {
@@ -72,6 +73,16 @@ func TestDecideIPConflict(t *testing.T) {
 		in:   IPConflictInputs{IP: ip(lbv1.IPBound, false, nil), Lease: lease(lbv1.AddressConflictAnnotation, report), NamespaceConflicts: MaxConflictsPerNamespace},
 		want: IPConflictPlan{Phase: lbv1.IPBound,
 			Ignored: "a conflict reported for 172.18.0.18 is not believed: namespace default already holds 3 addresses of its family in phase Conflict (at most 3; an admin clears one by deleting its IP object)"},
+	}, {
+		// An admin deleted the IP object in Conflict; the Service claimed the address again.
+		name: "a report older than the IP object (beyond the clock skew allowed): not believed",
+		in:   IPConflictInputs{IP: created(ip(lbv1.IPBound, false, nil), at.Add(ConflictReportSkew+time.Second)), Lease: lease(lbv1.AddressConflictAnnotation, report)},
+		want: IPConflictPlan{Phase: lbv1.IPBound,
+			Ignored: "a conflict reported for 172.18.0.18 at 2026-11-25T01:02:03Z is not believed: it predates this IP object (created 2026-11-25T01:02:09Z), so it was about an earlier claim of the address"},
+	}, {
+		name: "a report dated a little before the IP object (the lb pod's clock behind): Conflict",
+		in:   IPConflictInputs{IP: created(ip(lbv1.IPBound, false, nil), at.Add(ConflictReportSkew)), Lease: lease(lbv1.AddressConflictAnnotation, report)},
+		want: IPConflictPlan{Phase: lbv1.IPConflict, Conflict: conflict, Message: msg, Event: event},
 	}, {
 		name: "a report for the other family's address only: Bound",
 		in:   IPConflictInputs{IP: ip(lbv1.IPBound, false, nil), Lease: lease(lbv1.AddressConflictAnnotation, "fd00::18 02:42:ac:12:00:05 2026-11-25T01:02:03Z")},

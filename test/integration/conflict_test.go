@@ -132,6 +132,20 @@ func TestConflictRefusesStaticService(t *testing.T) {
 		g.Expect(ip.DeletionTimestamp).To(BeNil())
 		g.Expect(ip.Status.Phase).To(Equal(lbv1.IPConflict))
 	}, 2*time.Second, interval).Should(Succeed())
+
+	// An admin clears it (some seconds later: the report is older than the new IP object by more
+	// than the clock skew allowed) and the Service claims the address again. The report is still
+	// on its Lease (nothing clears it: the operator writes no Leases, and no lb pod ran since),
+	// but it was about the IP object deleted: the new one stays Bound.
+	g.Eventually(func() bool { return time.Since(at) > decide.ConflictReportSkew+time.Second }, 2*decide.ConflictReportSkew, interval).Should(BeTrue())
+	g.Expect(k8s.Delete(context.Background(), getIP(g, addr))).To(Succeed())
+	waitAddress(t, f.ns, "web", addr)
+	g.Consistently(func(g Gomega) {
+		ip := getIP(g, addr)
+		g.Expect(ip.Status.Phase).To(Equal(lbv1.IPBound))
+		g.Expect(ip.Status.Conflict).To(BeNil())
+	}, 2*time.Second, interval).Should(Succeed())
+	g.Expect(ingressIPs(getService(g, f.ns, "web"))).To(Equal([]string{addr}))
 }
 
 // A report for an address the Lease already lists as announced is not believed (the probe runs
