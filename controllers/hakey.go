@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
@@ -21,15 +22,21 @@ import (
 // needs to: the key is random, the Secret immutable, its name changes with the claim, and the
 // garbage collector removes it with the claim's IP objects.
 
-// haKeys remembers, per Service, the key Secret this operator process created or found created,
-// so that a pass creates at most once per claim; after a restart one create per Service answers
-// AlreadyExists.
+// haKeys remembers, per Service, the key Secrets this operator process created or found created,
+// so that a pass creates at most once per claim; after a restart one create per Secret answers
+// AlreadyExists. A Service may need several at once (its own lb pods' and those of the shared
+// addresses it first claimed, one per family), so a few are kept per Service: with one, two of
+// them evicted each other and every pass created both again.
 type haKeys struct {
 	mu      sync.Mutex
-	created map[types.UID]types.NamespacedName
+	created map[types.UID][]types.NamespacedName
 }
 
-func newHAKeys() *haKeys { return &haKeys{created: map[types.UID]types.NamespacedName{}} }
+// haKeysPerService bounds the Secrets remembered per Service (the oldest is forgotten first): a
+// Service's own key and one per family of a shared address, with room for a claim that changed.
+const haKeysPerService = 4
+
+func newHAKeys() *haKeys { return &haKeys{created: map[types.UID][]types.NamespacedName{}} }
 
 // A nil haKeys (a reconciler built by hand in a test) remembers nothing.
 func (h *haKeys) has(svc types.UID, key types.NamespacedName) bool {
@@ -38,7 +45,7 @@ func (h *haKeys) has(svc types.UID, key types.NamespacedName) bool {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.created[svc] == key
+	return slices.Contains(h.created[svc], key)
 }
 
 func (h *haKeys) set(svc types.UID, key types.NamespacedName) {
@@ -47,7 +54,14 @@ func (h *haKeys) set(svc types.UID, key types.NamespacedName) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.created[svc] = key
+	keys := h.created[svc]
+	if slices.Contains(keys, key) {
+		return
+	}
+	if len(keys) >= haKeysPerService {
+		keys = slices.Delete(keys, 0, 1)
+	}
+	h.created[svc] = append(keys, key)
 }
 
 // forget drops a Service that is let go or torn down.
