@@ -13,7 +13,9 @@ import (
 // kept, the oldest forgotten first; forget drops them all.
 func TestHAKeysRemembersSeveralPerService(t *testing.T) {
 	h := newHAKeys()
-	key := func(i int) types.NamespacedName { return types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("lb-svc-key-%d", i)} }
+	key := func(i int) types.NamespacedName {
+		return types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("lb-svc-key-%d", i)}
+	}
 	h.set("svc", key(4))
 	h.set("svc", key(6))
 	for range 3 {
