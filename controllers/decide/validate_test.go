@@ -279,8 +279,9 @@ func TestValidateServiceInputs(t *testing.T) {
 		},
 		"loadBalancerIP three": {
 			svc: validService(dualStack, lbIP("172.18.0.5,fd00:18::5,172.18.0.6")), subnet: dual, reason: ReasonInvalidLoadBalancerIP,
-			msg: `spec.loadBalancerIP "172.18.0.5,fd00:18::5,172.18.0.6" has two IPv4 addresses; at most one per family`,
+			msg: `spec.loadBalancerIP: address list "172.18.0.5,fd00:18::5,172.18.0.6" has 3 items; at most 2, one per family`,
 		},
+
 
 		// The annotation lbsvc.io/loadBalancerIPs, preferred over spec.loadBalancerIP.
 		"annotation only": {

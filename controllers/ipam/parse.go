@@ -75,13 +75,21 @@ func ParseErrorDetail(err error) string {
 	return msg
 }
 
+// MaxListedAddrs is the most addresses a list may name: one per family. Anything longer is
+// refused before it is parsed, so that a value of any size costs one pass over it (a list of
+// tens of thousands, checked for repeats item by item, took half a second to refuse).
+const MaxListedAddrs = 2
+
 // ParseAddrs parses a comma-separated list of addresses (an annotation or spec.loadBalancerIP).
 // Whitespace around each address is ignored; an empty or blank string is no address (nil, nil).
-// Empty items, zones, IPv4-mapped IPv6 spellings and repeated addresses are errors wrapping
-// ErrInvalid. Addresses keep their order.
+// More than MaxListedAddrs items, empty items, zones, IPv4-mapped IPv6 spellings and repeated
+// addresses are errors wrapping ErrInvalid. Addresses keep their order.
 func ParseAddrs(s string) ([]netip.Addr, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
+	}
+	if n := strings.Count(s, ",") + 1; n > MaxListedAddrs {
+		return nil, fmt.Errorf("address list %s has %d items; at most %d, one per family: %w", Quote(s), n, MaxListedAddrs, ErrInvalid)
 	}
 	var out []netip.Addr
 	for _, item := range strings.Split(s, ",") {
