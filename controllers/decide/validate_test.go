@@ -282,7 +282,6 @@ func TestValidateServiceInputs(t *testing.T) {
 			msg: `spec.loadBalancerIP: address list "172.18.0.5,fd00:18::5,172.18.0.6" has 3 items; at most 2, one per family`,
 		},
 
-
 		// The annotation lbsvc.io/loadBalancerIPs, preferred over spec.loadBalancerIP.
 		"annotation only": {
 			svc: validService(dualStack, lbIPsAnnotation(" fd00:18::5 , 172.18.0.5 ")), subnet: dual,
