@@ -37,6 +37,10 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 	if plan.Refusal != nil {
 		r.warnOnChange(svc, allocated, actionAllocate)
 	}
+	var allocatedBefore string
+	if c := meta.FindStatusCondition(svc.Status.Conditions, decide.ConditionAddressAllocated); c != nil && c.Status == metav1.ConditionTrue {
+		allocatedBefore = c.Message
+	}
 	current, err := r.currentDeployment(ctx, svc, plan, addrs)
 	if err != nil {
 		return false, err
@@ -64,6 +68,9 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 	}
 	if plan.ReplicasWarning != "" {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonInvalidReplicas, actionApply, "%s", plan.ReplicasWarning)
+	}
+	if plan.TrafficWarning != "" && written && !strings.HasSuffix(allocatedBefore, plan.TrafficWarning) {
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonInternalTrafficPolicyLocal, actionApply, "%s", plan.TrafficWarning)
 	}
 	return written && svc.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(svc, lbv1.CleanupFinalizer), nil
 }

@@ -96,6 +96,9 @@ const (
 	// ReasonInvalidReplicas (Warning Event): the lbsvc.io/replicas annotation is not a whole
 	// number from 1 to 5; the Service keeps --lb-replicas.
 	ReasonInvalidReplicas = "InvalidReplicas"
+	// ReasonInternalTrafficPolicyLocal (Warning Event, and the end of the AddressAllocated
+	// message): a served Service's spec.internalTrafficPolicy is Local (Plan.TrafficWarning).
+	ReasonInternalTrafficPolicyLocal = "InternalTrafficPolicyLocal"
 	// ReasonActiveHolder: an lb pod holds the address (condition AddressActive and the Event of
 	// each move). ReasonNoActiveHolder: none has reported holding it yet.
 	ReasonActiveHolder   = "ActiveHolder"

@@ -131,6 +131,10 @@ type Plan struct {
 	// ReplicasWarning, when set, says why the Service's lbsvc.io/replicas annotation was ignored
 	// (a typo must not take the Service down: it keeps the default, and says so).
 	ReplicasWarning string
+	// TrafficWarning, when set, says why traffic through the address may be dropped although
+	// the Service is served (spec.internalTrafficPolicy Local): it ends the AddressAllocated
+	// message, and goes out as a Warning Event when that message changes.
+	TrafficWarning string
 	// Unplaceable, with PlanServe, says that the Subnet's nodeSelector matches no node an lb pod
 	// can be scheduled on: the Service keeps its address and its Deployment, and shows it in
 	// ConditionLBPodAvailable (LBPodCondition).
@@ -222,10 +226,24 @@ func (p Plan) SharedObjects(addrs []netip.Addr, owned []OwnedIP) ([]lbobjects.Se
 func (p Plan) AllocatedCondition(addrs []netip.Addr) metav1.Condition {
 	c := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
 		Message: fmt.Sprintf("%s from subnet %s", JoinAddrs(addrs), p.Subnet)}
+	if p.TrafficWarning != "" {
+		c.Message += "; " + p.TrafficWarning
+	}
 	if p.Refusal != nil {
 		c.Reason, c.Message = p.Refusal.Reason, BoundedMessage(p.Refusal.Message)
 	}
 	return c
+}
+
+// trafficWarning is Plan.TrafficWarning for svc. The lb pod DNATs to the ClusterIP from its own
+// pod, so kube-proxy applies the Service's internalTrafficPolicy to what it forwards: with Local,
+// only endpoints on the lb pod's node get it, and on a node without one it is dropped. The
+// Service is still served (the lb pod may run beside an endpoint), but not silently.
+func trafficWarning(svc *corev1.Service) string {
+	if p := svc.Spec.InternalTrafficPolicy; p == nil || *p != corev1.ServiceInternalTrafficPolicyLocal {
+		return ""
+	}
+	return "spec.internalTrafficPolicy is Local: the lb pod reaches the Service as a pod of its node, so traffic through the address reaches only endpoints on the lb pod's node and is dropped where it has none; set it to Cluster"
 }
 
 // RefusedCondition is the AddressAllocated condition of a refused Service.
@@ -318,6 +336,7 @@ func DecideService(in ServiceInputs) Plan {
 	}
 	p := Plan{Action: PlanServe, Provider: provider, NADName: nadName, NADNamespace: nadNS, Subnet: subnet.Name}
 	p.LBPod, p.ReplicasWarning = lbPodParams(in, p)
+	p.TrafficWarning = trafficWarning(svc)
 
 	cfg, verr := ValidateSubnet(subnet, in.Subnets)
 	if verr == nil && !subnet.DeletionTimestamp.IsZero() {

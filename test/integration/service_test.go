@@ -533,3 +533,33 @@ func TestFiftyServicesOneStaticAddress(t *testing.T) {
 	}, timeout, interval).Should(Succeed())
 	waitSubnetCounters(t, f.subnet, 1, 248)
 }
+
+// spec.internalTrafficPolicy Local: the Service is served (its lb pod may run beside an
+// endpoint), but the AddressAllocated message ends with why traffic may be dropped (the lb pod
+// reaches the Service as a pod of its node), and one Warning Event says so; set back to Cluster,
+// the message loses it.
+func TestInternalTrafficPolicyLocalWarned(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	svc := lbService(f.ns, "local", f.provider, "")
+	svc.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+	create(t, svc)
+	addr := f.ip("6")
+	waitAddress(t, f.ns, "local", addr)
+	const warning = "spec.internalTrafficPolicy is Local: the lb pod reaches the Service as a pod of its node, so traffic through the address reaches only endpoints on the lb pod's node and is dropped where it has none; set it to Cluster"
+	message := func(g Gomega) string {
+		c := findCondition(getService(g, f.ns, "local").Status.Conditions, decide.ConditionAddressAllocated)
+		g.Expect(c).NotTo(BeNil())
+		g.Expect(c.Status).To(Equal(metav1.ConditionTrue))
+		return c.Message
+	}
+	g.Eventually(message, timeout, interval).Should(Equal(addr + " from subnet " + f.subnet + "; " + warning))
+	g.Eventually(func() []string { return warningMessages(t, f.ns, "local", decide.ReasonInternalTrafficPolicyLocal) }, timeout, interval).
+		Should(Equal([]string{warning}))
+	update(t, getService(g, f.ns, "local"), func(s *corev1.Service) { s.Labels = map[string]string{"touch": "1"} })
+	update(t, getService(g, f.ns, "local"), func(s *corev1.Service) {
+		s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyCluster)
+	})
+	g.Eventually(message, timeout, interval).Should(Equal(addr + " from subnet " + f.subnet))
+	g.Expect(warningMessages(t, f.ns, "local", decide.ReasonInternalTrafficPolicyLocal)).To(Equal([]string{warning}))
+}
