@@ -261,6 +261,7 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 		if !ownedBy(cur, svc) {
 			return what, nil
 		}
+		desired = fromSingle(desired, cur)
 		if lbobjects.UpToDate(desired, cur) {
 			r.rememberSpec(desired, cur)
 			return "", nil // ours, and our cache had not seen it yet
@@ -270,6 +271,7 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 	case !ownedBy(cur, svc):
 		return what, nil
 	default:
+		desired = fromSingle(desired, cur)
 		current, err := r.upToDate(ctx, desired, cur)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
@@ -300,6 +302,16 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 		return "", fmt.Errorf("apply %s: %w", what, err)
 	}
 	return "", nil
+}
+
+// fromSingle is lbobjects.FromSingle for a Deployment (any other object is returned as it is).
+func fromSingle(desired, cur client.Object) client.Object {
+	d, ok := desired.(*appsv1.Deployment)
+	c, ok2 := cur.(*appsv1.Deployment)
+	if !ok || !ok2 {
+		return desired
+	}
+	return lbobjects.FromSingle(d, c)
 }
 
 // replaceBinding deletes cur, a RoleBinding of ours whose roleRef is not the desired one (the API

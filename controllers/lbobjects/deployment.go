@@ -188,6 +188,36 @@ func (p Params) strategy() appsv1.DeploymentStrategy {
 		}}
 }
 
+// FromSingle returns desired, or a copy of it with the Recreate strategy while cur, the live
+// Deployment, still runs a single lb pod or is still rolling out from one, and desired has
+// standbys. A single lb pod holds its addresses outside the election (no adverts, no kernel
+// lifetime): the new replicas of a RollingUpdate would hear no active, claim the addresses
+// after the dead interval and hold them beside it until the rollout took it away, two holders
+// for seconds. Recreate takes it away first (the address is down until a new replica claims
+// it, once). When the rollout is complete the next pass applies RollingUpdate, which changes
+// no pod. Pure.
+func FromSingle(desired, cur *appsv1.Deployment) *appsv1.Deployment {
+	if cur == nil || cur.Name == "" || ptr.Deref(desired.Spec.Replicas, 1) <= 1 ||
+		desired.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+		return desired
+	}
+	single := ptr.Deref(cur.Spec.Replicas, 1) == 1
+	rolling := cur.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && !rolledOut(cur)
+	if !single && !rolling {
+		return desired
+	}
+	d := desired.DeepCopy()
+	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	return d
+}
+
+// rolledOut tells whether d's status shows its spec rolled out: seen by the Deployment controller,
+// every pod of the current template, none of an older one left.
+func rolledOut(d *appsv1.Deployment) bool {
+	want := ptr.Deref(d.Spec.Replicas, 1)
+	return d.Status.ObservedGeneration >= d.Generation && d.Status.UpdatedReplicas == want && d.Status.Replicas == want
+}
+
 // spread keeps the lb pods of one Service on different nodes. DoNotSchedule on the hostname makes
 // it required wherever enough nodes exist, yet a one-node cluster still runs every replica, since
 // the skew among a single domain is 0; nodes whose taints the pod does not tolerate (NotReady,

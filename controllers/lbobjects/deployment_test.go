@@ -446,6 +446,56 @@ func TestBuildSingleReplica(t *testing.T) {
 	}
 }
 
+// From one lb pod to standbys: Recreate while the live Deployment runs the single pod or is still
+// rolling out from it (the single pod holds its addresses outside the election: a new replica of
+// a RollingUpdate would claim them beside it), the desired RollingUpdate once the rollout is
+// complete, and for a Deployment that had standbys already.
+func TestFromSingle(t *testing.T) {
+	p := seedParams()
+	single, err := BuildDeployment(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Replicas = 2
+	standbys, err := BuildDeployment(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := func(from *appsv1.Deployment, generation, observed int64, replicas, updated int32) *appsv1.Deployment {
+		d := from.DeepCopy()
+		d.Generation, d.Status.ObservedGeneration, d.Status.Replicas, d.Status.UpdatedReplicas = generation, observed, replicas, updated
+		return d
+	}
+	mid := standbys.DeepCopy()
+	mid.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	for _, tc := range []struct {
+		name     string
+		desired  *appsv1.Deployment
+		cur      *appsv1.Deployment
+		recreate bool
+	}{
+		{"no live Deployment", standbys, &appsv1.Deployment{}, false},
+		{"one lb pod running, standbys desired", standbys, live(single, 1, 1, 1, 1), true},
+		{"rolling out from one: not yet seen", standbys, live(mid, 2, 1, 1, 1), true},
+		{"rolling out from one: new pods not all there", standbys, live(mid, 2, 2, 1, 1), true},
+		{"rolling out from one: an old pod left", standbys, live(mid, 2, 2, 3, 2), true},
+		{"rolled out", standbys, live(mid, 2, 2, 2, 2), false},
+		{"standbys already, rolling", standbys, live(standbys, 3, 2, 3, 1), false},
+		{"one lb pod desired", single, live(standbys, 1, 1, 2, 2), true},
+	} {
+		got := FromSingle(tc.desired, tc.cur)
+		if recreate := got.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; recreate != tc.recreate {
+			t.Errorf("%s: strategy %+v, want Recreate %t", tc.name, got.Spec.Strategy, tc.recreate)
+		}
+		if got.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && got.Spec.Strategy.RollingUpdate != nil {
+			t.Errorf("%s: Recreate with rollingUpdate %+v (the API server refuses it)", tc.name, got.Spec.Strategy.RollingUpdate)
+		}
+	}
+	if standbys.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
+		t.Fatal("FromSingle changed the desired object it was given")
+	}
+}
+
 // Standbys: a rolling update that adds before it removes, pods spread over nodes, a budget of one.
 func TestBuildStandbys(t *testing.T) {
 	p := seedParams()

@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -404,4 +405,47 @@ func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
 		g.Expect(c.Message).NotTo(ContainSubstring("lb-"))
 	}, timeout, interval).Should(Succeed())
 	g.Expect(getService(g, other.ns, "dns-udp").Annotations[lbv1.ActivePodAnnotation]).To(Equal(system + "/lb-b"))
+}
+
+// From one lb pod to two: the Deployment goes to two replicas with Recreate (the single pod holds
+// its addresses outside the election, so a RollingUpdate's new replicas would claim them beside
+// it), and to RollingUpdate once its status shows the rollout complete (envtest runs no
+// Deployment controller: the test writes that status).
+func TestOneToTwoLBPodsRecreates(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	create(t, lbService(f.ns, "grow", f.provider, ""))
+	waitAddress(t, f.ns, "grow", f.ip("6"))
+	key := client.ObjectKey{Namespace: f.ns, Name: "lb-svc-grow"}
+	strategy := func(g Gomega, replicas int32) appsv1.DeploymentStrategy {
+		d := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+		g.Expect(*d.Spec.Replicas).To(Equal(replicas))
+		return d.Spec.Strategy
+	}
+	g.Eventually(func(g Gomega) {
+		g.Expect(strategy(g, 1)).To(Equal(appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}))
+	}, timeout, interval).Should(Succeed())
+
+	update(t, getService(g, f.ns, "grow"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "2" })
+	g.Eventually(func(g Gomega) {
+		g.Expect(strategy(g, 2)).To(Equal(appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}))
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(strategy(g, 2).Type).To(Equal(appsv1.RecreateDeploymentStrategyType))
+	}, time.Second, interval).Should(Succeed())
+
+	// The Deployment controller's report: both new pods there, the old one gone.
+	g.Eventually(func(g Gomega) {
+		d := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2,
+			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
+		g.Expect(k8s.Status().Update(ctx, d)).To(Succeed())
+	}, timeout, interval).Should(Succeed())
+	g.Eventually(func(g Gomega) {
+		g.Expect(strategy(g, 2)).To(Equal(appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}))
+	}, timeout, interval).Should(Succeed())
 }
