@@ -412,11 +412,7 @@ func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
 // it), and to RollingUpdate once its status shows the rollout complete (envtest runs no
 // Deployment controller: the test writes that status).
 func TestOneToTwoLBPodsRecreates(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	f := newFixture(t)
-	create(t, lbService(f.ns, "grow", f.provider, ""))
-	waitAddress(t, f.ns, "grow", f.ip("6"))
+	g, ctx, f := servedFixture(t, "grow")
 	key := client.ObjectKey{Namespace: f.ns, Name: "lb-svc-grow"}
 	strategy := func(g Gomega, replicas int32) appsv1.DeploymentStrategy {
 		d := &appsv1.Deployment{}
@@ -448,4 +444,14 @@ func TestOneToTwoLBPodsRecreates(t *testing.T) {
 		g.Expect(strategy(g, 2)).To(Equal(appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
 			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}))
 	}, timeout, interval).Should(Succeed())
+}
+
+// servedFixture is a new fixture with one Service of it, name, served on the Subnet's first
+// address.
+func servedFixture(t *testing.T, name string) (Gomega, context.Context, fixture) {
+	t.Helper()
+	f := newFixture(t)
+	create(t, lbService(f.ns, name, f.provider, ""))
+	waitAddress(t, f.ns, name, f.ip("6"))
+	return NewWithT(t), context.Background(), f
 }

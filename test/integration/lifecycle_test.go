@@ -71,11 +71,7 @@ func TestRestartKeepsAddresses(t *testing.T) {
 
 // A Subnet in use is kept (finalizer, Event naming its Services) until they let go.
 func TestSubnetInUseBlocksDeletion(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	f := newFixture(t)
-	create(t, lbService(f.ns, "user", f.provider, ""))
-	waitAddress(t, f.ns, "user", f.ip("6"))
+	g, ctx, f := servedFixture(t, "user")
 	sn := &lbv1.Subnet{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.subnet}, sn)).To(Succeed())
 	g.Expect(k8s.Delete(ctx, sn)).To(Succeed())
