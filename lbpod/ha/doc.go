@@ -43,8 +43,9 @@
 //     higher priority, then the higher ID. The winner answers a losing advert at once, so the
 //     loser lets go within one delivery. No preemption by default (Config.Preempt).
 //   - SIGTERM on the active (pod deleted, node drained, image rolled): it sends "resigning"
-//     adverts and keeps the addresses; a standby takes over after its skew only (tens of
-//     milliseconds, not the dead interval); the resigning replica releases when it hears the
+//     adverts and keeps the addresses; a standby that follows it (last heard its advert, and no
+//     newer term) takes over after its skew only (tens of milliseconds, not the dead interval;
+//     any other resignation moves nothing); the resigning replica releases when it hears the
 //     successor's advert, or after one interval if nobody takes over. Make before break.
 //   - Frozen (SIGSTOP, a paused VM, a starved CPU): the machine knows when it asked to be woken
 //     (an active every interval, a standby at its deadline), so an input later than that by more
@@ -117,8 +118,12 @@
 // receiver that never heard the sender: the captured adverts of a dead active, replayed in order,
 // keep such a receiver waiting until the last of them is older than the window, so they can
 // delay its takeover by the window plus one dead interval, once per new receiver (a receiver that
-// heard the sender refuses them all as replays). A replayed resignation can likewise make such a
-// receiver claim once, one takeover more: the overlap bound covers it. 10 s keeps both small next
+// heard the sender refuses them all as replays). A replayed resignation moves a standby only when
+// it comes from the active the standby follows, at a term no older than one it knows: once it has
+// heard the successor's advert, the old active's resignations change nothing
+// (TestResignationOnlyFromFollowedActive; the model checks it, checkResignedTakeover). Replayed
+// to a receiver that has not heard the successor yet, one can still make it claim once: one
+// takeover more, which the overlap bound covers. 10 s keeps both small next
 // to the minutes a pod replacement takes, and tolerates a skew a thousand times larger than NTP
 // leaves; refused frames say "stale" in the log and the metric, so a bad clock shows.
 //
@@ -145,7 +150,8 @@
 // What remains, precisely:
 //   - Within a new replica's legacy window, before it hears its first authenticated advert and
 //     before it is first active, a forger on the L2 is as good as an old replica: version-1 adverts
-//     keep it waiting, a version-1 resignation makes it claim (after its skew and half an
+//     keep it waiting, a version-1 resignation in the name of the active it follows makes it
+//     claim (after its skew and half an
 //     interval). In a group with a live active that is one extra takeover at most (the first
 //     authenticated advert, within an interval of the start, closes the window), though a forged
 //     term it learnt then can push the group's term to MaxTerm, where it saturates and conflicts

@@ -386,8 +386,9 @@ type Machine struct {
 	slack time.Duration
 	// wakeAt is the wake time the last Output asked for: an input later than it is lateness.
 	wakeAt time.Duration
-	// heardFrom and heardAt: the sender and time of the last advert heard, to measure the gap to
-	// the next one from the same active.
+	// heardFrom and heardAt: the sender and time of the last advert heard (a resignation only when
+	// acted on): the active we follow, whose resignation alone moves our deadline, and the gap to
+	// its next advert.
 	heardFrom ID
 	heardAt   time.Duration
 	// recordedOther: the record named another replica's claim (Superseded) since start.
@@ -745,6 +746,9 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 	if a.Sender == m.cfg.ID || a.Group != m.cfg.Group {
 		return // our own, looped back, or another Service's
 	}
+	// Before the term is learnt: a resignation counts only from the active we follow, at the
+	// newest term we know of (see below).
+	followed := m.heardActive && a.Sender == m.heardFrom && a.Term >= m.maxTerm
 	m.maxTerm = max(m.maxTerm, a.Term)
 	// The underlay carries adverts between us again: claims are settled by them, not the record.
 	// With a key only an authenticated advert says so: anyone can send a version-1 frame. (One
@@ -755,6 +759,16 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 	}
 	switch m.role {
 	case Standby:
+		if a.Resigning && !followed {
+			// A resignation says only that its sender leaves. From a replica we do not follow, or
+			// at a term older than one we know, it says nothing about the active we listen to (or
+			// have not heard yet): a successor may hold already. And a sealed resignation can be
+			// replayed within the replay window to a replica whose guard never saw it (one that
+			// just started); obeyed, it made that replica take the addresses from a live active
+			// after its skew. So it neither moves the deadline nor changes whom we follow; the
+			// dead interval decides, as without it.
+			return
+		}
 		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning {
 			m.observe(now - m.heardAt - m.cfg.Interval)
 		}
@@ -785,6 +799,8 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 			return // it is leaving: nothing to settle
 		}
 		if m.beats(a) {
+			// From now on we follow it: its resignation must count.
+			m.heardFrom, m.heardAt = a.Sender, now
 			m.lastHeard, m.heardActive = now, true
 			m.stepDown(now, out, fmt.Sprintf("%s is active with term %d (ours %d): stepping down", a.Sender, a.Term, m.term))
 			return

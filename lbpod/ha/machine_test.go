@@ -187,6 +187,7 @@ func TestMachine(t *testing.T) {
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: at(NotReady, 1), role: Standby, wake: 101},
 			{ev: at(Tick, 101), role: Standby, wake: 201},
+			{ev: recv(150, from(idB, 4)), role: Standby, wake: 250},
 			{ev: at(Tick, 201), role: Standby, wake: 301},
 			{ev: at(Tick, 301), role: Standby, wake: 401},
 			{ev: recv(350, resigning(from(idB, 4))), role: Standby, wake: 450},
@@ -332,38 +333,83 @@ func TestMachine(t *testing.T) {
 		)},
 	}
 	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			cfg := tc.cfg
-			cfg.ID, cfg.Group = cmp.Or(cfg.ID, idA), group
-			if cfg.Priority == 0 {
-				cfg.Priority = DefaultPriority
-			}
-			if cfg.MaxSlack == 0 {
-				// These cases pin the fixed VRRP figures with inputs far apart; TestSlack covers how
-				// lateness stretches them.
-				cfg.MaxSlack = -1
-			}
-			m := NewMachine(cfg)
-			for i, s := range tc.steps {
-				out := m.Handle(s.ev)
-				got := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t superseded=%t",
-					out.Hold, describeSend(out.Send), out.Role, out.Wake, out.Failover, out.Done, out.Superseded != nil)
-				want := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t superseded=%t",
-					s.hold, s.send, s.role, ms(s.wake), ms(s.failover), s.role == Stopped, s.superseded)
-				if s.superseded && out.Superseded != nil && *out.Superseded != s.ev.Claim {
-					t.Fatalf("step %d: Superseded %+v, want the record's claim %+v", i, *out.Superseded, s.ev.Claim)
-				}
-				if got != want {
-					t.Fatalf("step %d (%s at %s):\n got %s\nwant %s (reason %q)", i, s.ev.Kind, s.ev.Now, got, want, out.Reason)
-				}
-				if (s.reason == "") != (out.Reason == "") || !strings.Contains(out.Reason, s.reason) {
-					t.Fatalf("step %d (%s at %s): reason %q, want one containing %q", i, s.ev.Kind, s.ev.Now, out.Reason, s.reason)
-				}
-				if out.Send != nil && (out.Send.Sender != cfg.ID || out.Send.Group != group || out.Send.Priority != cfg.Priority || out.Send.Interval != DefaultInterval) {
-					t.Fatalf("step %d: advert %+v does not carry our ID, group, priority and interval", i, *out.Send)
-				}
-			}
-		})
+		t.Run(name, func(t *testing.T) { runSteps(t, tc.cfg, tc.steps) })
+	}
+}
+
+// runSteps feeds steps to a machine of cfg (ID idA, priority 100 and the fixed VRRP figures
+// unless set) and checks each output exactly.
+func runSteps(t *testing.T, cfg Config, steps []step) {
+	t.Helper()
+	cfg.ID, cfg.Group = cmp.Or(cfg.ID, idA), group
+	if cfg.Priority == 0 {
+		cfg.Priority = DefaultPriority
+	}
+	if cfg.MaxSlack == 0 {
+		// These cases pin the fixed VRRP figures with inputs far apart; TestSlack covers how
+		// lateness stretches them.
+		cfg.MaxSlack = -1
+	}
+	m := NewMachine(cfg)
+	for i, s := range steps {
+		out := m.Handle(s.ev)
+		got := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t superseded=%t",
+			out.Hold, describeSend(out.Send), out.Role, out.Wake, out.Failover, out.Done, out.Superseded != nil)
+		want := fmt.Sprintf("hold=%s send=%q role=%s wake=%s failover=%s done=%t superseded=%t",
+			s.hold, s.send, s.role, ms(s.wake), ms(s.failover), s.role == Stopped, s.superseded)
+		if s.superseded && out.Superseded != nil && *out.Superseded != s.ev.Claim {
+			t.Fatalf("step %d: Superseded %+v, want the record's claim %+v", i, *out.Superseded, s.ev.Claim)
+		}
+		if got != want {
+			t.Fatalf("step %d (%s at %s):\n got %s\nwant %s (reason %q)", i, s.ev.Kind, s.ev.Now, got, want, out.Reason)
+		}
+		if (s.reason == "") != (out.Reason == "") || !strings.Contains(out.Reason, s.reason) {
+			t.Fatalf("step %d (%s at %s): reason %q, want one containing %q", i, s.ev.Kind, s.ev.Now, out.Reason, s.reason)
+		}
+		if out.Send != nil && (out.Send.Sender != cfg.ID || out.Send.Group != group || out.Send.Priority != cfg.Priority || out.Send.Interval != DefaultInterval) {
+			t.Fatalf("step %d: advert %+v does not carry our ID, group, priority and interval", i, *out.Send)
+		}
+	}
+}
+
+// A resignation moves the deadline only when it comes from the active this replica follows, at
+// the newest term it knows of. The case it guards against: active C (term 5) resigns, B takes
+// over at term 6, and a capture of C's resignation is replayed within the replay window to a
+// replica whose guard has not seen it (one that just started, or follows B). Obeyed, the
+// replica claimed after its skew, before B's next advert, and B stepped down: a failover for
+// nothing. Here it changes nothing and the dead interval decides. The legitimate hand-over is
+// TestMachine's "a resignation makes the standby take over after its skew only".
+func TestResignationOnlyFromFollowedActive(t *testing.T) {
+	for name, steps := range map[string][]step{
+		"following B (term 6), C's resignation (term 5): no early claim": {
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 6)), role: Standby, wake: 365},
+			{ev: recv(120, resigning(from(idC, 5))), role: Standby, wake: 365},
+			{ev: at(Tick, 364), role: Standby, wake: 365},
+			{ev: at(Tick, 365), hold: Take, send: "term 7", role: Active, wake: 465, failover: 315, reason: "no advert for the dead interval: active with term 7"},
+		},
+		"following C again after a replay of its advert, its resignation older than B's term: no early claim": {
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 6)), role: Standby, wake: 365},
+			{ev: recv(60, from(idC, 5)), role: Standby, wake: 375},
+			{ev: recv(70, resigning(from(idC, 5))), role: Standby, wake: 375},
+			{ev: at(Tick, 375), hold: Take, send: "term 7", role: Active, wake: 475, failover: 315, reason: "no advert for the dead interval: active with term 7"},
+		},
+		"an active that stepped down for B follows B: B's resignation still hands over after the skew": append(activeAt315[:5:5],
+			step{ev: recv(330, from(idB, 2)), hold: Release, role: Standby, wake: 645, reason: "stepping down"},
+			step{ev: recv(360, resigning(from(idB, 2))), role: Standby, wake: 375},
+			step{ev: at(Tick, 375), hold: Take, send: "term 3", role: Active, wake: 475, failover: 15, reason: "the active resigned: active with term 3"},
+		),
+		"a fresh replica that heard nobody: no early claim, it claims after its dead interval": {
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(100, resigning(from(idC, 5))), role: Standby, wake: 315},
+			// A second one (the resigning replica repeats it) is no more followed than the first.
+			{ev: recv(125, resigning(from(idC, 5))), role: Standby, wake: 315},
+			{ev: at(Tick, 314), role: Standby, wake: 315},
+			{ev: at(Tick, 315), hold: Take, send: "term 6", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 6"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) { runSteps(t, Config{}, steps) })
 	}
 }
 

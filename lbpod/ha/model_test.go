@@ -29,8 +29,11 @@ import (
 // replayed one may be accepted only by a receiver that has not accepted that sender's sequence or
 // a later one (each incarnation checked apart). The properties below must hold regardless: no
 // slack for the replays is needed, since the adversary stops at the repair, and before it a
-// replay can only do what the replayed sender could (a resignation to a replica that never heard
-// it: one more takeover, which the overlap bound covers).
+// replay can only do what the replayed sender could. A replayed resignation in particular makes
+// no takeover from a holder of a newer term that the receiver has heard for an interval and two
+// deliveries (it follows that holder, and the resignation is older than the term it knows; see
+// resignedOn); one that reaches a replica before it could hear the holder (a partition it cannot
+// see, just healed) may still cost one more takeover, which the overlap bound covers.
 //
 // The Service's record (the Lease, cmd/lbpod) is a second channel: a replica that takes over
 // writes its claim there after an API delay of 1 to maxAPIDelay, only when it is newer than the
@@ -77,6 +80,16 @@ type delivery struct {
 	frame []byte
 	// forged: sent by the adversary, unauthenticated; the machine or the guard must refuse it.
 	forged bool
+	// replayed: sent by the adversary, a sealed frame captured off the wire.
+	replayed bool
+}
+
+// resignation is a resignation a standby acted on (its deadline moved to its skew): its claim,
+// when it came, and whether the adversary replayed it.
+type resignation struct {
+	claim    Claim
+	at       time.Duration
+	replayed bool
 }
 
 type simReplica struct {
@@ -107,6 +120,8 @@ type simReplica struct {
 	offer   Claim
 	offerAt time.Duration
 	grants  []recordRead
+	// resignedOn: the resignation this replica last acted on as a standby.
+	resignedOn resignation
 }
 
 func (r *simReplica) hears() bool { return r.alive && !r.frozen && r.linkUp && !r.isolated }
@@ -120,6 +135,9 @@ type sim struct {
 	replicas []*simReplica
 	rng      uint32
 	since    map[[2]int]time.Duration // when a pair started to both hold while hearing each other
+	// heard: since when replica [1] has been active (sending adverts) while [0] and [1] hear each
+	// other.
+	heard    map[[2]int]time.Duration
 	log      []string
 	maxSlack time.Duration // the replicas' Config.MaxSlack
 	legacy   time.Duration // the replicas' Config.LegacyWindow
@@ -182,6 +200,9 @@ func (s *sim) handle(i int, ev Event) Output {
 		s.logf("r%d %s: %s %s (%s)", i, ev.Kind, out.Hold, out.Role, out.Reason)
 	}
 	r.wake = out.Wake
+	if out.Hold == Take && strings.HasPrefix(out.Reason, "the active resigned") {
+		s.checkResignedTakeover(i)
+	}
 	// The recorder: a takeover writes the claim, a step-down on the record writes the note.
 	if out.Hold == Take {
 		if s.held == nil {
@@ -230,7 +251,12 @@ func (s *sim) start(i int) {
 		r.guard, r.seq, r.accepted = NewGuard(cfg.withDefaults(), r.key), Sequencer{}, map[ID]uint64{}
 	}
 	r.alive, r.frozen, r.inbox, r.reported, r.unreadyTold = true, false, nil, true, false
-	r.writes, r.reads, r.grants = nil, nil, nil
+	r.writes, r.reads, r.grants, r.resignedOn = nil, nil, nil, resignation{}
+	for k := range s.heard {
+		if k[0] == i || k[1] == i {
+			delete(s.heard, k) // a new process has heard nobody
+		}
+	}
 	s.handle(i, Event{Kind: Start, Now: s.now})
 	s.relist(i)
 	// As the runner does after Start (First): offer the next claim as the Service's first; the
@@ -344,12 +370,17 @@ func (s *sim) receive(i int, d delivery) {
 	if !r.keyless {
 		authenticated, why = r.guard.Open(f, s.wall(r))
 	}
+	resigned := r.m.resigned
 	if why == "" {
 		why = s.handle(i, Event{Kind: Received, Now: s.now, Advert: f.Advert, Authenticated: authenticated}).Refused
 	}
 	if why != "" {
 		s.refused[why]++
 		return
+	}
+	if f.Advert.Resigning && !resigned && r.m.resigned {
+		r.resignedOn = resignation{claim: Claim{Term: f.Advert.Term, Priority: f.Advert.Priority, Sender: f.Advert.Sender},
+			at: s.now, replayed: d.replayed}
 	}
 	ignored := f.Advert.Sender == r.id || f.Advert.Group != group // the machine ignores these
 	if d.forged && !ignored && !(f.Version == advertVersion && (r.keyless || legacyOpen)) {
@@ -409,12 +440,41 @@ func (s *sim) step() {
 			s.handle(i, Event{Kind: Tick, Now: s.now})
 		}
 	}
+	for i, a := range s.replicas {
+		for j, b := range s.replicas {
+			if heard := a.alive && b.alive && b.m.Role() == Active && s.hearEachOther(a, b); !heard {
+				delete(s.heard, [2]int{i, j})
+			} else if _, ok := s.heard[[2]int{i, j}]; !ok {
+				s.heard[[2]int{i, j}] = s.now
+			}
+		}
+	}
 	for i := range s.replicas {
 		for j := i + 1; j < len(s.replicas); j++ {
 			a, b := s.replicas[i], s.replicas[j]
 			both := a.alive && b.alive && a.m.Role().holds() && b.m.Role().holds()
 			s.overlap(s.since, [2]int{i, j}, both && s.hearEachOther(a, b), overlapOK, "hear each other")
 			s.overlap(s.sinceAPI, [2]int{i, j}, both && a.apiOK() && b.apiOK(), overlapAPI, "both reach the API server")
+		}
+	}
+}
+
+// checkResignedTakeover: replica i took over because the active it followed resigned. When the
+// adversary replayed that resignation, no replica may have been active with a newer term while
+// the two heard each other, from an interval and two deliveries before the resignation came: i
+// has heard that holder's advert by then, and a resignation older than the term it knows moves
+// nothing. (Before, any resignation moved the deadline: a replayed one made a replica that
+// followed the holder take the addresses from it.)
+func (s *sim) checkResignedTakeover(i int) {
+	on := s.replicas[i].resignedOn
+	if !on.replayed {
+		return
+	}
+	for j, h := range s.replicas {
+		since, ok := s.heard[[2]int{i, j}]
+		if ok && h.m.Term() > on.claim.Term && since <= on.at-DefaultInterval-2*maxDelay-2*time.Millisecond {
+			s.t.Fatalf("r%d took over on a replayed resignation (%s at %s) from r%d, active with term %d and heard since %s:\n%s",
+				i, on.claim, on.at, j, h.m.Term(), since, strings.Join(s.log, "\n"))
 		}
 	}
 }
@@ -445,7 +505,7 @@ func (s *sim) run(d time.Duration) {
 
 // newSim returns a model of n replicas with the key (keyless: those without), started.
 func newSim(t *testing.T, n int, rng uint32, legacy time.Duration, keyless ...int) *sim {
-	s := &sim{t: t, since: map[[2]int]time.Duration{}, sinceAPI: map[[2]int]time.Duration{}, rng: rng, legacy: legacy, refused: map[string]int{}}
+	s := &sim{t: t, since: map[[2]int]time.Duration{}, heard: map[[2]int]time.Duration{}, sinceAPI: map[[2]int]time.Duration{}, rng: rng, legacy: legacy, refused: map[string]int{}}
 	for i := range n {
 		r := &simReplica{id: ID{2, 0, 0, 0, 0, byte(i + 1)}, linkUp: true, keyless: slices.Contains(keyless, i)}
 		r.clockOff = time.Duration(int(s.rand(101))-50) * time.Millisecond
@@ -616,6 +676,7 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{100, 13, 0, 20, 23, 0, 20, 33, 0, 20, 43, 1, 20, 53, 0, 20, 63, 1, 20, 73, 0, 20, 83, 1, 20, 93, 1})
 	f.Add([]byte{100, 4, 0, 50, 1, 0, 0, 83, 0, 5, 83, 0, 100, 93, 0, 100, 74, 1, 1, 91, 1, 0, 83, 1})
 	f.Add([]byte{100, 13, 0, 2, 13, 1, 2, 13, 0, 2, 13, 1, 0})                      // version-1 frames with the legacy window open
+	f.Add([]byte{100, 4, 2, 100, 0, 0, 0, 1, 0, 50, 83, 0, 0})                      // a resignation replayed to a restarted standby
 	f.Add([]byte{100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0})                   // every advert dropped for 3 s
 	f.Add([]byte{100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0})      // a partition healed one way first
 	f.Add([]byte{100, 201, 1, 250, 3, 0, 250, 201, 1, 100, 200, 1, 250, 200, 1, 9}) // deaf, then mute
@@ -638,11 +699,15 @@ func TestModelScenarios(t *testing.T) {
 		"the renewals fail":             {100, 3, 0xe0, 100, 3, 0xe1, 100, 3, 0xe0},
 		"every move against the key":    {100, 13, 0, 20, 23, 0, 20, 33, 0, 20, 43, 1, 20, 53, 0, 20, 63, 1, 20, 73, 0, 20, 83, 1, 20, 93, 1},
 		"replayed resignations":         {100, 4, 0, 50, 1, 0, 0, 83, 0, 5, 83, 0, 100, 93, 0, 100, 74, 1, 1, 91, 1, 0, 83, 1},
-		"every advert dropped, healed":  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0},
-		"a partition healed one way":    {100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0},
-		"one-way loss, both ways":       {100, 200, 0, 250, 3, 0, 250, 200, 0, 100, 200, 1, 250, 3, 0, 250, 200, 1},
-		"the API lost during a drop":    {100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0},
-		"three replicas, adverts lost":  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0, 0},
+		// r2 resigns, r1 takes over, r0 restarts (a guard that never saw the resignation) and
+		// listens to r1 for 200 ms; then the resignation is replayed. r0 used to take over after
+		// its skew (checkResignedTakeover).
+		"a resignation replayed to a restarted standby": {100, 4, 2, 100, 0, 0, 0, 1, 0, 50, 83, 0, 0},
+		"every advert dropped, healed":                  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0},
+		"a partition healed one way":                    {100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0},
+		"one-way loss, both ways":                       {100, 200, 0, 250, 3, 0, 250, 200, 0, 100, 200, 1, 250, 3, 0, 250, 200, 1},
+		"the API lost during a drop":                    {100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0},
+		"three replicas, adverts lost":                  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0, 0},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}
@@ -715,9 +780,15 @@ func (s *sim) inject(frame []byte) { s.send(frame, true, -1) }
 // send puts a frame of the adversary on the wire: to every replica that hears the underlay now,
 // or to replica only (a forger next to it on the L2).
 func (s *sim) send(frame []byte, forged bool, only int) {
+	s.put(delivery{frame: frame, forged: forged}, only)
+}
+
+// put is send with every flag of the delivery given.
+func (s *sim) put(d delivery, only int) {
+	d.at = s.now
 	for i, r := range s.replicas {
 		if r.alive && r.linkUp && !r.isolated && (only < 0 || i == only) {
-			r.inbox = append(r.inbox, delivery{at: s.now, frame: frame, forged: forged})
+			r.inbox = append(r.inbox, d)
 		}
 	}
 }
@@ -790,7 +861,7 @@ func (s *sim) attack(move byte, i int) {
 		return
 	}
 	s.logf("adversary move %d: version %d seq %d sender %s term %d resigning %t to %d", move, f.Version, f.Seq, f.Advert.Sender, f.Advert.Term, f.Advert.Resigning, only)
-	s.send(frame, forged, only)
+	s.put(delivery{frame: frame, forged: forged, replayed: !forged}, only)
 }
 
 // forge makes a frame of one of the kinds the machine refuses, with everything else chosen at
