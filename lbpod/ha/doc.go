@@ -174,7 +174,9 @@
 //
 // lbpod before group addresses sends to MulticastMAC and listens only there. A replica listens
 // on both addresses and marks every frame it sends (flagGroupAddressed, covered by the tag).
-// Whenever it accepts a frame of its own wire version without that mark (an old replica's), it
+// Whenever it accepts a frame of its own wire version without that mark from another replica (an
+// old replica's: authenticated when it has a key; a frame with its own ID, which the guard passes
+// on unverified for the machine to ignore, does not count: TestRunCopiesForOldReplicas), it
 // also sends a copy of each advert to MulticastMAC until Config.LegacyWindow has passed since
 // (runner.copyToLegacy): with its own sequence number (a receiver that gets both accepts both, as
 // two adverts) and marked as a copy (flagLegacyCopy), which the socket filter of a replica that

@@ -177,8 +177,8 @@ type runner struct {
 	// refusedSeen: the refusal reasons already logged as a warning (later ones are counted and
 	// logged at debug level only: a forger on the underlay must not flood the log).
 	refusedSeen map[string]bool
-	// oldHeard is when an accepted advert of our wire version last came from a replica that
-	// listens only on MulticastMAC (no flagGroupAddressed), 0 for never (the runner's clock is
+	// oldHeard is when an accepted advert of our wire version last came from another replica
+	// (fromPeer) that listens only on MulticastMAC (no flagGroupAddressed), 0 for never (the runner's clock is
 	// past 0 at the first advert): until Config.LegacyWindow after it, every advert is also sent
 	// there (copyToLegacy); copying says whether the last one was.
 	oldHeard time.Duration
@@ -375,10 +375,24 @@ func (r *runner) feed(out Output, f Frame, at time.Duration) Output {
 			return out
 		}
 	}
-	if !f.GroupAddressed && f.Version == r.sendVersion() {
+	ev := Event{Kind: Received, Now: at, Advert: f.Advert, Authenticated: authenticated}
+	// Only an advert the machine accepts from another replica counts: the guard passes frames
+	// with our own ID (or another group) on unverified, for the machine to ignore, and one forged
+	// so with a garbage tag turned the copies on, each advert copied to every lb pod of every node
+	// for the window. Noted before the machine handles it (its refuse is what Handle checks
+	// first), so that an answer it sends at once (an active that wins) reaches the old replica too.
+	if !f.GroupAddressed && f.Version == r.sendVersion() && r.fromPeer(ev) && r.m.refuse(ev) == "" {
 		r.oldHeard = at
 	}
-	return r.handle(Event{Kind: Received, Now: at, Advert: f.Advert, Authenticated: authenticated})
+	return r.handle(ev)
+}
+
+// fromPeer says whether ev is an advert of another replica of our group whose sender we can
+// believe: authenticated when the election has a key (anyone can put any sender in a frame that
+// is not), any one without a key.
+func (r *runner) fromPeer(ev Event) bool {
+	return ev.Kind == Received && ev.Advert.Group == r.cfg.Group && ev.Advert.Sender != r.cfg.ID &&
+		(ev.Authenticated || r.guard == nil)
 }
 
 // sendVersion is the wire version this replica sends: 2 with a key, 1 without.
@@ -510,8 +524,7 @@ func (r *runner) handle(ev Event) Output {
 		r.refused(ev.Advert, out.Refused)
 		return out
 	}
-	if p, ok := r.holder.(PeerNoter); ok && ev.Kind == Received && ev.Advert.Group == r.cfg.Group &&
-		ev.Advert.Sender != r.cfg.ID && (ev.Authenticated || r.guard == nil) {
+	if p, ok := r.holder.(PeerNoter); ok && r.fromPeer(ev) {
 		p.Peer(ev.Advert.Sender)
 	}
 	switch out.Hold {

@@ -159,7 +159,9 @@ func TestRunAuthenticated(t *testing.T) {
 
 // Copies to the shared address (copyToLegacy) start only with an accepted advert of our wire
 // version from a replica that does not send to group addresses: not with a marked one, not with a
-// forged one (a wrong key), not with a version-1 frame (those replicas cannot read ours anyway);
+// forged one (a wrong key), not with a version-1 frame (those replicas cannot read ours anyway),
+// not with one carrying our own ID or another group (the guard passes those on unverified, for
+// the machine to ignore: one forged frame a window kept every advert copied to every lb pod);
 // they stop one legacy window after the last such advert, and never with NoGroupAddress.
 func TestRunCopiesForOldReplicas(t *testing.T) {
 	r, _, logs := testRunner(t, &recordingHolder{})
@@ -169,28 +171,39 @@ func TestRunCopiesForOldReplicas(t *testing.T) {
 	r.key, r.guard, r.cfg.Authenticated = key, NewGuard(r.cfg, key), true
 	wrong, _ := NewKey(bytes.Repeat([]byte{8}, MinKeyLen))
 	var seq uint64 = uint64(time.Now().UnixMicro())
-	frame := func(k *Key, flags byte) Frame {
+	frame := func(k *Key, flags byte, a Advert) Frame {
 		seq++
-		f, err := ParseFrame(k.seal(Advert{Group: group, Term: 1, Priority: DefaultPriority, Sender: idB, Interval: 100 * time.Millisecond}, seq, flags))
+		f, err := ParseFrame(k.seal(a, seq, flags))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return f
 	}
-	v1, err := ParseFrame(Advert{Group: group, Term: 1, Priority: DefaultPriority, Sender: idB, Interval: 100 * time.Millisecond}.marshal(0))
+	v1, err := ParseFrame(from(idB, 1).marshal(0))
 	if err != nil {
 		t.Fatal(err)
 	}
+	otherGroup, badInterval := from(idB, 1), from(idB, 1)
+	otherGroup.Group, badInterval.Interval = Group{1}, 0
 	for _, tc := range []struct {
 		name string
 		f    Frame
-	}{{"marked", frame(key, flagGroupAddressed)}, {"wrong key", frame(wrong, 0)}, {"version 1", v1}} {
+	}{
+		{"marked", frame(key, flagGroupAddressed, from(idB, 1))},
+		{"wrong key", frame(wrong, 0, from(idB, 1))},
+		{"version 1", v1},
+		{"with our own ID and a garbage tag", frame(wrong, 0, from(idA, 1))},
+		{"with our own ID", frame(key, 0, from(idA, 1))},
+		{"of another group with a garbage tag", frame(wrong, 0, otherGroup)},
+		{"the machine refuses (interval 0)", frame(key, 0, badInterval)},
+	} {
+		r.oldHeard = 0
 		r.received(Output{}, tc.f)
 		if r.copyToLegacy() {
 			t.Errorf("an advert %s starts the copies", tc.name)
 		}
 	}
-	r.received(Output{}, frame(key, 0))
+	r.received(Output{}, frame(key, 0, from(idB, 1)))
 	if !r.copyToLegacy() || !strings.Contains(logs.String(), "adverts also go there") {
 		t.Fatalf("an old replica's advert does not start the copies (or is not logged):\n%s", logs)
 	}
@@ -198,7 +211,7 @@ func TestRunCopiesForOldReplicas(t *testing.T) {
 	if r.copyToLegacy() || !strings.Contains(logs.String(), "adverts go to the group's address only") {
 		t.Errorf("the copies go on (or their end is not logged) one window after the last old advert:\n%s", logs)
 	}
-	r.received(Output{}, frame(key, 0))
+	r.received(Output{}, frame(key, 0, from(idB, 1)))
 	r.opts.NoGroupAddress = true
 	if r.copyToLegacy() {
 		t.Error("a replica run as the release before copies its adverts")
