@@ -121,11 +121,13 @@
 // heard the sender refuses them all as replays). A replayed resignation moves a standby only when
 // it comes from the active the standby follows, at a term no older than one it knows: once it has
 // heard the successor's advert, the old active's resignations change nothing
-// (TestResignationOnlyFromFollowedActive; the model checks it, checkResignedTakeover). Replayed
-// to a receiver that has not heard the successor yet, one can still make it claim once: one
-// takeover more, which the overlap bound covers. 10 s keeps both small next
-// to the minutes a pod replacement takes, and tolerates a skew a thousand times larger than NTP
-// leaves; refused frames say "stale" in the log and the metric, so a bad clock shows.
+// (TestResignationOnlyFromFollowedActive; the model checks it, checkResignedTakeover). A receiver
+// that just started, or got its link back, counts a resignation only from one advert interval
+// after (listen), by when a live successor's advert has reached it; replayed to one that could not
+// hear the successor for another reason (a partition it cannot see, just healed), a resignation
+// can still make it claim once: one takeover more, which the overlap bound covers. 10 s keeps both
+// small next to the minutes a pod replacement takes, and tolerates a skew a thousand times larger
+// than NTP leaves; refused frames say "stale" in the log and the metric, so a bad clock shows.
 //
 // # Upgrade from unauthenticated replicas
 //
@@ -151,15 +153,14 @@
 //   - Within a new replica's legacy window, before it hears its first authenticated advert and
 //     before it is first active, a forger on the L2 is as good as an old replica: version-1 adverts
 //     keep it waiting, a version-1 resignation in the name of the active it follows makes it
-//     claim (after its skew and half an
-//     interval). In a group with a live active that is one extra takeover at most (the first
-//     authenticated advert, within an interval of the start, closes the window), though a forged
-//     term it learnt then can push the group's term to MaxTerm, where it saturates and conflicts
-//     are settled by priority and ID alone. In a brand-new group (all replicas new, no active
-//     yet) it can delay the first claim by at most the window, plus one dead interval of the
-//     longest accepted interval (3 × 2 s, and the slack): the model test's liveness bound with
-//     the window open. --ha-legacy-window=0 removes it where no old replica can exist (a fresh
-//     claim).
+//     claim (after its skew and half an interval). In a group with a live active that is one
+//     extra takeover at most (the first authenticated advert, within an interval of the start,
+//     closes the window), though a forged term it learnt then can push the group's term to
+//     MaxTerm, where it saturates and conflicts are settled by priority and ID alone. In a
+//     brand-new group (all replicas new, no active yet) it can delay the first claim by at most
+//     the window, plus one dead interval of the longest accepted interval (3 × 2 s, and the
+//     slack): the model test's liveness bound with the window open. --ha-legacy-window=0 removes
+//     it where no old replica can exist (a fresh claim).
 //   - A rollout slower than the window: an old replica still there when the window ends is not
 //     heard any more; if it is the active, the new replica claims, and the old one, which cannot
 //     read version 2, keeps the addresses too until the rollout removes it.

@@ -372,6 +372,8 @@ type Machine struct {
 	notReady      bool
 	// deadline: a standby takes over at this time unless it hears an active first.
 	deadline time.Duration
+	// listenFrom: when this standby last began to listen (listen).
+	listenFrom time.Duration
 	// peerInterval: the active's advertised interval, which sets our dead interval.
 	peerInterval time.Duration
 	// lastHeard: the last advert (or resignation) from an active, for the failover figure.
@@ -607,7 +609,7 @@ func (m *Machine) Handle(ev Event) Output {
 	if !m.started {
 		m.started, m.lastNow, m.startedAt = true, now, now
 		m.role = Standby
-		m.deadline = now + m.deadInterval() + m.skew()
+		m.listen(now)
 		// Whatever an earlier incarnation of this replica left on net1 goes (kill -9 leaves the
 		// addresses in the pod's network namespace).
 		out.Hold, out.Reason = Release, "started: standby until no active is heard for the dead interval"
@@ -645,9 +647,8 @@ func (m *Machine) Handle(ev Event) Output {
 	case LinkUp:
 		m.linkDown = false
 		if m.role == Standby {
-			// Listen a whole dead interval before claiming: the other side of the link may have an
-			// active we have not heard yet.
-			m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
+			// The other side of the link may have an active we have not heard yet.
+			m.listen(now)
 		}
 	case Superseded:
 		m.superseded(now, ev.Claim, &out)
@@ -711,8 +712,17 @@ func (m *Machine) frozen(now, gap time.Duration, out *Output) {
 	case Resigning:
 		m.stop(out, fmt.Sprintf("frozen for %s while resigning", gap))
 	case Standby:
-		m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
+		m.listen(now)
 	}
+}
+
+// listen: a standby that could not hear until now (it started, its link came back, it was
+// frozen) listens a whole dead interval before it may claim, since an active it has not heard yet
+// may exist; and a resignation it hears in its first advert interval counts from the end of that
+// interval (received).
+func (m *Machine) listen(now time.Duration) {
+	m.listenFrom = now
+	m.deadline = max(m.deadline, now+m.deadInterval()+m.skew())
 }
 
 func (m *Machine) tick(now time.Duration, out *Output) {
@@ -784,8 +794,16 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 			// first resignation. The resigning replica repeats it every quarter interval; a skew
 			// longer than that (up to 0.425 of an interval) pushed back by every repeat would
 			// claim only after the resigning replica let go, leaving nobody in between.
+			//
+			// Counted no sooner than one advert interval after we began to listen (listen): a
+			// live successor's advert reaches us within it and ends the wait. A sealed
+			// resignation of an old active can be replayed within the replay window to a replica
+			// that just started (its guard has seen nothing), right after one of that active's
+			// adverts, so that the replica follows it; counted at once, it made the replica claim
+			// after its skew, before the successor's next advert.
 			if !repeated {
-				m.deadline = now + m.skew() + m.legacyDelay(legacy)
+				iv := max(m.cfg.Interval, m.peerInterval)
+				m.deadline = max(now, m.listenFrom+iv) + m.skew() + m.legacyDelay(legacy)
 			}
 			return
 		}

@@ -377,8 +377,11 @@ func runSteps(t *testing.T, cfg Config, steps []step) {
 // over at term 6, and a capture of C's resignation is replayed within the replay window to a
 // replica whose guard has not seen it (one that just started, or follows B). Obeyed, the
 // replica claimed after its skew, before B's next advert, and B stepped down: a failover for
-// nothing. Here it changes nothing and the dead interval decides. The legitimate hand-over is
-// TestMachine's "a resignation makes the standby take over after its skew only".
+// nothing. Here it changes nothing and the dead interval decides. Replayed right after one of
+// C's adverts to a replica that just started (which then follows C), it counts only from one
+// advert interval after the start, by when B's advert has come and ended the wait. The
+// legitimate hand-over is TestMachine's "a resignation makes the standby take over after its skew
+// only".
 func TestResignationOnlyFromFollowedActive(t *testing.T) {
 	for name, steps := range map[string][]step{
 		"following B (term 6), C's resignation (term 5): no early claim": {
@@ -400,6 +403,27 @@ func TestResignationOnlyFromFollowedActive(t *testing.T) {
 			step{ev: recv(360, resigning(from(idB, 2))), role: Standby, wake: 375},
 			step{ev: at(Tick, 375), hold: Take, send: "term 3", role: Active, wake: 475, failover: 15, reason: "the active resigned: active with term 3"},
 		),
+		"just started, C's advert and resignation replayed: counted from one interval after the start, and B's advert ends the wait": {
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(10, from(idC, 5)), role: Standby, wake: 325},
+			{ev: recv(20, resigning(from(idC, 5))), role: Standby, wake: 115},
+			{ev: recv(90, from(idB, 6)), role: Standby, wake: 405},
+			{ev: at(Tick, 405), hold: Take, send: "term 7", role: Active, wake: 505, failover: 315, reason: "no advert for the dead interval: active with term 7"},
+		},
+		"just started, the active's real resignation: a takeover one interval and the skew after the start": {
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(10, from(idC, 5)), role: Standby, wake: 325},
+			{ev: recv(20, resigning(from(idC, 5))), role: Standby, wake: 115},
+			{ev: at(Tick, 115), hold: Take, send: "term 6", role: Active, wake: 215, failover: 95, reason: "the active resigned: active with term 6"},
+		},
+		"the link back up: a resignation counts from one interval after, as after a start": {
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 2)), role: Standby, wake: 365},
+			{ev: at(LinkDown, 100), role: Standby, wake: 200},
+			{ev: at(LinkUp, 400), role: Standby, wake: 715},
+			{ev: recv(420, resigning(from(idB, 2))), role: Standby, wake: 515},
+			{ev: at(Tick, 515), hold: Take, send: "term 3", role: Active, wake: 615, failover: 95, reason: "the active resigned: active with term 3"},
+		},
 		"a fresh replica that heard nobody: no early claim, it claims after its dead interval": {
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: recv(100, resigning(from(idC, 5))), role: Standby, wake: 315},

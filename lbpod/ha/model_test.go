@@ -31,9 +31,9 @@ import (
 // slack for the replays is needed, since the adversary stops at the repair, and before it a
 // replay can only do what the replayed sender could. A replayed resignation in particular makes
 // no takeover from a holder of a newer term that the receiver has heard for an interval and two
-// deliveries (it follows that holder, and the resignation is older than the term it knows; see
-// resignedOn); one that reaches a replica before it could hear the holder (a partition it cannot
-// see, just healed) may still cost one more takeover, which the overlap bound covers.
+// deliveries, or since the receiver started (checkResignedTakeover); one that reaches a replica
+// before it could hear the holder for another reason (a partition it cannot see, just healed)
+// may still cost one more takeover, which the overlap bound covers.
 //
 // The Service's record (the Lease, cmd/lbpod) is a second channel: a replica that takes over
 // writes its claim there after an API delay of 1 to maxAPIDelay, only when it is newer than the
@@ -120,8 +120,10 @@ type simReplica struct {
 	offer   Claim
 	offerAt time.Duration
 	grants  []recordRead
-	// resignedOn: the resignation this replica last acted on as a standby.
+	// resignedOn: the resignation this replica last acted on as a standby; started: when this
+	// incarnation started.
 	resignedOn resignation
+	started    time.Duration
 }
 
 func (r *simReplica) hears() bool { return r.alive && !r.frozen && r.linkUp && !r.isolated }
@@ -136,7 +138,7 @@ type sim struct {
 	rng      uint32
 	since    map[[2]int]time.Duration // when a pair started to both hold while hearing each other
 	// heard: since when replica [1] has been active (sending adverts) while [0] and [1] hear each
-	// other.
+	// other and read the same wire version.
 	heard    map[[2]int]time.Duration
 	log      []string
 	maxSlack time.Duration // the replicas' Config.MaxSlack
@@ -251,7 +253,7 @@ func (s *sim) start(i int) {
 		r.guard, r.seq, r.accepted = NewGuard(cfg.withDefaults(), r.key), Sequencer{}, map[ID]uint64{}
 	}
 	r.alive, r.frozen, r.inbox, r.reported, r.unreadyTold = true, false, nil, true, false
-	r.writes, r.reads, r.grants, r.resignedOn = nil, nil, nil, resignation{}
+	r.writes, r.reads, r.grants, r.resignedOn, r.started = nil, nil, nil, resignation{}, s.now
 	for k := range s.heard {
 		if k[0] == i || k[1] == i {
 			delete(s.heard, k) // a new process has heard nobody
@@ -442,7 +444,7 @@ func (s *sim) step() {
 	}
 	for i, a := range s.replicas {
 		for j, b := range s.replicas {
-			if heard := a.alive && b.alive && b.m.Role() == Active && s.hearEachOther(a, b); !heard {
+			if heard := a.alive && b.alive && b.m.Role() == Active && s.hearEachOther(a, b) && a.keyless == b.keyless; !heard {
 				delete(s.heard, [2]int{i, j})
 			} else if _, ok := s.heard[[2]int{i, j}]; !ok {
 				s.heard[[2]int{i, j}] = s.now
@@ -461,18 +463,22 @@ func (s *sim) step() {
 
 // checkResignedTakeover: replica i took over because the active it followed resigned. When the
 // adversary replayed that resignation, no replica may have been active with a newer term while
-// the two heard each other, from an interval and two deliveries before the resignation came: i
-// has heard that holder's advert by then, and a resignation older than the term it knows moves
-// nothing. (Before, any resignation moved the deadline: a replayed one made a replica that
-// followed the holder take the addresses from it.)
+// the two heard each other, from an interval and two deliveries before the resignation came, or
+// from i's start: i has heard that holder's advert by then, or before its takeover (a resignation
+// counts no sooner than one interval and the skew after the start, and the skew is longer than a
+// delivery here), and a resignation older than the term it knows moves nothing. (Before, any
+// resignation moved the deadline: a replayed one made a replica that followed the holder take
+// the addresses from it; and one replayed to a replica just started, after an advert of its
+// sender, did so after the skew.)
 func (s *sim) checkResignedTakeover(i int) {
-	on := s.replicas[i].resignedOn
+	r := s.replicas[i]
+	on := r.resignedOn
 	if !on.replayed {
 		return
 	}
 	for j, h := range s.replicas {
 		since, ok := s.heard[[2]int{i, j}]
-		if ok && h.m.Term() > on.claim.Term && since <= on.at-DefaultInterval-2*maxDelay-2*time.Millisecond {
+		if ok && h.m.Term() > on.claim.Term && (since <= on.at-DefaultInterval-2*maxDelay-2*time.Millisecond || since <= r.started) {
 			s.t.Fatalf("r%d took over on a replayed resignation (%s at %s) from r%d, active with term %d and heard since %s:\n%s",
 				i, on.claim, on.at, j, h.m.Term(), since, strings.Join(s.log, "\n"))
 		}
@@ -677,6 +683,7 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{100, 4, 0, 50, 1, 0, 0, 83, 0, 5, 83, 0, 100, 93, 0, 100, 74, 1, 1, 91, 1, 0, 83, 1})
 	f.Add([]byte{100, 13, 0, 2, 13, 1, 2, 13, 0, 2, 13, 1, 0})                      // version-1 frames with the legacy window open
 	f.Add([]byte{100, 4, 2, 100, 0, 0, 0, 1, 0, 50, 83, 0, 0})                      // a resignation replayed to a restarted standby
+	f.Add([]byte{100, 4, 2, 100, 0, 0, 0, 101, 0, 0, 3, 0, 0})                      // an advert and a resignation replayed at its restart
 	f.Add([]byte{100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0})                   // every advert dropped for 3 s
 	f.Add([]byte{100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0})      // a partition healed one way first
 	f.Add([]byte{100, 201, 1, 250, 3, 0, 250, 201, 1, 100, 200, 1, 250, 200, 1, 9}) // deaf, then mute
@@ -703,11 +710,14 @@ func TestModelScenarios(t *testing.T) {
 		// listens to r1 for 200 ms; then the resignation is replayed. r0 used to take over after
 		// its skew (checkResignedTakeover).
 		"a resignation replayed to a restarted standby": {100, 4, 2, 100, 0, 0, 0, 1, 0, 50, 83, 0, 0},
-		"every advert dropped, healed":                  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0},
-		"a partition healed one way":                    {100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0},
-		"one-way loss, both ways":                       {100, 200, 0, 250, 3, 0, 250, 200, 0, 100, 200, 1, 250, 3, 0, 250, 200, 1},
-		"the API lost during a drop":                    {100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0},
-		"three replicas, adverts lost":                  {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0, 0},
+		// The same, replayed the moment r0 restarts, after an advert of r2's (move 10): r0
+		// follows r2, and used to take over after its skew, before r1's next advert.
+		"an advert and a resignation replayed at a restart": {100, 4, 2, 100, 0, 0, 0, 101, 0, 0, 3, 0, 0},
+		"every advert dropped, healed":                      {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0},
+		"a partition healed one way":                        {100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0},
+		"one-way loss, both ways":                           {100, 200, 0, 250, 3, 0, 250, 200, 0, 100, 200, 1, 250, 3, 0, 250, 200, 1},
+		"the API lost during a drop":                        {100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0},
+		"three replicas, adverts lost":                      {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0, 0},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}
@@ -800,6 +810,8 @@ func (s *sim) put(d delivery, only int) {
 //	5 replay the latest real frame       6 replay one of the last 64
 //	7 replay any ever sent               8 replay the latest resignation
 //	9 replay one of the last 64 to replica i only
+//	10 replay to replica i only the latest resignation, right after its sender's last advert
+//	   before it (a replica that never heard that sender, one just started, then follows it)
 func (s *sim) attack(move byte, i int) {
 	plausible := func() Advert {
 		a := Advert{Group: group, Term: uint64(s.rand(64)), Priority: uint8(s.rand(256)), Resigning: s.rand(2) == 0,
@@ -816,7 +828,7 @@ func (s *sim) attack(move byte, i int) {
 		from := max(0, len(s.wire)-last)
 		return s.wire[from+int(s.rand(uint32(len(s.wire)-from)))]
 	}
-	var frame []byte
+	var frame, before []byte // before: sent just before frame
 	forged, only := true, -1
 	switch move {
 	case 1:
@@ -833,7 +845,7 @@ func (s *sim) attack(move byte, i int) {
 			f, _ := ParseFrame(real)
 			frame = f.Advert.Marshal()
 		}
-	case 5, 6, 7, 8, 9:
+	case 5, 6, 7, 8, 9, 10:
 		forged = false
 		switch move {
 		case 5:
@@ -850,18 +862,35 @@ func (s *sim) attack(move byte, i int) {
 			}
 		case 9:
 			frame, only = pick(64), i
+		case 10:
+			only = i
+			for j := len(s.wire) - 1; j >= 0 && frame == nil; j-- {
+				if s.wire[j][5]&flagResigning == 0 {
+					continue
+				}
+				frame = s.wire[j]
+				resigned, _ := ParseFrame(frame)
+				for k := j - 1; k >= 0 && before == nil; k-- {
+					if f, _ := ParseFrame(s.wire[k]); f.Advert.Sender == resigned.Advert.Sender && !f.Advert.Resigning {
+						before = s.wire[k]
+					}
+				}
+			}
 		}
 	}
 	if frame == nil {
 		return
 	}
-	f, err := ParseFrame(frame)
-	if err != nil {
-		// A changed bit in the magic or the version: no replica reads it (the socket filter).
-		return
+	for _, frame := range [][]byte{before, frame} {
+		f, err := ParseFrame(frame)
+		if err != nil {
+			// None, or a changed bit in the magic or the version: no replica reads it (the
+			// socket filter).
+			continue
+		}
+		s.logf("adversary move %d: version %d seq %d sender %s term %d resigning %t to %d", move, f.Version, f.Seq, f.Advert.Sender, f.Advert.Term, f.Advert.Resigning, only)
+		s.put(delivery{frame: frame, forged: forged, replayed: !forged}, only)
 	}
-	s.logf("adversary move %d: version %d seq %d sender %s term %d resigning %t to %d", move, f.Version, f.Seq, f.Advert.Sender, f.Advert.Term, f.Advert.Resigning, only)
-	s.put(delivery{frame: frame, forged: forged, replayed: !forged}, only)
 }
 
 // forge makes a frame of one of the kinds the machine refuses, with everything else chosen at
