@@ -476,21 +476,10 @@ func (h *loopHolder) holdIfActive(endProbe bool) {
 // unblocks the loop: a standby is then ready to claim, and an active takes the addresses as after
 // a probe that found nobody. Each read is one GET of the Lease; only a blocked replica makes them.
 func (h *loopHolder) awaitAnnounced(ctx context.Context) {
-	t := time.NewTicker(h.recheckBlocked)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if !h.prober.announcedSince(ctx) {
-			continue
-		}
+	h.prober.awaitAnnounced(ctx, h.recheckBlocked, func() {
 		h.loop.Unblock()
 		h.holdIfActive(false)
-		return
-	}
+	})
 }
 
 // isActive says whether the election last made this replica active.

@@ -528,3 +528,54 @@ func TestProbeFirst(t *testing.T) {
 		t.Errorf("settled after a takeover's probe found an answer: finished %t, check %q; want %q kept", p.finished(), p.check(ctx), blocked)
 	}
 }
+
+// A single lb pod (no election) blocked by what answered its probe reads the Lease again while
+// blocked and, once it lists the address as announced, holds it: its first read of the Lease
+// could fail (an API server timeout), and then it probed an address announced long ago, which a
+// host on the underlay that answers every probe blocked for good (the operator ignores a report
+// on an announced address, so nothing moved the Service either).
+func TestBlockedSingleLBPodUnblocksOnceAnnounced(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr := netip.MustParseAddr("172.18.0.18")
+	network := lbpod.Network{Addresses: []netip.Prefix{netip.PrefixFrom(addr, 16)}}
+	loop := lbpod.NewLoop(lbpod.LoopConfig{Network: network, Log: slog.New(slog.DiscardHandler)})
+	loop.SetActive(false)
+	lease := &fakeLease{}
+	lease.set(map[string]string{v1alpha1.AnnouncedAnnotation: ""}, false)
+	p, err := newProber(options{conflictProbe: "fast", iface: "lbsvc-test-none"}, network, lease, metric.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil || p == nil {
+		t.Fatalf("newProber: %v, %v", p, err)
+	}
+	// What the probe found (made without the Lease, it probed the announced address too).
+	const reason = "in use on the underlay: 172.18.0.18 answered by 02:00:5e:10:20:30; not announced"
+	p.reason = reason
+	p.done.Store(true)
+	returned := make(chan struct{})
+	go func() {
+		holdSingle(ctx, loop, p, 5*time.Millisecond)
+		close(returned)
+	}()
+
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("not within 10s: %s", what)
+			}
+		}
+	}
+	reads := lease.readCount()
+	waitFor("three more reads of the Lease", func() bool { return lease.readCount() >= reads+3 })
+	if loop.Blocked() != reason || loop.Active() {
+		t.Fatalf("blocked %q, active %t: want blocked, not active", loop.Blocked(), loop.Active())
+	}
+	lease.set(map[string]string{v1alpha1.AnnouncedAnnotation: "172.18.0.18"}, false)
+	waitFor("unblocked and active", func() bool { return loop.Blocked() == "" && loop.Active() })
+	// It stops reading the Lease.
+	select {
+	case <-returned:
+	case <-time.After(10 * time.Second):
+		t.Error("still reading the Lease 10s after the unblock")
+	}
+}

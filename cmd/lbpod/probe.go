@@ -145,6 +145,25 @@ func (p *prober) run(ctx context.Context) (reason string, done bool) {
 	return reason, true
 }
 
+// awaitAnnounced calls announcedSince every period until it reports true, then unblocked, and
+// returns (or returns when ctx ends). Each call is one GET of the Lease; only a blocked lb pod
+// makes them.
+func (p *prober) awaitAnnounced(ctx context.Context, period time.Duration, unblocked func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if p.announcedSince(ctx) {
+			unblocked()
+			return
+		}
+	}
+}
+
 // announcedSince reads the Lease again and, when it now lists every address as announced (by
 // another replica: probe.Needed finds nothing left to probe), lifts the conflict this replica
 // found and reports true. The operator believes a conflict only when it was reported before the

@@ -91,13 +91,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		if prober != nil {
 			// The rules go in meanwhile; the addresses only once the underlay has no other owner.
 			loop.SetActive(false)
-			go func() {
-				if reason := prober.check(ctx); reason != "" {
-					loop.Block(reason)
-					return
-				}
-				loop.SetActive(true)
-			}()
+			go holdSingle(ctx, loop, prober, recheckBlocked)
 		}
 		return loop.Run(ctx)
 	}
@@ -127,4 +121,22 @@ func uplinkAddrs(name string) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// holdSingle makes a single lb pod (no election) active once its probe finds the addresses free.
+// Blocked by what answered, it reads the Lease every period and holds the addresses once the
+// Lease shows them announced all the same, as a blocked replica with standbys does: a pod whose
+// first read of the Lease failed probes even addresses announced long ago (the operator then
+// ignores its report), and a host on the underlay that answers every probe left the Service
+// without a holder until the pod was deleted.
+func holdSingle(ctx context.Context, loop *lbpod.Loop, p *prober, period time.Duration) {
+	if reason := p.check(ctx); reason != "" {
+		loop.Block(reason)
+		p.awaitAnnounced(ctx, period, func() {
+			loop.Unblock()
+			loop.SetActive(true)
+		})
+		return
+	}
+	loop.SetActive(true)
 }
