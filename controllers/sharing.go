@@ -90,13 +90,19 @@ func (b *AddressBook) joinAny(ctx context.Context, subnet string, c decide.Claim
 }
 
 // sharedCandidates are the IP objects the mirror shows shared under key in subnet and family,
-// neither draining nor in use on the underlay, lowest address first.
+// neither draining nor in use on the underlay, and still a valid address of the Subnet as it is
+// now, lowest address first. An address the Subnet no longer allows (excluded, made the gateway,
+// outside a narrowed CIDR) is one its members must leave, as an unshared Service moves off one:
+// offered here, every member's claim joined it again and its drain never came, and new members
+// of the key were handed it too.
 func (b *AddressBook) sharedCandidates(subnet string, fam ipam.Family, key string) []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	cfg, configured := b.subnets[subnet]
 	var out []string
 	for name, r := range b.ips {
-		if r.sharingKey == key && r.subnet == subnet && ipam.FamilyOf(r.addr) == fam && !r.draining && r.conflict == nil {
+		if r.sharingKey == key && r.subnet == subnet && ipam.FamilyOf(r.addr) == fam && !r.draining && r.conflict == nil &&
+			(!configured || ipam.CheckAddr(cfg, r.addr) == nil) {
 			out = append(out, name)
 		}
 	}

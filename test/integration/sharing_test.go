@@ -486,3 +486,30 @@ func withLBPodNamespace(t *testing.T, n int, opts ...func(*controllers.Options))
 	}
 	return f, system, more
 }
+
+// TestSharedAddressLeftWhenTheSubnetNoLongerAllowsIt: an admin excludes a shared address from its
+// Subnet. Its members move together to one new shared address, as an unshared Service moves off
+// an excluded one, a new member of the key is given the new one, and the old address drains.
+// Before, every member's claim joined the excluded address again and its drain never came.
+func TestSharedAddressLeftWhenTheSubnetNoLongerAllowsIt(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	old, next := f.ip("6"), f.ip("7")
+	create(t, sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)))
+	waitAddress(t, f.ns, "dns-tcp", old)
+	create(t, sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)))
+	waitAddress(t, f.ns, "dns-udp", old)
+
+	sn := &lbv1.Subnet{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.subnet}, sn)).To(Succeed())
+	update(t, sn, func(s *lbv1.Subnet) { s.Spec.ExcludeIPs = append(s.Spec.ExcludeIPs, old) })
+	waitAddress(t, f.ns, "dns-tcp", next)
+	waitAddress(t, f.ns, "dns-udp", next)
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, next)).To(ConsistOf("dns-tcp:TCP/53", "dns-udp:UDP/53"))
+	}, timeout, interval).Should(Succeed())
+	create(t, sharingService(f, "dns-alt", "dns", "", svcPort("dns", corev1.ProtocolTCP, 5353)))
+	waitAddress(t, f.ns, "dns-alt", next)
+	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: old}})
+}
