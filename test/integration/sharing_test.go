@@ -311,14 +311,8 @@ func TestKillDuringSharingChurn(t *testing.T) {
 // address's Lease, written here as its lb pod would) puts it in phase Conflict; every member is
 // told (AddressInUse Warning) and they move on together, to one new shared address.
 func TestConflictOnSharedAddress(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	f := newFixture(t)
+	g, ctx, f, a := dnsPair(t)
 	first, second := f.ip("6"), f.ip("7")
-	create(t, sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)))
-	a := waitAddress(t, f.ns, "dns-tcp", first)
-	create(t, sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)))
-	waitAddress(t, f.ns, "dns-udp", first)
 
 	ip := getIP(g, first)
 	lease := lbobjects.BuildSharedLease(lbobjects.SharedObjectName(first), f.ns, a.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
@@ -492,14 +486,8 @@ func withLBPodNamespace(t *testing.T, n int, opts ...func(*controllers.Options))
 // an excluded one, a new member of the key is given the new one, and the old address drains.
 // Before, every member's claim joined the excluded address again and its drain never came.
 func TestSharedAddressLeftWhenTheSubnetNoLongerAllowsIt(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	f := newFixture(t)
+	g, ctx, f, _ := dnsPair(t)
 	old, next := f.ip("6"), f.ip("7")
-	create(t, sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)))
-	waitAddress(t, f.ns, "dns-tcp", old)
-	create(t, sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)))
-	waitAddress(t, f.ns, "dns-udp", old)
 
 	sn := &lbv1.Subnet{}
 	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.subnet}, sn)).To(Succeed())
@@ -512,4 +500,16 @@ func TestSharedAddressLeftWhenTheSubnetNoLongerAllowsIt(t *testing.T) {
 	create(t, sharingService(f, "dns-alt", "dns", "", svcPort("dns", corev1.ProtocolTCP, 5353)))
 	waitAddress(t, f.ns, "dns-alt", next)
 	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: old}})
+}
+
+// dnsPair is a new fixture whose Services dns-tcp (TCP/53) and dns-udp (UDP/53) share the
+// Subnet's first address under the key "dns"; it returns dns-tcp, the address's owner.
+func dnsPair(t *testing.T) (Gomega, context.Context, fixture, *corev1.Service) {
+	t.Helper()
+	f := newFixture(t)
+	create(t, sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)))
+	a := waitAddress(t, f.ns, "dns-tcp", f.ip("6"))
+	create(t, sharingService(f, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)))
+	waitAddress(t, f.ns, "dns-udp", f.ip("6"))
+	return NewWithT(t), context.Background(), f, a
 }
