@@ -66,16 +66,34 @@ func (f FlowPolicy) Stale(fl Flow) bool {
 	if fl.Dst.Addr().Unmap() != f.LB {
 		return false
 	}
-	port := Port{Protocol: fl.Protocol, Port: int32(fl.Dst.Port())}
-	sources := FlowSources{All: f.AllSources, Ranges: f.Sources}
-	if f.PortSources != nil {
-		sources = f.PortSources[port]
+	if fl.Protocol == SCTP && fl.Dst.Port() == 0 {
+		// An SCTP entry as the conntrack library reads it: without its ports (vishvananda/netlink
+		// parses those of TCP and UDP only). Called stale for its port, every SCTP association
+		// to the address was deleted at every change of the rules, allowed ones too. Without the
+		// port, it is kept while some SCTP port allows its source and translates to its target;
+		// an entry of a port gone to a target other ports still have lives on until it ends.
+		reply := fl.ReplySrc.Addr().Unmap()
+		for port, target := range f.Targets {
+			if port.Protocol == SCTP && target.Addr() == reply && f.sources(port).allows(fl.Src.Unmap()) {
+				return false
+			}
+		}
+		return true
 	}
-	if !sources.allows(fl.Src.Unmap()) {
+	port := Port{Protocol: fl.Protocol, Port: int32(fl.Dst.Port())}
+	if !f.sources(port).allows(fl.Src.Unmap()) {
 		return true
 	}
 	target, ok := f.Targets[port]
 	return !ok || target != netip.AddrPortFrom(fl.ReplySrc.Addr().Unmap(), fl.ReplySrc.Port())
+}
+
+// sources are the sources allowed to port: its own where members differ, else everyone's.
+func (f FlowPolicy) sources(port Port) FlowSources {
+	if f.PortSources != nil {
+		return f.PortSources[port]
+	}
+	return FlowSources{All: f.AllSources, Ranges: f.Sources}
 }
 
 // String lists the policy briefly, for the log.

@@ -217,6 +217,7 @@ func TestFlowPolicyStale(t *testing.T) {
 	lb := netip.MustParseAddr("172.18.0.18")
 	target := netip.MustParseAddrPort("10.109.201.193:53")
 	policy := FlowPolicy{LB: lb, Sources: prefixes("172.18.0.0/24"), Targets: map[Port]netip.AddrPort{{UDP, 53}: target}}
+	sctp := FlowPolicy{LB: lb, Sources: prefixes("172.18.0.0/24"), Targets: map[Port]netip.AddrPort{{SCTP, 3868}: netip.AddrPortFrom(target.Addr(), 3868)}}
 	flow := func(proto Protocol, src string, dport uint16, reply netip.AddrPort) Flow {
 		return Flow{Protocol: proto, Src: netip.MustParseAddr(src), Dst: netip.AddrPortFrom(lb, dport), ReplySrc: reply}
 	}
@@ -234,6 +235,13 @@ func TestFlowPolicyStale(t *testing.T) {
 		"another destination: not ours":   {policy, Flow{Protocol: UDP, Src: netip.MustParseAddr("172.18.0.100"), Dst: netip.MustParseAddrPort("172.18.0.19:53")}, false},
 		"all sources allowed":             {FlowPolicy{LB: lb, AllSources: true, Targets: policy.Targets}, flow(UDP, "192.0.2.1", 53, target), false},
 		"SCTP with no ClusterIP: nothing": {FlowPolicy{LB: lb, AllSources: true}, flow(SCTP, "172.18.0.100", 3868, netip.AddrPortFrom(lb, 3868)), true},
+		// SCTP entries as the conntrack library reads them: no ports (0).
+		"SCTP without ports, allowed and translated to a target of an SCTP port: kept": {sctp, flow(SCTP, "172.18.0.100", 0, netip.AddrPortFrom(target.Addr(), 0)), false},
+		"SCTP without ports, source no longer allowed":                                 {sctp, flow(SCTP, "172.18.1.100", 0, netip.AddrPortFrom(target.Addr(), 0)), true},
+		"SCTP without ports, made before the DNAT rule":                                {sctp, flow(SCTP, "172.18.0.100", 0, netip.AddrPortFrom(lb, 0)), true},
+		"SCTP without ports, to a target no SCTP port has":                             {policy, flow(SCTP, "172.18.0.100", 0, netip.AddrPortFrom(target.Addr(), 0)), true},
+		"SCTP without ports, allowed only to another member's port": {FlowPolicy{LB: lb, Targets: sctp.Targets, PortSources: map[Port]FlowSources{{SCTP, 3868}: {Ranges: prefixes("192.0.2.0/24")}}},
+			flow(SCTP, "172.18.0.100", 0, netip.AddrPortFrom(target.Addr(), 0)), true},
 	}
 	for name, tc := range cases {
 		if got := tc.policy.Stale(tc.flow); got != tc.stale {
