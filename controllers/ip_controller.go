@@ -353,17 +353,19 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 	if err != nil {
 		return err
 	}
-	r.reportForeign(ip, foreign)
 	var kept []lbv1.IPHolder
 	if len(decide.DroppingNamespaces(ip, r.LBPodNamespace, pods)) > 0 {
-		// A namespace trusted only through status.holders has no pod of ours any more: the API
-		// server says whether something of ours there may still create one.
+		// A namespace trusted only through status.holders has no pod of ours any more in the
+		// cache: the API server says whether something of ours there holds or may still create
+		// one, and its answer is what status.holders records (the cache's pods, listed instead,
+		// dropped a pod the cache had not seen yet, and with it the namespace's trust).
 		d, err := r.confirmNoHolder(ctx, ip)
 		if err != nil {
 			return err
 		}
-		kept = d.Kept
+		pods, kept, foreign = d.Holding, d.Kept, d.Foreign
 	}
+	r.reportForeign(ip, foreign)
 	svc := svcs[0]
 	lease, err := r.addressLease(ctx, ip, svc)
 	if err != nil {
