@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -60,6 +61,14 @@ func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Servic
 	confirm := r.confirmService(ctx, svc, confirmed)
 	var first *appsv1.Deployment
 	for _, set := range sets {
+		// The address's lb pods left elsewhere (--lb-pod-namespace changed) hold it too: they go
+		// first, and the new ones come only once their pods are gone, as for a Service's own.
+		if moving, err := r.removeSharedStray(ctx, set); err != nil || moving {
+			if err == nil {
+				err = errStrayPods
+			}
+			return nil, "", err
+		}
 		owner := &corev1.Service{}
 		owner.Namespace, owner.Name = set.RoleBinding.Namespace, set.Deployment.Name
 		owner.UID = types.UID(set.Deployment.Labels[lbv1.ServiceUIDLabel])
@@ -492,25 +501,65 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 	ours := func(o metav1.Object) bool {
 		return o.GetLabels()[lbv1.SharedIPLabel] == "" && decide.StrayOurs(o, ips, r.Options.LBPodNamespace)
 	}
+	return r.removeStrayObjects(ctx, mine,
+		func(o metav1.Object) bool { return (o.GetNamespace() != podNS || o.GetName() != name) && ours(o) },
+		func(p *corev1.Pod) bool { return p.Namespace != podNS && ours(p) })
+}
+
+// removeSharedStray is removeStray for the lb objects of a shared address (set: as they should be
+// now): its Deployment and ServiceAccount outside the namespace they belong in now, provably the
+// address's (decide.StrayOurs: our labels, its owner's UID, a namespace its IP object trusts or
+// the owner's), are deleted, and it tells whether its pods still run there.
+func (r *ServiceReconciler) removeSharedStray(ctx context.Context, set lbobjects.Set) (bool, error) {
+	name, podNS := set.Deployment.Labels[lbv1.SharedIPLabel], set.Deployment.Namespace
+	ip := &lbv1.IP{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ip); err != nil {
+		return false, client.IgnoreNotFound(err)
+	}
+	ours := func(o metav1.Object) bool {
+		return o.GetNamespace() != podNS && o.GetName() == set.Deployment.Name && o.GetLabels()[lbv1.SharedIPLabel] == name &&
+			decide.StrayOurs(o, []*lbv1.IP{ip}, r.Options.LBPodNamespace)
+	}
+	// By the owner's UID (indexed): the address's objects carry it.
+	return r.removeStrayObjects(ctx, client.MatchingFields{indexServiceUID: ip.Spec.Service.UID}, ours,
+		func(p *corev1.Pod) bool { return p.Namespace != podNS && p.Labels[lbv1.SharedIPLabel] == name && decide.StrayOurs(p, []*lbv1.IP{ip}, r.Options.LBPodNamespace) })
+}
+
+// removeStrayObjects deletes the Deployments and ServiceAccounts listed by found that stray says
+// are left behind, and tells whether a pod listed by found that runs says is still there.
+func (r *ServiceReconciler) removeStrayObjects(ctx context.Context, found client.ListOption, stray func(metav1.Object) bool, runs func(*corev1.Pod) bool) (bool, error) {
 	var deps appsv1.DeploymentList
-	if err := r.Client.List(ctx, &deps, mine); err != nil {
+	if err := r.Client.List(ctx, &deps, found); err != nil {
 		return false, err
 	}
 	var sas corev1.ServiceAccountList
-	if err := r.Client.List(ctx, &sas, mine); err != nil {
+	if err := r.Client.List(ctx, &sas, found); err != nil {
 		return false, err
 	}
-	var stray []client.Object
+	var left []client.Object
 	for i := range deps.Items {
-		if d := &deps.Items[i]; (d.Namespace != podNS || d.Name != name) && ours(d) {
-			stray = append(stray, d)
+		if stray(&deps.Items[i]) {
+			left = append(left, &deps.Items[i])
 		}
 	}
 	for i := range sas.Items {
-		if sa := &sas.Items[i]; (sa.Namespace != podNS || sa.Name != name) && ours(sa) {
-			stray = append(stray, sa)
+		if stray(&sas.Items[i]) {
+			left = append(left, &sas.Items[i])
 		}
 	}
+	if err := r.deleteStray(ctx, left); err != nil {
+		return false, err
+	}
+	var pods corev1.PodList
+	if err := r.Client.List(ctx, &pods, found); err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(pods.Items, func(p corev1.Pod) bool { return runs(&p) }), nil
+}
+
+// deleteStray deletes the objects removeStray or removeSharedStray found left behind, each of
+// the version judged (a UID precondition).
+func (r *ServiceReconciler) deleteStray(ctx context.Context, stray []client.Object) error {
 	for _, o := range stray {
 		if !o.GetDeletionTimestamp().IsZero() {
 			continue
@@ -522,19 +571,10 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 		// is another one, for the next pass to judge.
 		err := r.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground), client.Preconditions{UID: ptrUID(o.GetUID())})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			return false, fmt.Errorf("delete %s %s/%s left from a previous lb pod namespace: %w", lbobjects.KindOf(o), o.GetNamespace(), o.GetName(), err)
+			return fmt.Errorf("delete %s %s/%s left from a previous lb pod namespace: %w", lbobjects.KindOf(o), o.GetNamespace(), o.GetName(), err)
 		}
 	}
-	var pods corev1.PodList
-	if err := r.Client.List(ctx, &pods, mine); err != nil {
-		return false, err
-	}
-	for i := range pods.Items {
-		if p := &pods.Items[i]; p.Namespace != podNS && ours(p) {
-			return true, nil
-		}
-	}
-	return false, nil
+	return nil
 }
 
 // upToDate is upToDate for a cached object. A Deployment comes from the cache without its

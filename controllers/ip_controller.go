@@ -672,21 +672,29 @@ func boolRank(b bool) int {
 // SharedIPLabel and its owner's UID label.
 func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) error {
 	name := lbobjects.SharedObjectName(ip.Name)
-	podNS := lbobjects.PodNamespace(r.LBPodNamespace, ip.Spec.Service.Namespace)
-	var objects []client.Object
-	for _, o := range []client.Object{&appsv1.Deployment{}, &corev1.ServiceAccount{}, &policyv1.PodDisruptionBudget{}} {
-		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: podNS, Name: name}, o); err != nil {
-			if apierrors.IsNotFound(err) {
-				continue
-			}
-			return fmt.Errorf("get %s %s/%s: %w", lbobjects.KindOf(o), podNS, name, err)
-		}
-		objects = append(objects, o)
-	}
-	// Its RoleBindings: beside the owner, and in every member namespace and the lb pod namespace.
+	// Wherever they are: in the lb pod namespace, and in one a run with another
+	// --lb-pod-namespace left them (whose Deployment would otherwise ask for the address for
+	// ever); its RoleBindings beside the owner, in every member namespace and the lb pod
+	// namespace.
+	byAddress := client.MatchingLabels{lbv1.SharedIPLabel: ip.Name}
+	var deps appsv1.DeploymentList
+	var sas corev1.ServiceAccountList
+	var pdbs policyv1.PodDisruptionBudgetList
 	var rbs rbacv1.RoleBindingList
-	if err := r.Client.List(ctx, &rbs, client.MatchingLabels{lbv1.SharedIPLabel: ip.Name}); err != nil {
-		return fmt.Errorf("list the RoleBindings of %s: %w", name, err)
+	var objects []client.Object
+	for _, l := range []client.ObjectList{&deps, &sas, &pdbs, &rbs} {
+		if err := r.Client.List(ctx, l, byAddress); err != nil {
+			return fmt.Errorf("list the objects of %s: %w", name, err)
+		}
+	}
+	for i := range deps.Items {
+		objects = append(objects, &deps.Items[i])
+	}
+	for i := range sas.Items {
+		objects = append(objects, &sas.Items[i])
+	}
+	for i := range pdbs.Items {
+		objects = append(objects, &pdbs.Items[i])
 	}
 	for i := range rbs.Items {
 		objects = append(objects, &rbs.Items[i])

@@ -513,3 +513,34 @@ func dnsPair(t *testing.T) (Gomega, context.Context, fixture, *corev1.Service) {
 	waitAddress(t, f.ns, "dns-udp", f.ip("6"))
 	return NewWithT(t), context.Background(), f, a
 }
+
+// TestSharedAddressMovesToTheLBPodNamespace: a shared address served by a run without
+// --lb-pod-namespace, then by one with it. The address's lb objects left in the owner's namespace
+// are deleted, and its lb Deployment in the lb pod namespace is created only once its pods there
+// are gone (a pod object stands in: no kubelet here), as for a Service's own lb pods: two sets of
+// lb pods, with keys of their own, would hold the address at once.
+func TestSharedAddressMovesToTheLBPodNamespace(t *testing.T) {
+	g, ctx, f, owner := dnsPair(t)
+	addr := f.ip("6")
+	name := lbobjects.SharedObjectName(addr)
+	old := client.ObjectKey{Namespace: f.ns, Name: name}
+	g.Eventually(func() error { return k8s.Get(ctx, old, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-x", Namespace: f.ns, Labels: map[string]string{
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
+			lbv1.SharedIPLabel: addr, lbv1.ServiceNamespaceLabel: f.ns, lbv1.ServiceUIDLabel: string(owner.UID), lbv1.IPv4Label: addr}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
+	}
+	create(t, pod)
+
+	system := newNamespace(t)
+	restartWithLBPodNamespace(t, system)
+	moved := client.ObjectKey{Namespace: system, Name: name}
+	g.Eventually(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, old, &appsv1.Deployment{})) }, timeout, interval).Should(BeTrue())
+	g.Consistently(func() bool { return apierrors.IsNotFound(k8s.Get(ctx, moved, &appsv1.Deployment{})) }, 2*time.Second, interval).
+		Should(BeTrue(), "the lb Deployment in the lb pod namespace while the address's lb pod still runs in the old one")
+	g.Expect(k8s.Delete(ctx, pod, client.GracePeriodSeconds(0))).To(Succeed())
+	g.Eventually(func() error { return k8s.Get(ctx, moved, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
+	g.Expect(ingressIPs(getService(g, f.ns, "dns-tcp"))).To(Equal([]string{addr}))
+	g.Expect(ingressIPs(getService(g, f.ns, "dns-udp"))).To(Equal([]string{addr}))
+}
