@@ -9,6 +9,8 @@ packages=(
   # election's frames on the underlay bridge; the Debian package ebtables is the legacy flavour,
   # which needs the ebtable_filter module that kernels built without it (this one) lack.
   iptables iproute2 iperf3 conntrack ethtool curl
+  # nft, with which a data path test makes the lb pod's table dormant (google/nftables cannot)
+  nftables
   # local cluster: container runtime, CNI reference plugins (bridge, host-local, macvlan, loopback)
   containerd runc containernetworking-plugins openssl
   # scripts

@@ -60,10 +60,11 @@ func ReadNFT(conn *nftables.Conn, fam Family, base NFTKernel, sets []string) (NF
 	if err != nil {
 		return k, fmt.Errorf("list %s nftables tables: %w", nftFamilyName(fam), err)
 	}
-	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == NFTTable }) {
+	i := slices.IndexFunc(tables, func(t *nftables.Table) bool { return t.Name == NFTTable })
+	if i < 0 {
 		return k, nil
 	}
-	k.Exists = true
+	k.Exists, k.Flags = true, tables[i].Flags
 	chains, err := conn.ListChainsOfTableFamily(nftFamily(fam))
 	if err != nil {
 		return k, fmt.Errorf("list %s nftables chains: %w", nftFamilyName(fam), err)
@@ -135,6 +136,12 @@ var nftHooks = map[string]*nftables.ChainHook{
 	"forward": nftables.ChainHookForward, "postrouting": nftables.ChainHookPostrouting,
 }
 
+// nftElementsPerMessage bounds the set elements one netlink message carries. A message's
+// element list is one netlink attribute, whose length field has 16 bits: 4096 ports (16 bytes
+// each) or more wrapped it, the kernel read garbage past the list, and a Service of that many
+// ports never converged. Several messages still go in the one batch, one transaction.
+const nftElementsPerMessage = 1024
+
 // executeNFT sends the steps as one batch: the kernel applies all of them or none.
 func executeNFT(conn *nftables.Conn, steps []NFTStep) error {
 	if conn == nil {
@@ -172,14 +179,19 @@ func executeNFT(conn *nftables.Conn, steps []NFTStep) error {
 	}
 	for _, s := range steps {
 		var err error
-		switch s.Kind {
+		switch s.Kind { // elements go in messages of nftElementsPerMessage, all in the one batch
 		case NFTDelTable:
 			conn.DelTable(table(s.Family))
 		case NFTAddTable:
 			conn.AddTable(table(s.Family))
 		case NFTAddSet:
 			ns := set(s.Family, s.Set)
-			err = conn.AddSet(ns, elements(s.Ports))
+			first, rest := s.Ports[:min(len(s.Ports), nftElementsPerMessage)], s.Ports[min(len(s.Ports), nftElementsPerMessage):]
+			err = conn.AddSet(ns, elements(first))
+			for len(rest) > 0 && err == nil {
+				n := min(len(rest), nftElementsPerMessage)
+				err, rest = conn.SetAddElements(ns, elements(rest[:n])), rest[n:]
+			}
 			if added[s.Family] == nil {
 				added[s.Family] = map[string]*nftables.Set{}
 			}
@@ -199,9 +211,17 @@ func executeNFT(conn *nftables.Conn, steps []NFTStep) error {
 			}
 			conn.AddRule(&nftables.Rule{Table: table(s.Family), Chain: &nftables.Chain{Table: table(s.Family), Name: s.Chain.Name}, Exprs: exprs})
 		case NFTAddElements:
-			err = conn.SetAddElements(set(s.Family, s.Set), elements(s.Ports))
+			for ports := range slices.Chunk(s.Ports, nftElementsPerMessage) {
+				if err = conn.SetAddElements(set(s.Family, s.Set), elements(ports)); err != nil {
+					break
+				}
+			}
 		case NFTDelElements:
-			err = conn.SetDeleteElements(set(s.Family, s.Set), elements(s.Ports))
+			for ports := range slices.Chunk(s.Ports, nftElementsPerMessage) {
+				if err = conn.SetDeleteElements(set(s.Family, s.Set), elements(ports)); err != nil {
+					break
+				}
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)

@@ -12,6 +12,10 @@ import (
 // canonical form PlanNFT compares: plain data, so that the plan is tested without root.
 type NFTKernel struct {
 	Exists bool
+	// Flags are the table's flags: ours has none. Dormant (set by hand with nft) unhooks every
+	// base chain of the table while leaving it as it was, which a comparison of chains and sets
+	// alone would take for converged.
+	Flags uint32
 	// Chains maps each chain of the table to its spec (NFTChain.Spec) and the Canon of each rule.
 	Chains map[string]NFTKernelChain
 	// Sets maps each set of the table to what it holds.
@@ -200,6 +204,11 @@ func nftShapeDiffers(have NFTKernel, want NFTable) string {
 	if !have.Exists {
 		return "missing"
 	}
+	if have.Flags != 0 {
+		// As google/nftables reads them (dormant, 1 on the wire, reads 0x1000000): any flag is one
+		// ours does not have.
+		return fmt.Sprintf("table flags %#x as read: ours has none (dormant unhooks it)", have.Flags)
+	}
 	var wantChains, wantSets []string
 	for _, c := range want.Chains {
 		wantChains = append(wantChains, c.Name)
@@ -266,7 +275,7 @@ func ApplyNFT(k NFTKernel, steps []NFTStep) NFTKernel {
 }
 
 func cloneNFTKernel(k NFTKernel) NFTKernel {
-	out := NFTKernel{Exists: k.Exists, Chains: map[string]NFTKernelChain{}, Sets: map[string]NFTKernelSet{}}
+	out := NFTKernel{Exists: k.Exists, Flags: k.Flags, Chains: map[string]NFTKernelChain{}, Sets: map[string]NFTKernelSet{}}
 	for n, c := range k.Chains {
 		out.Chains[n] = NFTKernelChain{Spec: c.Spec, Rules: slices.Clone(c.Rules)}
 	}

@@ -65,6 +65,10 @@ func TestPlanNFTChanges(t *testing.T) {
 	extraChain.Chains["other"] = NFTKernelChain{Spec: "regular"}
 	otherHook := cloneNFTKernel(installed)
 	otherHook.Chains[NFTChainInput] = NFTKernelChain{Spec: "type filter hook input priority 0 policy drop"}
+	// Made dormant by hand (nft add table ip lbsvc '{ flags dormant; }'): every chain and set as
+	// wanted, but no base chain hooked, so nothing is DNATed, rejected or dropped.
+	dormant := cloneNFTKernel(installed)
+	dormant.Flags = 1
 	for name, c := range map[string]struct {
 		have      NFTKernel
 		want      NFTable
@@ -80,8 +84,9 @@ func TestPlanNFTChanges(t *testing.T) {
 			steps: []string{"delete element ip lbsvc udp_ports { 53 }"}, sets: []string{"udp_ports"}, forgetUDP: true},
 		"source range given": {have: installed, want: nftSeed(base, []netip.Prefix{netip.MustParsePrefix("172.18.0.0/24"), netip.MustParsePrefix("fd00::/8")}),
 			steps: []string{"flush chain ip lbsvc prerouting", "add rule ip lbsvc prerouting ip saddr 172.18.0.0/24 ip daddr 172.18.0.18 jump services"}, whole: true, forgetUDP: true},
-		"extra chain":  {have: extraChain, want: nftSeed(base, nil), whole: true, forgetUDP: true},
-		"hook changed": {have: otherHook, want: nftSeed(base, nil), whole: true, forgetUDP: true},
+		"extra chain":   {have: extraChain, want: nftSeed(base, nil), whole: true, forgetUDP: true},
+		"hook changed":  {have: otherHook, want: nftSeed(base, nil), whole: true, forgetUDP: true},
+		"table dormant": {have: dormant, want: nftSeed(base, nil), whole: true, forgetUDP: true},
 	} {
 		t.Run(name, func(t *testing.T) {
 			p := PlanNFT(c.have, c.want)

@@ -111,7 +111,7 @@ func TestNFTablesConvergesAndServes(t *testing.T) {
 }
 
 // Drift is repaired at the next resync: a port deleted from its set by netlink, the whole table
-// deleted, a stray chain added to it.
+// deleted, a stray chain added to it, the table made dormant.
 func TestNFTablesDriftIsRepaired(t *testing.T) {
 	const resync = time.Second
 	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, append([]string{"--resync-period", resync.String()}, nftRules...)...)
@@ -128,11 +128,17 @@ func TestNFTablesDriftIsRepaired(t *testing.T) {
 		// A chain of someone else's in our table: the table is deleted and built again in one
 		// batch (so the HTTP check below sees no gap, only the repair).
 		{func() error { conn.AddChain(&nftables.Chain{Table: table, Name: "stray"}); return nil }, `-nftables table ip lbsvc \(chains \[forward input postrouting prerouting services stray\], want \[forward input postrouting prerouting services\]\)"\n.*msg=changed change="\+nftables table ip lbsvc`},
+		// Made dormant by hand: every chain and set as they were, none hooked (no DNAT, no
+		// reject, no drop: an open router from net1).
+		{func() error {
+			tp.exec(tp.lb, "nft", "add", "table", "ip", lbpod.NFTTable, "{", "flags", "dormant", ";", "}")
+			return nil
+		}, `-nftables table ip lbsvc \(table flags 0x[0-9a-f]+ as read: ours has none \(dormant unhooks it\)\)"\n.*msg=changed change="\+nftables table ip lbsvc`},
 	} {
 		g.Expect(drift.do()).To(Succeed())
 		g.Expect(conn.Flush()).To(Succeed())
 		// The stray chain stops no traffic: only the log says when it was repaired.
-		if i < 2 {
+		if i != 2 {
 			g.Expect(httpGet(t, tp.client, lbHTTPv4)).Error().To(Satisfy(isRefused))
 		}
 		g.Eventually(func() (string, error) { return httpGet(t, tp.client, lbHTTPv4) }).
@@ -165,6 +171,33 @@ func TestNFTablesThousandPorts(t *testing.T) {
 	have, err := lbpod.ReadNFT(conn, lbpod.IPv4, lbpod.NFTKernel{}, nil)
 	g.Expect(err).NotTo(HaveOccurred())
 	g.Expect(have.Sets["tcp_ports"].Ports).To(HaveLen(998)) // 80, the echo port, 995 of the range and 8443
+}
+
+// 6000 ports in one set (a media Service's port range): more elements than one netlink message
+// can carry (its element list's length field has 16 bits, which 4096 of them wrapped), so they go
+// in several messages of the one batch. The set holds them all, traffic reaches the ports, resyncs
+// every 100 ms find nothing to change, and 5000 of them removed at once are removed.
+func TestNFTablesPortsBeyondOneMessage(t *testing.T) {
+	many := append(append([]servicePort{}, basePorts...), tcpPorts(20000, 6000)...)
+	g, tp, svc, exchange := manyPortsServed(t, many, append([]string{"--resync-period", "100ms"}, nftRules...)...)
+	conn := nftConn(t, tp.lb)
+	tcpSet := func() []uint16 {
+		have, err := lbpod.ReadNFT(conn, lbpod.IPv4, lbpod.NFTKernel{}, nil)
+		g.Expect(err).NotTo(HaveOccurred())
+		return have.Sets["tcp_ports"].Ports
+	}
+	g.Expect(tcpSet()).To(HaveLen(6002)) // 80, the echo port and the 6000
+	changed := strings.Count(tp.lbpod.logs.String(), "msg=changed")
+	g.Consistently(func() int { return strings.Count(tp.lbpod.logs.String(), "msg=changed") }).
+		WithTimeout(600 * time.Millisecond).WithPolling(100 * time.Millisecond).Should(Equal(changed))
+
+	fewer := many[:len(many)-5000]
+	writeService(t, svc, []string{clusterIPv4}, fewer, nil)
+	g.Eventually(func() int { return len(tcpSet()) }).WithTimeout(2 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal(1002))
+	g.Expect(nftDiff(t, conn, nftDesired("v4", []string{clusterIPv4}, fewer, nil))).To(BeEmpty())
+	exchange("after 5000 ports went")
+	code, body := tp.readyz()
+	g.Expect(code).To(Equal(200), body)
 }
 
 // nftFloor is iptablesFloor for the nftables back end, with bare google/nftables calls in a
