@@ -308,6 +308,10 @@ func clusterIPList(ips []netip.Addr) string {
 	return "[" + strings.Join(s, ",") + "]"
 }
 
+// ndDestinations are the IPv6 destinations of neighbour discovery and MLD other than the LB
+// address itself: link-local unicast and multicast.
+var ndDestinations = []string{"fe80::/10", "ff00::/8"}
+
 // desiredTables computes our chains for one family.
 //
 // Allowed sources (all, when loadBalancerSourceRanges is empty) jump from LBSVC-PREROUTING to
@@ -376,7 +380,11 @@ func desiredTables(fam Family, iface string, lbIP netip.Addr, targets []target) 
 		input.Rules = append(input.Rules, []string{"-d", lb, "-p", p, "-j", "REJECT", "--reject-with", rejectWith(fam, proto)})
 	}
 	if fam == IPv6 {
-		input.Rules = append(input.Rules, []string{"-i", iface, "-p", "ipv6-icmp", "-j", "RETURN"})
+		// Neighbour discovery and MLD, to link-local and multicast addresses (what is for the LB
+		// address is not dropped anyway); not echo to the pod's own addresses.
+		for _, to := range ndDestinations {
+			input.Rules = append(input.Rules, []string{"-d", to, "-i", iface, "-p", "ipv6-icmp", "-j", "RETURN"})
+		}
 	}
 	input.Rules = append(input.Rules, []string{"!", "-d", lb, "-i", iface, "-j", "DROP"})
 	for _, clusterIP := range clusterIPsOf(targets) {

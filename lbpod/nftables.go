@@ -179,7 +179,10 @@ func desiredNFT(fam Family, iface string, lbIP netip.Addr, targets []target) NFT
 		input.Rules = append(input.Rules, nftRule(nftAddrMatch(fam, false, lb, false), nftL4Proto(proto), nftReject(fam, proto)))
 	}
 	if fam == IPv6 {
-		input.Rules = append(input.Rules, nftRule(nftIifname(iface), nftPart{"meta l4proto ipv6-icmp", nftL4ProtoExprs(unix.IPPROTO_ICMPV6)}, nftVerdict(expr.VerdictReturn, "")))
+		for _, to := range ndDestinations {
+			input.Rules = append(input.Rules, nftRule(nftIifname(iface), nftAddrMatch(fam, false, netip.MustParsePrefix(to), false),
+				nftPart{"meta l4proto ipv6-icmp", nftL4ProtoExprs(unix.IPPROTO_ICMPV6)}, nftVerdict(expr.VerdictReturn, "")))
+		}
 	}
 	input.Rules = append(input.Rules, nftRule(nftIifname(iface), nftAddrMatch(fam, false, lb, true), nftVerdict(expr.VerdictDrop, "")))
 	// Both directions of a DNATed connection carry the DNAT status, so replies arriving on net1

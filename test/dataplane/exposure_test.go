@@ -15,6 +15,8 @@ import (
 	"time"
 
 	. "github.com/onsi/gomega"
+	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv6"
 )
 
 var (
@@ -163,7 +165,45 @@ func TestExposureFromUnderlayIPv6(t *testing.T) {
 		{"health port on the pod's IPv6 through net1", "tcp", net.JoinHostPort(podV6, "8081"), true, "ip6tables", "LBSVC-INPUT", dropOther},
 		{"IPv6 ClusterIP through the lb pod", "tcp", lbAddr(clusterIPv6, httpPort), true, "ip6tables", "LBSVC-FORWARD", dropFwd},
 	})
+	// ICMPv6 from net1 passes only to the LB address (ping) and to link-local and multicast
+	// addresses (neighbour discovery): an echo to the pod's own IPv6 address gets no answer.
+	g.Expect(echo6(t, tp.client, lbIPv6)).To(Succeed(), "echo to the IPv6 LB address")
+	before := tp.packets("ip6tables", "LBSVC-INPUT", dropOther)
+	g.Expect(echo6(t, tp.client, podV6)).To(MatchError(ContainSubstring("i/o timeout")), "echo to the pod's IPv6 address through net1")
+	g.Expect(tp.packets("ip6tables", "LBSVC-INPUT", dropOther)).To(BeNumerically(">", before))
 	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
+}
+
+// echo6 sends one ICMPv6 echo request from namespace ns to dst and waits 400 ms for its reply.
+func echo6(t testing.TB, ns, dst string) error {
+	return inNS(t, ns, func() error {
+		c, err := icmp.ListenPacket("ip6:ipv6-icmp", "::")
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		req, err := (&icmp.Message{Type: ipv6.ICMPTypeEchoRequest, Body: &icmp.Echo{ID: os.Getpid() & 0xffff, Seq: 1, Data: []byte("lbsvc")}}).Marshal(nil)
+		if err != nil {
+			return err
+		}
+		if _, err := c.WriteTo(req, &net.IPAddr{IP: net.ParseIP(dst)}); err != nil {
+			return err
+		}
+		if err := c.SetReadDeadline(time.Now().Add(400 * time.Millisecond)); err != nil {
+			return err
+		}
+		buf := make([]byte, 1500)
+		for {
+			n, peer, err := c.ReadFrom(buf)
+			if err != nil {
+				return err
+			}
+			// The socket gets every ICMPv6 message of the namespace (neighbour discovery too).
+			if m, err := icmp.ParseMessage(58, buf[:n]); err == nil && m.Type == ipv6.ICMPTypeEchoReply && peer.String() == dst {
+				return nil
+			}
+		}
+	})
 }
 
 // An IPv6 LB address for an IPv4-only Service (the Subnet's family is not the Service's) is a
