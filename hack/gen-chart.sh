@@ -32,7 +32,7 @@ done
   sed -n '/^rules:/,$p' config/rbac/role.yaml
 } >"$chart/clusterrole.yaml"
 
-for f in lbpod_role lbpod_lease_policy; do
+for f in lbpod_role lbpod_lease_policy lbpod_binding_policy; do
   {
     echo "$header config/rbac/$f.yaml; do not edit."
     sed 's/^    app.kubernetes.io\/name: lbsvc-operator$/    {{- include "lbsvc-operator.labels" . | nindent 4 }}/' "config/rbac/$f.yaml"

@@ -13,6 +13,7 @@ import (
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+	"github.com/lbsvc/lbsvc-operator/test/apiserver"
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -352,15 +353,10 @@ func errString(err error) string {
 // environment (to add users), an admin client and a context that ends with the test.
 func startAPIServer(t *testing.T, ns string) (*envtest.Environment, kubernetes.Interface, context.Context) {
 	t.Helper()
-	g := NewWithT(t)
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
-	t.Cleanup(func() { _ = env.Stop() })
-	admin := kubernetes.NewForConfigOrDie(cfg)
+	env, _, admin := apiserver.Start(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	_, err = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	NewWithT(t).Expect(err).NotTo(HaveOccurred())
 	return env, admin, ctx
 }

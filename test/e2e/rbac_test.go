@@ -124,7 +124,14 @@ func TestRBACTable(t *testing.T) {
 		"-n", seedNamespace, "--dry-run=server", asOperator)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(out).To(ContainSubstring("is attempting to grant RBAC permissions not currently held"))
-	out, err = run(kubectl, "create", "rolebinding", "e2e-rbac", "--clusterrole=lbsvc-lbpod", "--serviceaccount="+seedNamespace+":default",
+	// lbsvc-lbpod only to an lb pod identity (the ValidatingAdmissionPolicy lbsvc-lbpod-binding):
+	// bound to any other subject (its own ServiceAccount here), it would write any Lease there.
+	out, err = run(kubectl, "create", "rolebinding", "e2e-rbac", "--clusterrole=lbsvc-lbpod", "--serviceaccount=lbsvc-system:lbsvc-operator",
+		"-n", "kube-system", "--dry-run=server", asOperator)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring("ValidatingAdmissionPolicy 'lbsvc-lbpod-binding' with binding 'lbsvc-lbpod-binding' denied request: " +
+		"the ClusterRole lbsvc-lbpod may be bound only to lb pod ServiceAccounts"))
+	out, err = run(kubectl, "create", "rolebinding", "e2e-rbac", "--clusterrole=lbsvc-lbpod", "--serviceaccount="+seedNamespace+":lbsvc-lbpod",
 		"-n", seedNamespace, "--dry-run=server", asOperator)
 	g.Expect(err).NotTo(HaveOccurred(), out)
 	g.Expect(out).To(Equal("rolebinding.rbac.authorization.k8s.io/e2e-rbac created (server dry run)\n"))

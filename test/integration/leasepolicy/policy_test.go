@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
+	"github.com/lbsvc/lbsvc-operator/test/apiserver"
 
 	. "github.com/onsi/gomega"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -27,20 +28,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
 const denied = "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: "
 
 func TestLeasePolicySharedIdentity(t *testing.T) {
-	g := NewWithT(t)
-	ctx := context.Background()
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	g.Expect(err).NotTo(HaveOccurred(), "envtest (set KUBEBUILDER_ASSETS, see make envtest-assets)")
-	t.Cleanup(func() { _ = env.Stop() })
-	admin := kubernetes.NewForConfigOrDie(cfg)
-	install(t, admin)
+	g, ctx, admin, cfg := apiServer(t)
+	var err error
 
 	const ns, podNS, tenantB = "team-a", "lbpods", "team-b"
 	for _, n := range []string{ns, podNS, tenantB} {
@@ -87,6 +81,7 @@ func TestLeasePolicySharedIdentity(t *testing.T) {
 		{"a Lease whose name extends its own", "lb-svc-web", "lb-svc-web-x", "its own Service's Lease (the one its pod name %s begins with), not lb-svc-web-x"},
 		{"the Lease of a Service whose name its own extends", "lb-svc-web-api", "lb-svc-web", "its own Service's Lease (the one its pod name %s begins with), not lb-svc-web"},
 		{"the Lease of a Service named by its hash", "lb-svc-web-5b8d6c7f9d", "lb-svc-web", "its own Service's Lease (the one its pod name %s begins with), not lb-svc-web"},
+		{"the Lease of a Service named by its own name and hash", "lb-svc-web", "lb-svc-web-5b8d6c7f9d", "its own Service's Lease (the one its pod name %s begins with), not lb-svc-web-5b8d6c7f9d"},
 		{"a shorter name", "lb-svc-we", "lb-svc-web", "its own Service's Lease (the one its pod name %s begins with), not lb-svc-web"},
 		{"its own, the hash cut (50 characters)", long(50), long(50), ""},
 		{"its own, the hash cut off (57 characters)", long(57), long(57), ""},
@@ -132,6 +127,15 @@ func TestLeasePolicySharedIdentity(t *testing.T) {
 	g.Expect(err.Error()).To(ContainSubstring(`cannot create resource "leases" in API group "coordination.k8s.io" in the namespace "` + ns + `"`))
 }
 
+// apiServer starts a kube-apiserver and etcd of their own for the test, with the lb pods'
+// ClusterRole and the admission policies as shipped (install), and returns an admin client.
+func apiServer(t *testing.T) (Gomega, context.Context, kubernetes.Interface, *rest.Config) {
+	t.Helper()
+	_, cfg, admin := apiserver.Start(t)
+	install(t, admin)
+	return NewWithT(t), context.Background(), admin, cfg
+}
+
 // install creates, as admin, the lb pods' ClusterRole and the Lease admission policy as shipped.
 func install(t *testing.T, admin kubernetes.Interface) {
 	t.Helper()
@@ -141,13 +145,72 @@ func install(t *testing.T, admin kubernetes.Interface) {
 	decodeFile(t, "../../../config/rbac/lbpod_role.yaml", &role)
 	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	var policy admissionregistrationv1.ValidatingAdmissionPolicy
-	var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
-	decodeFile(t, "../../../config/rbac/lbpod_lease_policy.yaml", &policy, &binding)
-	_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
+	for _, file := range []string{"lbpod_lease_policy.yaml", "lbpod_binding_policy.yaml"} {
+		var policy admissionregistrationv1.ValidatingAdmissionPolicy
+		var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		decodeFile(t, "../../../config/rbac/"+file, &policy, &binding)
+		_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, &policy, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+		_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{})
+		g.Expect(err).NotTo(HaveOccurred())
+	}
+}
+
+// TestBindingPolicy: the lb pods' ClusterRole lbsvc-lbpod may be bound only to lb pod
+// ServiceAccounts (which the Lease policy holds to their own Lease), by anyone: a binding to the
+// operator's own ServiceAccount, a group, a user or another ServiceAccount is denied (through one
+// of those, a stolen operator token, which may bind lbsvc-lbpod, would write any Lease of any
+// namespace, kube-system's leader elections included), and so is changing a good binding's
+// subjects to such; the bindings the operator builds (a namespace's identity, one in an
+// --lb-pod-namespace, a shared address's and its members') pass.
+func TestBindingPolicy(t *testing.T) {
+	g, ctx, admin, _ := apiServer(t)
+	for _, n := range []string{"team-a", "lbpods", "kube-system"} {
+		_, _ = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+	}
+	const deniedBinding = "ValidatingAdmissionPolicy 'lbsvc-lbpod-binding' with binding 'lbsvc-lbpod-binding' denied request: " +
+		"the ClusterRole lbsvc-lbpod may be bound only to lb pod ServiceAccounts (lbsvc-lbpod, lbsvc-lbpod-*, lb-svc-*), whose Lease writes the policy lbsvc-lbpod-lease narrows"
+	bind := func(ns string, subjects ...rbacv1.Subject) error {
+		rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "e2e-bind", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: lbobjects.LBPodClusterRole},
+			Subjects: subjects}
+		_, err := admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		return err
+	}
+	sa := func(ns, name string) rbacv1.Subject {
+		return rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: ns}
+	}
+	g.Eventually(func() error { return bind("kube-system", sa("lbsvc-system", "lbsvc-operator")) }).WithTimeout(20*time.Second).
+		WithPolling(100*time.Millisecond).Should(MatchError(ContainSubstring(deniedBinding)), "the policy is enforced")
+	for name, subjects := range map[string][]rbacv1.Subject{
+		"the operator's own ServiceAccount": {sa("lbsvc-system", "lbsvc-operator")},
+		"every authenticated user":          {{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}},
+		"a user":                            {{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "mallory"}},
+		"another ServiceAccount":            {sa("team-a", "default")},
+		"an lb pod's and another":           {sa("team-a", "lbsvc-lbpod"), sa("team-a", "default")},
+		"no subject":                        nil,
+	} {
+		err := bind("kube-system", subjects...)
+		g.Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%s: %v", name, err)
+		g.Expect(err.Error()).To(HaveSuffix(deniedBinding), name)
+	}
+	// What the operator builds passes: a namespace's identity, one in an --lb-pod-namespace, a
+	// shared address's (and its bindings in the member namespaces).
+	ip := lbobjects.IPRef{Name: "172.18.0.12", UID: "ip-uid"}
+	for _, p := range []lbobjects.Params{{ServiceNamespace: "team-a", ServiceName: "web"},
+		{ServiceNamespace: "team-a", ServiceName: "web", PodNamespace: "lbpods"},
+		{ServiceNamespace: "team-a", ServiceName: "dns", PodNamespace: "lbpods", Shared: &ip, MemberNamespaces: []string{"kube-system"}}} {
+		for _, rb := range append([]*rbacv1.RoleBinding{lbobjects.BuildRoleBinding(p)}, lbobjects.BuildMemberRoleBindings(p)...) {
+			_, err := admin.RbacV1().RoleBindings(rb.Namespace).Create(ctx, rb, metav1.CreateOptions{})
+			g.Expect(err).NotTo(HaveOccurred(), "%s/%s", rb.Namespace, rb.Name)
+		}
+	}
+	// A good binding changed to bind another subject: denied too.
+	rb, err := admin.RbacV1().RoleBindings("team-a").Get(ctx, lbobjects.IdentityName("", "team-a"), metav1.GetOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, &binding, metav1.CreateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
+	rb.Subjects = append(rb.Subjects, sa("lbsvc-system", "lbsvc-operator"))
+	_, err = admin.RbacV1().RoleBindings("team-a").Update(ctx, rb, metav1.UpdateOptions{})
+	g.Expect(err).To(MatchError(HaveSuffix(deniedBinding)))
 }
 
 // tokenClient is a client authenticated as ServiceAccount namespace/name by a token the API server
