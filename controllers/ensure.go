@@ -522,7 +522,9 @@ func (r *ServiceReconciler) removeSharedStray(ctx context.Context, set lbobjects
 	}
 	// By the owner's UID (indexed): the address's objects carry it.
 	return r.removeStrayObjects(ctx, client.MatchingFields{indexServiceUID: ip.Spec.Service.UID}, ours,
-		func(p *corev1.Pod) bool { return p.Namespace != podNS && p.Labels[lbv1.SharedIPLabel] == name && decide.StrayOurs(p, []*lbv1.IP{ip}, r.Options.LBPodNamespace) })
+		func(p *corev1.Pod) bool {
+			return p.Namespace != podNS && p.Labels[lbv1.SharedIPLabel] == name && decide.StrayOurs(p, []*lbv1.IP{ip}, r.Options.LBPodNamespace)
+		})
 }
 
 // removeStrayObjects deletes the Deployments and ServiceAccounts listed by found that stray says
