@@ -431,7 +431,7 @@ func (w *sharedWatch) run(ctx context.Context, ns string, nw *nsWatch) {
 	}
 	// A member deleted leaves the set too: its ports are refused, the others' go on.
 	publish := func(any) { w.publish() }
-	store, ctrl := informer(lw, &corev1.Service{}, publish, publish)
+	store, ctrl := informer(lw, &corev1.Service{}, publish, publish, s.trimService)
 	w.mu.Lock()
 	nw.store = store
 	w.mu.Unlock()
@@ -447,11 +447,16 @@ func (w *sharedWatch) run(ctx context.Context, ns string, nw *nsWatch) {
 }
 
 // informer is an informer of lw's objects calling changed with the object added or updated, and
-// deleted with one deleted.
-func informer(lw cache.ListerWatcher, obj runtime.Object, changed, deleted func(any)) (cache.Store, cache.Controller) {
+// deleted with one deleted; transform, when given, trims each object before it is stored.
+func informer(lw cache.ListerWatcher, obj runtime.Object, changed, deleted func(any), transform ...cache.TransformFunc) (cache.Store, cache.Controller) {
+	var trim cache.TransformFunc
+	if len(transform) > 0 {
+		trim = transform[0]
+	}
 	return cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    obj,
+		Transform:     trim,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    changed,
 			UpdateFunc: func(_, obj any) { changed(obj) },
@@ -470,22 +475,53 @@ func (w *sharedWatch) publish() {
 		return
 	}
 	watched := sets.New[string]()
-	var svcs []*corev1.Service
-	for ns, nw := range w.watches {
+	for ns := range w.watches {
 		watched.Insert(ns)
+	}
+	m := w.src.in(watched)
+	var svcs []*corev1.Service
+	for _, nw := range w.watches {
 		select {
 		case <-nw.synced:
 		default:
 			continue
 		}
 		for _, obj := range nw.store.List() {
-			if svc, ok := obj.(*corev1.Service); ok {
+			// Only members are copied: anyone of a member namespace may label any Service.
+			if svc, ok := obj.(*corev1.Service); ok && m.isMember(svc) {
 				svcs = append(svcs, svc.DeepCopy())
 			}
 		}
 	}
 	w.mu.Unlock()
-	w.sink.SetServices(w.src.in(watched).members(svcs), nil)
+	w.sink.SetServices(m.members(svcs), nil)
+}
+
+// trimService is the shared informers' transform: it keeps of a Service what the lb pod reads.
+// Anyone of a member namespace may put the address's label on any Service there, and each is
+// cached: kept whole, a few large ones (managed fields, 256 KiB of annotations, thousands of
+// ports) took the lb pods past their memory limit. Managed fields and every annotation but the
+// source ranges' go, and so do the labels but the address's; a Service that is not a member by
+// its status (which only the operator writes) keeps no ports, ranges or annotation either: when it
+// becomes one, the update that shows it comes whole, and is kept so.
+func (s *sharedSource) trimService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	svc.ManagedFields = nil
+	keep := func(m map[string]string, key string) map[string]string {
+		if v, ok := m[key]; ok {
+			return map[string]string{key: v}
+		}
+		return nil
+	}
+	svc.Annotations = keep(svc.Annotations, corev1.AnnotationLoadBalancerSourceRangesKey)
+	svc.Labels = keep(svc.Labels, s.label)
+	if !s.membership.isMember(svc) {
+		svc.Annotations, svc.Spec.Ports, svc.Spec.LoadBalancerSourceRanges = nil, nil, nil
+	}
+	return svc, nil
 }
 
 // untilAllowed calls probe until it succeeds (true) or ctx ends (false), after each failure

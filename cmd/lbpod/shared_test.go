@@ -307,3 +307,45 @@ func TestMembershipAdmittedPorts(t *testing.T) {
 		t.Fatalf("the Service read was changed: %v", ports(dns))
 	}
 }
+
+// The shared informers keep of a Service only what the lb pod reads: anyone of a member namespace
+// may label any Service there, and large ones, cached whole, took the lb pods past their memory
+// limit. A member keeps its ports, source ranges and their annotation, loses the other annotations,
+// labels and managed fields, and is a member still; a labelled Service that is not one keeps
+// no ports, ranges or annotations.
+func TestTrimService(t *testing.T) {
+	m, err := newMembership("tenant", "172.18.0.18", sharedNetwork(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sharedSource{membership: m}
+	big := func(s *corev1.Service) *corev1.Service {
+		s.Annotations = map[string]string{"junk": strings.Repeat("x", 256<<10), corev1.AnnotationLoadBalancerSourceRangesKey: "172.18.0.0/24"}
+		s.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+		s.Spec.LoadBalancerSourceRanges = []string{"172.18.0.0/24"}
+		for p := range 5000 {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Protocol: corev1.ProtocolTCP, Port: int32(10000 + p)})
+		}
+		return s
+	}
+	lb := corev1.ServiceTypeLoadBalancer
+	member, err := s.trimService(big(svcFor("tenant", "member", lb, true, "172.18.0.18")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := member.(*corev1.Service)
+	if len(got.Spec.Ports) != 5000 || len(got.Spec.LoadBalancerSourceRanges) != 1 || got.ManagedFields != nil ||
+		len(got.Annotations) != 1 || got.Annotations[corev1.AnnotationLoadBalancerSourceRangesKey] != "172.18.0.0/24" ||
+		len(got.Labels) != 1 || !m.isMember(got) {
+		t.Fatalf("member trimmed to %d ports, ranges %v, annotations %d, labels %v, managed fields %v, member %t",
+			len(got.Spec.Ports), got.Spec.LoadBalancerSourceRanges, len(got.Annotations), got.Labels, got.ManagedFields, m.isMember(got))
+	}
+	other, err := s.trimService(big(svcFor("tenant", "label-only", lb, true)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = other.(*corev1.Service)
+	if got.Spec.Ports != nil || got.Spec.LoadBalancerSourceRanges != nil || got.Annotations != nil || got.ManagedFields != nil {
+		t.Fatalf("a Service labelled but not a member keeps %d ports, ranges %v, annotations %d", len(got.Spec.Ports), got.Spec.LoadBalancerSourceRanges, len(got.Annotations))
+	}
+}
