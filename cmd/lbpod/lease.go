@@ -126,16 +126,18 @@ func (r *leaseRecorder) wake() {
 	}
 }
 
-// tell hands a recorded claim to the election, the latest only: the machine ignores older claims
-// and our own, so one that was not read yet may be replaced.
+// tell hands a recorded claim to the election, the newest only: the machine ignores older claims
+// and our own, so one that was not read yet may be replaced, but only by a newer one. Two callers
+// (the watch, and a sync that read the Lease before it) could otherwise cross, the older claim
+// replace the newer one not yet read, and the election never learn of the newer: the fence lost.
+// The swap is made under mu, so that tellers do not interleave.
 func (r *leaseRecorder) tell(c ha.Claim) {
 	r.mu.Lock()
-	same := r.told == c
-	r.told = c
-	r.mu.Unlock()
-	if same {
+	defer r.mu.Unlock()
+	if r.told != (ha.Claim{}) && c.Compare(r.told) <= 0 {
 		return
 	}
+	r.told = c
 	for {
 		select {
 		case r.claims <- c:

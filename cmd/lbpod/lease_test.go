@@ -1,0 +1,38 @@
+package main
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+)
+
+// The election is told the newest recorded claim: a claim older than one told already (a sync
+// that read the Lease before the watch saw a newer write) does not replace the newer one still
+// waiting to be read, nor does the same one go again. Tellers racing each other leave the newest.
+func TestTellKeepsTheNewestClaim(t *testing.T) {
+	claim := func(term uint64, sender byte) ha.Claim {
+		return ha.Claim{Term: term, Priority: 100, Sender: ha.ID{2, 0, 0, 0, 0, sender}}
+	}
+	r := &leaseRecorder{claims: make(chan ha.Claim, 1)}
+	r.tell(claim(6, 0x0b))
+	r.tell(claim(5, 0x0a)) // our own, older, from a read made before the newer write
+	if got := <-r.claims; got != claim(6, 0x0b) {
+		t.Fatalf("the election reads %+v, want the newer claim", got)
+	}
+	r.tell(claim(6, 0x0b))
+	select {
+	case c := <-r.claims:
+		t.Fatalf("told again: %+v", c)
+	default:
+	}
+	var wg sync.WaitGroup
+	for term := uint64(7); term < 57; term++ {
+		wg.Add(1)
+		go func() { defer wg.Done(); r.tell(claim(term, 0x0c)) }()
+	}
+	wg.Wait()
+	if got := <-r.claims; got != claim(56, 0x0c) {
+		t.Fatalf("after racing tellers the election reads %+v, want term 56", got)
+	}
+}
