@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -415,7 +416,9 @@ func (w *sharedWatch) run(ctx context.Context, ns string, nw *nsWatch) {
 	}
 	if !s.untilAllowed(ctx, "services of namespace "+ns, probe, func(err error) {
 		w.logOnce("namespace/"+ns, "cannot list the Services of a member namespace (its RoleBinding not there yet?): retrying; the other namespaces' members are served", fmt.Errorf("namespace %s: %w", ns, err))
-		nw.settle()
+		if settles(err) {
+			nw.settle()
+		}
 	}) {
 		return
 	}
@@ -523,6 +526,13 @@ func (s *sharedSource) trimService(obj any) (any, error) {
 	}
 	return svc, nil
 }
+
+// settles tells whether a failed first list of a member namespace settles it for the first
+// publication: only a refusal does (its RoleBinding is not there yet: the other namespaces'
+// members are served meanwhile). A passing failure (a timeout, 429, 5xx) does not: settled by it,
+// a new replica published without that namespace's members, became ready and could take the
+// address over with their ports refused.
+func settles(err error) bool { return apierrors.IsForbidden(err) }
 
 // untilAllowed calls probe until it succeeds (true) or ctx ends (false), after each failure
 // calling failed and waiting a backoff doubling from retryMin to retryMax.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,7 +12,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/ptr"
 
@@ -347,5 +351,24 @@ func TestTrimService(t *testing.T) {
 	got = other.(*corev1.Service)
 	if got.Spec.Ports != nil || got.Spec.LoadBalancerSourceRanges != nil || got.Annotations != nil || got.ManagedFields != nil {
 		t.Fatalf("a Service labelled but not a member keeps %d ports, ranges %v, annotations %d", len(got.Spec.Ports), got.Spec.LoadBalancerSourceRanges, len(got.Annotations))
+	}
+}
+
+// Only a refusal settles a member namespace for the first publication; a passing failure does not.
+func TestSettles(t *testing.T) {
+	gr := schema.GroupResource{Resource: "services"}
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{apierrors.NewForbidden(gr, "", errors.New("no RoleBinding")), true},
+		{apierrors.NewServiceUnavailable("etcd"), false},
+		{apierrors.NewTooManyRequests("slow down", 1), false},
+		{apierrors.NewTimeoutError("list", 1), false},
+		{context.DeadlineExceeded, false},
+	} {
+		if got := settles(tc.err); got != tc.want {
+			t.Errorf("settles(%v) = %t, want %t", tc.err, got, tc.want)
+		}
 	}
 }
