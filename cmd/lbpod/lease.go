@@ -390,7 +390,13 @@ func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, boo
 			return l.Annotations, true, nil
 		}
 	}
-	l, err := r.client.Leases(r.namespace).Get(ctx, r.name, metav1.GetOptions{})
+	// Bounded: a takeover's probe waits for this read while this replica is the elected active
+	// holding nothing (its adverts keep the standbys from claiming), and an API server that does
+	// not answer would hold it for its own timeout (about a minute). Past the bound the read
+	// fails and the probe covers every address.
+	read, cancel := context.WithTimeout(ctx, leaseReadTimeout)
+	defer cancel()
+	l, err := r.client.Leases(r.namespace).Get(read, r.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil
 	}
@@ -399,6 +405,9 @@ func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, boo
 	}
 	return l.Annotations, true, nil
 }
+
+// leaseReadTimeout bounds a read of the Lease that a takeover waits for (annotations).
+const leaseReadTimeout = 2 * time.Second
 
 // startProbe implements leaseState: writes wait for the probe's outcome.
 func (r *leaseRecorder) startProbe() {

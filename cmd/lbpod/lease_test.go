@@ -1,8 +1,14 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
+
+	"k8s.io/client-go/rest"
 
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 )
@@ -34,5 +40,26 @@ func TestTellKeepsTheNewestClaim(t *testing.T) {
 	wg.Wait()
 	if got := <-r.claims; got != claim(56, 0x0c) {
 		t.Fatalf("after racing tellers the election reads %+v, want term 56", got)
+	}
+}
+
+// A read of the Lease that a takeover's probe waits for gives up after leaseReadTimeout when the
+// API server does not answer (here one that holds every request), instead of its own timeout:
+// meanwhile this replica is the elected active, holding nothing, and its adverts keep the
+// standbys from claiming. (An HTTP server of the test's own: a real API server cannot be made to
+// hold a request.)
+func TestLeaseReadIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer srv.Close()
+	defer close(release)
+	client, err := newAPIClient(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &leaseRecorder{client: client, namespace: "default", name: "lb-svc-web"}
+	// The client has no timeout of its own: only the read's deadline ends it.
+	if _, _, err = r.annotations(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the read's deadline", err)
 	}
 }
