@@ -242,9 +242,15 @@ func Desired(cfg Config, obs Observed, names Names) State {
 
 		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, addr.Addr(), targets))
 		st.NFTables = append(st.NFTables, desiredNFT(fam, names.Interface, addr.Addr(), targets))
+		// A shared address with a member served in the family stays ready for the others: one
+		// tenant's Service without the family would otherwise keep every replica from taking
+		// the address over.
+		served := slices.ContainsFunc(members, func(m member) bool { _, ok := clusterIPOf(m.ClusterIPs, fam); return ok })
 		for _, m := range members {
 			if _, ok := clusterIPOf(m.ClusterIPs, fam); !ok {
-				st.Problems = append(st.Problems, familyMismatch(addr.Addr(), fam, m.Service, shared))
+				p := familyMismatch(addr.Addr(), fam, m.Service, shared)
+				p.NotReady = !shared || !served
+				st.Problems = append(st.Problems, p)
 			}
 		}
 	}

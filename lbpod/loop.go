@@ -429,7 +429,8 @@ func (l *Loop) reconcile(svcs []*corev1.Service, fresh bool, r role) Result {
 
 // servicesFromObjects reads the Services served. One Service that cannot be read is an error, as
 // it always was; among the members of a shared address, one that cannot be read is left out
-// with a problem (not ready), so that it does not take the others down. None: ReasonNoMembers.
+// with a problem, so that it does not take the others down (not ready only when no member is
+// left). None: ReasonNoMembers.
 func servicesFromObjects(svcs []*corev1.Service) ([]Service, []Problem, error) {
 	if len(svcs) == 1 {
 		s, err := ServiceFromObject(svcs[0])
@@ -446,10 +447,18 @@ func servicesFromObjects(svcs []*corev1.Service) ([]Service, []Problem, error) {
 	for _, o := range svcs {
 		s, err := ServiceFromObject(o)
 		if err != nil {
-			problems = append(problems, Problem{Reason: ReasonMemberInvalid, NotReady: true, Message: err.Error() + ": its ports are not served, the other members' are"})
+			// Not a reason to be not ready while another member is served: the election would
+			// then keep every replica from taking the address over, and one tenant's Service
+			// would stop the failover of every other member's.
+			problems = append(problems, Problem{Reason: ReasonMemberInvalid, Message: err.Error() + ": its ports are not served, the other members' are"})
 			continue
 		}
 		out = append(out, s)
+	}
+	if len(out) == 0 {
+		for i := range problems {
+			problems[i].NotReady = true // no member left to serve
+		}
 	}
 	return out, problems, nil
 }

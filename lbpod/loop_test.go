@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestVerdict(t *testing.T) {
@@ -208,5 +210,23 @@ func TestRouteEvents(t *testing.T) {
 		if got := routeEventMatters(tc.m, 100); got != tc.want {
 			t.Errorf("%s: routeEventMatters = %t, want %t", name, got, tc.want)
 		}
+	}
+}
+
+// A member of a shared address that cannot be read is left out with MemberInvalid, and the lb pod
+// stays ready for the others (not ready, no replica would take the address over: one tenant's
+// Service would stop every member's failover); with no member left, it is not ready.
+func TestServicesFromObjectsMemberInvalid(t *testing.T) {
+	svc := func(name, proto string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+			Spec: corev1.ServiceSpec{ClusterIPs: []string{"10.96.0.10"}, Ports: []corev1.ServicePort{{Protocol: corev1.Protocol(proto), Port: 53}}}}
+	}
+	out, problems, err := servicesFromObjects([]*corev1.Service{svc("a", "UDP"), svc("b", "ICMP")})
+	if err != nil || len(out) != 1 || len(problems) != 1 || problems[0].Reason != ReasonMemberInvalid || problems[0].NotReady {
+		t.Fatalf("one of two unreadable: %d served, problems %+v, err %v; want one served, MemberInvalid, ready", len(out), problems, err)
+	}
+	out, problems, err = servicesFromObjects([]*corev1.Service{svc("a", "ICMP"), svc("b", "ICMP")})
+	if err != nil || len(out) != 0 || len(problems) != 2 || !problems[0].NotReady || !problems[1].NotReady {
+		t.Fatalf("both unreadable: %d served, problems %+v, err %v; want none, not ready", len(out), problems, err)
 	}
 }

@@ -243,12 +243,18 @@ func TestFlowPolicySharedPerMember(t *testing.T) {
 }
 
 // A member without a ClusterIP of the address's family is named in its FamilyMismatch; the
-// other member is served.
+// other member is served, and the lb pod stays ready for it (not ready, no replica would take the
+// address over: one tenant's Service would stop every member's failover). With no member of the
+// family left, it is not ready.
 func TestDesiredSharedFamilyMismatch(t *testing.T) {
 	b := memberB
 	b.ClusterIPs = addrs("fd96::20")
+	alone := Desired(Config{Network: sharedNet, Services: []Service{b}}, sharedObs, Names{})
+	if len(alone.Problems) != 1 || !alone.Problems[0].NotReady {
+		t.Fatalf("the only member without the family: problems %+v, want one, not ready", alone.Problems)
+	}
 	st := Desired(Config{Network: sharedNet, Services: []Service{memberA, b}}, sharedObs, Names{})
-	want := []Problem{{Reason: ReasonFamilyMismatch, NotReady: true, Message: "LB address 172.18.0.18 is IPv4 but the Service default/b has no IPv4 ClusterIP (spec.clusterIPs [fd96::20]): nothing would be forwarded to it; give the Service that family (spec.ipFamilies, spec.ipFamilyPolicy) or use a Subnet of its family"}}
+	want := []Problem{{Reason: ReasonFamilyMismatch, Message: "LB address 172.18.0.18 is IPv4 but the Service default/b has no IPv4 ClusterIP (spec.clusterIPs [fd96::20]): nothing would be forwarded to it; give the Service that family (spec.ipFamilies, spec.ipFamilyPolicy) or use a Subnet of its family"}}
 	if !reflect.DeepEqual(st.Problems, want) {
 		t.Fatalf("problems %+v, want %+v", st.Problems, want)
 	}
