@@ -521,7 +521,9 @@ func (s *sharedSource) trimService(obj any) (any, error) {
 	}
 	svc.Annotations = keep(svc.Annotations, corev1.AnnotationLoadBalancerSourceRangesKey)
 	svc.Labels = keep(svc.Labels, s.label)
-	if !s.membership.isMember(svc) {
+	// Any namespace: each informer watches one the lb pods may serve (membership alone holds
+	// only LBPOD_NAMESPACE).
+	if !s.membership.in(nil).isMember(svc) {
 		svc.Annotations, svc.Spec.Ports, svc.Spec.LoadBalancerSourceRanges = nil, nil, nil
 	}
 	return svc, nil

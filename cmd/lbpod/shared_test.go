@@ -344,6 +344,14 @@ func TestTrimService(t *testing.T) {
 		t.Fatalf("member trimmed to %d ports, ranges %v, annotations %d, labels %v, managed fields %v, member %t",
 			len(got.Spec.Ports), got.Spec.LoadBalancerSourceRanges, len(got.Annotations), got.Labels, got.ManagedFields, m.isMember(got))
 	}
+	// A member of another namespace (its informer runs only when the ServiceAccount lists it).
+	elsewhere, err := s.trimService(big(svcFor("team-b", "member", lb, true, "172.18.0.18")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := elsewhere.(*corev1.Service); len(got.Spec.Ports) != 5000 || len(got.Spec.LoadBalancerSourceRanges) != 1 {
+		t.Fatalf("a member of another namespace trimmed to %d ports, ranges %v", len(got.Spec.Ports), got.Spec.LoadBalancerSourceRanges)
+	}
 	other, err := s.trimService(big(svcFor("tenant", "label-only", lb, true)))
 	if err != nil {
 		t.Fatal(err)
