@@ -295,6 +295,9 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 	if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
 	}
+	if err := r.dropStaleAnnotations(ctx, desired, cur); err != nil {
+		return "", fmt.Errorf("%s: %w", what, err)
+	}
 	if d, ok := desired.(*appsv1.Deployment); ok {
 		if err := r.replaceForeignShape(ctx, d, cur); err != nil {
 			return "", fmt.Errorf("%s: %w", what, err)
@@ -363,6 +366,33 @@ func (r *ServiceReconciler) dropRollingUpdate(ctx context.Context, desired, cur 
 	patch := []byte(`{"spec":{"strategy":{"type":"Recreate","rollingUpdate":null}}}`)
 	if err := r.Client.Patch(ctx, c, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
 		return fmt.Errorf("clear rollingUpdate: %w", err)
+	}
+	return nil
+}
+
+// dropStaleAnnotations removes from cur, the live object, each of lbobjects.ExactAnnotations that
+// desired no longer carries (a shared address's ServiceAccount once its last member of another
+// namespace left). Server-side apply removes only fields its own manager set: an object created
+// with Create has them under another manager, and an apply without them would leave them there,
+// never up to date, applied again at every pass.
+func (r *ServiceReconciler) dropStaleAnnotations(ctx context.Context, desired, cur client.Object) error {
+	stale := map[string]any{}
+	for _, k := range lbobjects.ExactAnnotations {
+		if _, want := desired.GetAnnotations()[k]; !want {
+			if _, has := cur.GetAnnotations()[k]; has {
+				stale[k] = nil
+			}
+		}
+	}
+	if len(stale) == 0 || cur.GetName() == "" {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": stale}})
+	if err != nil {
+		return err
+	}
+	if err := r.Client.Patch(ctx, cur, client.RawPatch(types.MergePatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
+		return fmt.Errorf("remove annotations no longer wanted: %w", err)
 	}
 	return nil
 }
@@ -508,23 +538,25 @@ func (r *ServiceReconciler) removeStray(ctx context.Context, svc *corev1.Service
 
 // removeSharedStray is removeStray for the lb objects of a shared address (set: as they should be
 // now): its Deployment and ServiceAccount outside the namespace they belong in now, provably the
-// address's (decide.StrayOurs: our labels, its owner's UID, a namespace its IP object trusts or
-// the owner's), are deleted, and it tells whether its pods still run there.
+// address's (decide.ProvablyOurs: our labels, its owner's UID, a namespace its IP object trusts),
+// are deleted, and it tells whether its pods still run there.
 func (r *ServiceReconciler) removeSharedStray(ctx context.Context, set lbobjects.Set) (bool, error) {
 	name, podNS := set.Deployment.Labels[lbv1.SharedIPLabel], set.Deployment.Namespace
 	ip := &lbv1.IP{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Name: name}, ip); err != nil {
 		return false, client.IgnoreNotFound(err)
 	}
-	ours := func(o metav1.Object) bool {
-		return o.GetNamespace() != podNS && o.GetName() == set.Deployment.Name && o.GetLabels()[lbv1.SharedIPLabel] == name &&
-			decide.StrayOurs(o, []*lbv1.IP{ip}, r.Options.LBPodNamespace)
+	// Only in a namespace the IP object trusts (the lb pod namespace, and one status.holders
+	// lists): not the owner's own, as decide.StrayOurs allows for a Service's own objects. These
+	// serve every member, and a pod forged there by the owner namespace's tenant would otherwise
+	// hold back the address's objects, and so every other namespace's members, for ever.
+	trusted := func(o metav1.Object) bool {
+		return o.GetNamespace() != podNS && o.GetLabels()[lbv1.SharedIPLabel] == name && decide.ProvablyOurs(o, ip, r.Options.LBPodNamespace)
 	}
 	// By the owner's UID (indexed): the address's objects carry it.
-	return r.removeStrayObjects(ctx, client.MatchingFields{indexServiceUID: ip.Spec.Service.UID}, ours,
-		func(p *corev1.Pod) bool {
-			return p.Namespace != podNS && p.Labels[lbv1.SharedIPLabel] == name && decide.StrayOurs(p, []*lbv1.IP{ip}, r.Options.LBPodNamespace)
-		})
+	return r.removeStrayObjects(ctx, client.MatchingFields{indexServiceUID: ip.Spec.Service.UID},
+		func(o metav1.Object) bool { return o.GetName() == set.Deployment.Name && trusted(o) },
+		func(p *corev1.Pod) bool { return trusted(p) })
 }
 
 // removeStrayObjects deletes the Deployments and ServiceAccounts listed by found that stray says

@@ -391,6 +391,19 @@ func TestSharedAddressInLBPodNamespace(t *testing.T) {
 	g.Expect(msg).To(MatchRegexp(": a Service of namespace (" + f.ns + "|" + other.ns + ") shares the address and does not accept namespace " + stranger.ns + "$"))
 	g.Expect(msg).NotTo(ContainSubstring("dns-tcp"))
 
+	// The ServiceAccount deleted by hand comes back, created with the list (the field then
+	// belongs to the create, not to the operator's applies, which cannot remove it).
+	sa := &corev1.ServiceAccount{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, sa)).To(Succeed())
+	g.Expect(k8s.Delete(ctx, sa)).To(Succeed())
+	update(t, getService(g, f.ns, "dns-tcp"), func(s *corev1.Service) { s.Labels["touch"] = "1" })
+	g.Eventually(func(g Gomega) {
+		again := &corev1.ServiceAccount{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: system, Name: name}, again)).To(Succeed())
+		g.Expect(again.UID).NotTo(Equal(sa.UID))
+		g.Expect(again.Annotations[lbv1.MemberNamespacesAnnotation]).To(Equal(other.ns))
+	}, timeout, interval).Should(Succeed())
+
 	// The other namespace's member leaves: its RoleBinding goes, and the ServiceAccount's list.
 	g.Expect(k8s.Delete(ctx, getService(g, other.ns, "mdns"))).To(Succeed())
 	g.Eventually(func(g Gomega) {
@@ -532,6 +545,9 @@ func TestSharedAddressMovesToTheLBPodNamespace(t *testing.T) {
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}},
 	}
 	create(t, pod)
+	g.Eventually(func(g Gomega) {
+		g.Expect(getIP(g, addr).Status.Holders).To(ContainElement(HaveField("Pod", f.ns+"/"+pod.Name)))
+	}, timeout, interval).Should(Succeed(), "the IP object lists the lb pod as a holder")
 
 	system := newNamespace(t)
 	restartWithLBPodNamespace(t, system)
@@ -543,4 +559,23 @@ func TestSharedAddressMovesToTheLBPodNamespace(t *testing.T) {
 	g.Eventually(func() error { return k8s.Get(ctx, moved, &appsv1.Deployment{}) }, timeout, interval).Should(Succeed())
 	g.Expect(ingressIPs(getService(g, f.ns, "dns-tcp"))).To(Equal([]string{addr}))
 	g.Expect(ingressIPs(getService(g, f.ns, "dns-udp"))).To(Equal([]string{addr}))
+
+	// Once the IP object no longer lists the owner's namespace, a pod forged there by its tenant
+	// (our labels, the address, the owner's UID) holds nothing back: the address's Deployment,
+	// deleted, comes back.
+	g.Eventually(func(g Gomega) {
+		g.Expect(getIP(g, addr).Status.Holders).NotTo(ContainElement(HaveField("Pod", HavePrefix(f.ns+"/"))))
+	}, timeout, interval).Should(Succeed())
+	forged := pod.DeepCopy()
+	forged.ObjectMeta = metav1.ObjectMeta{Name: "forged", Namespace: f.ns, Labels: pod.Labels}
+	create(t, forged)
+	d := &appsv1.Deployment{}
+	g.Expect(k8s.Get(ctx, moved, d)).To(Succeed())
+	g.Expect(k8s.Delete(ctx, d)).To(Succeed())
+	update(t, getService(g, f.ns, "dns-udp"), func(s *corev1.Service) { s.Labels["touch"] = "1" })
+	g.Eventually(func(g Gomega) {
+		again := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, moved, again)).To(Succeed())
+		g.Expect(again.UID).NotTo(Equal(d.UID))
+	}, timeout, interval).Should(Succeed(), "the address's Deployment recreated despite the forged pod")
 }
