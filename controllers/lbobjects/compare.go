@@ -140,17 +140,17 @@ func LiveSpecDigest(d *appsv1.Deployment) string {
 	return SpecDigest(&d.Spec)
 }
 
-// exactAnnotations are annotations of ours whose absence also says something: a live object
+// ExactAnnotations are annotations of ours whose absence also says something: a live object
 // must carry the desired value, or none when none is desired (the subset check alone would keep
-// a value no longer wanted).
-var exactAnnotations = []string{lbv1.MemberNamespacesAnnotation}
+// a value no longer wanted; the Service pass removes one no longer desired explicitly).
+var ExactAnnotations = []string{lbv1.MemberNamespacesAnnotation}
 
 // UpToDate tells whether cur already has every field desired sets (server defaults aside).
 func UpToDate(desired, cur Object) bool {
 	if !subset(desired.GetLabels(), cur.GetLabels()) || !subset(desired.GetAnnotations(), cur.GetAnnotations()) {
 		return false
 	}
-	for _, k := range exactAnnotations {
+	for _, k := range ExactAnnotations {
 		if desired.GetAnnotations()[k] != cur.GetAnnotations()[k] {
 			return false
 		}
