@@ -67,6 +67,8 @@ func TestRBACTable(t *testing.T) {
 		{"operator", operatorUser, seedNamespace, []string{"update", "leases.coordination.k8s.io"}, "no"},
 		{"operator", operatorUser, seedNamespace, []string{"watch", "leases.coordination.k8s.io"}, "yes"},
 		{"operator", operatorUser, "lbsvc-system", []string{"update", "leases.coordination.k8s.io/lbsvc-operator.lbsvc.io"}, "yes"},
+		{"operator", operatorUser, "lbsvc-system", []string{"update", "leases.coordination.k8s.io/another"}, "no"},
+		{"operator", operatorUser, "lbsvc-system", []string{"delete", "leases.coordination.k8s.io/lbsvc-operator.lbsvc.io"}, "no"},
 		{"operator", operatorUser, seedNamespace, []string{"create", "roles.rbac.authorization.k8s.io"}, "no"},
 		{"operator", operatorUser, seedNamespace, []string{"escalate", "roles.rbac.authorization.k8s.io"}, "no"},
 		{"operator", operatorUser, seedNamespace, []string{"create", "rolebindings.rbac.authorization.k8s.io"}, "yes"},
