@@ -206,9 +206,9 @@ func (r *ActiveReconciler) write(ctx context.Context, svc *corev1.Service, held 
 // SetupWithManager watches served Services, their Leases and their lb pods.
 func (r *ActiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	members := func(ip *lbv1.IP) []reconcile.Request {
-		reqs := make([]reconcile.Request, 0, len(ip.Spec.Members))
-		for _, m := range ip.Spec.Members {
-			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Namespace: m.Namespace, Name: m.Name}})
+		var reqs []reconcile.Request
+		for _, k := range memberKeys(ip.Spec.Members) {
+			reqs = append(reqs, reconcile.Request{NamespacedName: k})
 		}
 		return reqs
 	}

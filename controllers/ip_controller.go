@@ -19,7 +19,9 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -676,28 +678,14 @@ func (r *IPReconciler) deleteSharedObjects(ctx context.Context, ip *lbv1.IP) err
 	// --lb-pod-namespace left them (whose Deployment would otherwise ask for the address for
 	// ever); its RoleBindings beside the owner, in every member namespace and the lb pod
 	// namespace.
-	byAddress := client.MatchingLabels{lbv1.SharedIPLabel: ip.Name}
-	var deps appsv1.DeploymentList
-	var sas corev1.ServiceAccountList
-	var pdbs policyv1.PodDisruptionBudgetList
-	var rbs rbacv1.RoleBindingList
 	var objects []client.Object
-	for _, l := range []client.ObjectList{&deps, &sas, &pdbs, &rbs} {
-		if err := r.Client.List(ctx, l, byAddress); err != nil {
+	for _, l := range []client.ObjectList{&appsv1.DeploymentList{}, &corev1.ServiceAccountList{}, &policyv1.PodDisruptionBudgetList{}, &rbacv1.RoleBindingList{}} {
+		if err := r.Client.List(ctx, l, client.MatchingLabels{lbv1.SharedIPLabel: ip.Name}); err != nil {
 			return fmt.Errorf("list the objects of %s: %w", name, err)
 		}
-	}
-	for i := range deps.Items {
-		objects = append(objects, &deps.Items[i])
-	}
-	for i := range sas.Items {
-		objects = append(objects, &sas.Items[i])
-	}
-	for i := range pdbs.Items {
-		objects = append(objects, &pdbs.Items[i])
-	}
-	for i := range rbs.Items {
-		objects = append(objects, &rbs.Items[i])
+		if err := apimeta.EachListItem(l, func(o runtime.Object) error { objects = append(objects, o.(client.Object)); return nil }); err != nil {
+			return err
+		}
 	}
 	for _, o := range objects {
 		l := o.GetLabels()

@@ -231,6 +231,11 @@ func (r *ServiceReconciler) servicesOf(o client.Object) []types.NamespacedName {
 		}
 		return nil
 	}
+	return memberKeys(members)
+}
+
+// memberKeys are the Services of a shared address's members.
+func memberKeys(members []lbv1.IPMember) []types.NamespacedName {
 	out := make([]types.NamespacedName, len(members))
 	for i, m := range members {
 		out[i] = types.NamespacedName{Namespace: m.Namespace, Name: m.Name}

@@ -142,6 +142,20 @@ var nftHooks = map[string]*nftables.ChainHook{
 // ports never converged. Several messages still go in the one batch, one transaction.
 const nftElementsPerMessage = 1024
 
+// inMessages hands ports to send as set elements, nftElementsPerMessage at a time.
+func inMessages(ports []uint16, send func([]nftables.SetElement) error) error {
+	for chunk := range slices.Chunk(ports, nftElementsPerMessage) {
+		elems := make([]nftables.SetElement, len(chunk))
+		for i, p := range chunk {
+			elems[i] = nftables.SetElement{Key: portKey(p)}
+		}
+		if err := send(elems); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // executeNFT sends the steps as one batch: the kernel applies all of them or none.
 func executeNFT(conn *nftables.Conn, steps []NFTStep) error {
 	if conn == nil {
@@ -170,13 +184,6 @@ func executeNFT(conn *nftables.Conn, steps []NFTStep) error {
 		}
 		return ch
 	}
-	elements := func(ports []uint16) []nftables.SetElement {
-		out := make([]nftables.SetElement, len(ports))
-		for i, p := range ports {
-			out[i] = nftables.SetElement{Key: portKey(p)}
-		}
-		return out
-	}
 	for _, s := range steps {
 		var err error
 		switch s.Kind { // elements go in messages of nftElementsPerMessage, all in the one batch
@@ -186,11 +193,8 @@ func executeNFT(conn *nftables.Conn, steps []NFTStep) error {
 			conn.AddTable(table(s.Family))
 		case NFTAddSet:
 			ns := set(s.Family, s.Set)
-			first, rest := s.Ports[:min(len(s.Ports), nftElementsPerMessage)], s.Ports[min(len(s.Ports), nftElementsPerMessage):]
-			err = conn.AddSet(ns, elements(first))
-			for len(rest) > 0 && err == nil {
-				n := min(len(rest), nftElementsPerMessage)
-				err, rest = conn.SetAddElements(ns, elements(rest[:n])), rest[n:]
+			if err = conn.AddSet(ns, nil); err == nil {
+				err = inMessages(s.Ports, func(e []nftables.SetElement) error { return conn.SetAddElements(ns, e) })
 			}
 			if added[s.Family] == nil {
 				added[s.Family] = map[string]*nftables.Set{}
@@ -211,17 +215,9 @@ func executeNFT(conn *nftables.Conn, steps []NFTStep) error {
 			}
 			conn.AddRule(&nftables.Rule{Table: table(s.Family), Chain: &nftables.Chain{Table: table(s.Family), Name: s.Chain.Name}, Exprs: exprs})
 		case NFTAddElements:
-			for ports := range slices.Chunk(s.Ports, nftElementsPerMessage) {
-				if err = conn.SetAddElements(set(s.Family, s.Set), elements(ports)); err != nil {
-					break
-				}
-			}
+			err = inMessages(s.Ports, func(e []nftables.SetElement) error { return conn.SetAddElements(set(s.Family, s.Set), e) })
 		case NFTDelElements:
-			for ports := range slices.Chunk(s.Ports, nftElementsPerMessage) {
-				if err = conn.SetDeleteElements(set(s.Family, s.Set), elements(ports)); err != nil {
-					break
-				}
-			}
+			err = inMessages(s.Ports, func(e []nftables.SetElement) error { return conn.SetDeleteElements(set(s.Family, s.Set), e) })
 		}
 		if err != nil {
 			return fmt.Errorf("%s: %w", s, err)

@@ -3,9 +3,7 @@
 package main
 
 import (
-	"log/slog"
 	"net/netip"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -35,11 +33,8 @@ func (h readyHolder) heardPeer() bool { return h.peer }
 // Where the Lease is absent, the first claim creates it, once. A replica that heard another one,
 // or whose election took over meanwhile, offers nothing.
 func TestFirstClaimGrantedToOne(t *testing.T) {
-	g := NewWithT(t)
 	const ns = "lbpod-first"
-	admin, ctx, params, podClient := startWithService(t, ns)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	name := lbobjects.LeaseName("", ns, "web")
+	g, admin, ctx, params, podClient, log, name := leaseTest(t, ns)
 	leases := admin.CoordinationV1().Leases(ns)
 	_, err := leases.Create(ctx, lbobjects.BuildLease(name, serviceOf(params)), metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())

@@ -252,6 +252,14 @@ func newLBPodClients(t *testing.T, cfg *rest.Config) lbPodClients {
 	return lbPodClients{Interface: kubernetes.NewForConfigOrDie(cfg), api: api}
 }
 
+// leaseTest is startWithService with what a test of web's Lease writes also needs: a Gomega, a
+// log, and the Lease's name.
+func leaseTest(t *testing.T, ns string) (Gomega, kubernetes.Interface, context.Context, lbobjects.Params, lbPodClients, *slog.Logger, string) {
+	t.Helper()
+	admin, ctx, params, podClient := startWithService(t, ns)
+	return NewWithT(t), admin, ctx, params, podClient, slog.New(slog.NewTextHandler(os.Stderr, nil)), lbobjects.LeaseName("", ns, "web")
+}
+
 // startWithService starts the API server with Service "web" in namespace ns, and returns an admin
 // client, the Service's Params (two lb pods) and a client as its lb pod (lbPodClient).
 func startWithService(t *testing.T, ns string) (kubernetes.Interface, context.Context, lbobjects.Params, lbPodClients) {

@@ -4,11 +4,9 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
-	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
-	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 	"github.com/lbsvc/lbsvc-operator/lbpod/metric"
@@ -33,11 +30,8 @@ import (
 // address listed at the next claim; a single lb pod (no recorder running) creates the Lease with
 // the list itself; and what the watch saw is what annotations returns.
 func TestLeaseRecordsProbe(t *testing.T) {
-	g := NewWithT(t)
 	const ns = "lbpod-probe"
-	admin, ctx, _, podClient := startWithService(t, ns)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	name := lbobjects.LeaseName("", ns, "web")
+	g, admin, ctx, _, podClient, log, name := leaseTest(t, ns)
 	addr := netip.MustParseAddr("172.18.0.18")
 	get := func() (*coordinationv1.Lease, error) {
 		return admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
@@ -118,11 +112,8 @@ func TestLeaseRecordsProbe(t *testing.T) {
 // lifts nothing; once the other replica claims and announces the address (its recorder's write),
 // the blocked replica's next read finds it announced and lifts the conflict.
 func TestBlockedReplicaReadsTheLease(t *testing.T) {
-	g := NewWithT(t)
 	const ns = "lbpod-unblock"
-	admin, ctx, _, podClient := startWithService(t, ns)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	name := lbobjects.LeaseName("", ns, "web")
+	g, admin, ctx, _, podClient, log, name := leaseTest(t, ns)
 	addr := netip.MustParseAddr("172.18.0.18")
 	mac, _ := net.ParseMAC("02:42:ac:12:00:05")
 	lease := func() map[string]string {
@@ -171,11 +162,8 @@ func TestBlockedReplicaReadsTheLease(t *testing.T) {
 // pod's) and move the Service off an address it has held. Before, the outcome was written a few
 // times at once on a conflict only, and a 503 left it unwritten for the pod's life.
 func TestSingleLBPodRecordsTheProbeAfterFailedWrites(t *testing.T) {
-	g := NewWithT(t)
 	const ns = "lbpod-probe-retry"
-	admin, ctx, _, podClient := startWithService(t, ns)
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	name := lbobjects.LeaseName("", ns, "web")
+	g, admin, ctx, _, podClient, log, name := leaseTest(t, ns)
 	addr := netip.MustParseAddr("172.18.0.18")
 	failing := &atomic.Int32{}
 	failing.Store(3)

@@ -394,7 +394,7 @@ func (w *sharedWatch) followServiceAccount(ctx context.Context) {
 			w.setAnnotation(sa.Annotations[v1alpha1.MemberNamespacesAnnotation])
 		}
 	}
-	_, ctrl := informer(lw, &corev1.ServiceAccount{}, apply, func(any) { w.setAnnotation("") })
+	_, ctrl := informer(lw, &corev1.ServiceAccount{}, apply, func(any) { w.setAnnotation("") }, nil)
 	ctrl.RunWithContext(ctx)
 }
 
@@ -450,16 +450,12 @@ func (w *sharedWatch) run(ctx context.Context, ns string, nw *nsWatch) {
 }
 
 // informer is an informer of lw's objects calling changed with the object added or updated, and
-// deleted with one deleted; transform, when given, trims each object before it is stored.
-func informer(lw cache.ListerWatcher, obj runtime.Object, changed, deleted func(any), transform ...cache.TransformFunc) (cache.Store, cache.Controller) {
-	var trim cache.TransformFunc
-	if len(transform) > 0 {
-		trim = transform[0]
-	}
+// deleted with one deleted; transform, when not nil, trims each object before it is stored.
+func informer(lw cache.ListerWatcher, obj runtime.Object, changed, deleted func(any), transform cache.TransformFunc) (cache.Store, cache.Controller) {
 	return cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: lw,
 		ObjectType:    obj,
-		Transform:     trim,
+		Transform:     transform,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    changed,
 			UpdateFunc: func(_, obj any) { changed(obj) },
