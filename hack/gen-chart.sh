@@ -32,9 +32,13 @@ done
   sed -n '/^rules:/,$p' config/rbac/role.yaml
 } >"$chart/clusterrole.yaml"
 
-for f in lbpod_role lbpod_lease_policy lbpod_binding_policy; do
+# The operator's user name in operator_writes_policy.yaml becomes the chart's: its release
+# namespace and ServiceAccount.
+for f in lbpod_role lbpod_lease_policy lbpod_binding_policy operator_writes_policy; do
   {
     echo "$header config/rbac/$f.yaml; do not edit."
-    sed 's/^    app.kubernetes.io\/name: lbsvc-operator$/    {{- include "lbsvc-operator.labels" . | nindent 4 }}/' "config/rbac/$f.yaml"
+    sed -e 's/^    app.kubernetes.io\/name: lbsvc-operator$/    {{- include "lbsvc-operator.labels" . | nindent 4 }}/' \
+      -e 's/"system:serviceaccount:lbsvc-system:lbsvc-operator"/"system:serviceaccount:{{ .Release.Namespace }}:{{ include "lbsvc-operator.serviceAccountName" . }}"/' \
+      "config/rbac/$f.yaml"
   } >"$chart/${f//_/-}.yaml"
 done

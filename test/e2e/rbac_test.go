@@ -104,7 +104,7 @@ func TestRBACTable(t *testing.T) {
 	}
 
 	// Real requests, server-side dry runs: the operator may not relabel a backend pod, create a
-	// Lease in kube-system, nor bind any ClusterRole but lbsvc-lbpod.
+	// Lease in kube-system, nor grant rights it does not hold.
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		p := filepath.Join(dir, name)
@@ -126,17 +126,43 @@ func TestRBACTable(t *testing.T) {
 		"-n", seedNamespace, "--dry-run=server", asOperator)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(out).To(ContainSubstring("is attempting to grant RBAC permissions not currently held"))
-	// lbsvc-lbpod only to an lb pod identity (the ValidatingAdmissionPolicy lbsvc-lbpod-binding):
-	// bound to any other subject (its own ServiceAccount here), it would write any Lease there.
-	out, err = run(kubectl, "create", "rolebinding", "e2e-rbac", "--clusterrole=lbsvc-lbpod", "--serviceaccount=lbsvc-system:lbsvc-operator",
-		"-n", "kube-system", "--dry-run=server", asOperator)
+	// A RoleBinding as the operator builds them (named and labelled ours), to lbsvc-lbpod only
+	// and only for an lb pod identity (the ValidatingAdmissionPolicy lbsvc-lbpod-binding): bound
+	// to any other subject (its own ServiceAccount here), it would write any Lease there.
+	bindingYAML := func(ns, role, subject string) string {
+		kind, name, _ := strings.Cut(subject, "/")
+		who := "kind: Group\n  apiGroup: rbac.authorization.k8s.io\n  name: " + name
+		if kind != "group" {
+			who = "kind: ServiceAccount\n  namespace: " + kind + "\n  name: " + name
+		}
+		return "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: lbsvc-lbpod-e2e-rbac\n  namespace: " + ns +
+			"\n  labels:\n    " + lbv1.ComponentLabel + ": " + lbv1.ComponentLBPod +
+			"\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: " + role + "\nsubjects:\n- " + who + "\n"
+	}
+	out, err = run(kubectl, "create", "-f", write("rb1.yaml", bindingYAML("kube-system", "lbsvc-lbpod", "lbsvc-system/lbsvc-operator")),
+		"--dry-run=server", asOperator)
 	g.Expect(err).To(HaveOccurred())
 	g.Expect(out).To(ContainSubstring("ValidatingAdmissionPolicy 'lbsvc-lbpod-binding' with binding 'lbsvc-lbpod-binding' denied request: " +
 		"the ClusterRole lbsvc-lbpod may be bound only to lb pod ServiceAccounts"))
-	out, err = run(kubectl, "create", "rolebinding", "e2e-rbac", "--clusterrole=lbsvc-lbpod", "--serviceaccount="+seedNamespace+":lbsvc-lbpod",
-		"-n", seedNamespace, "--dry-run=server", asOperator)
+	out, err = run(kubectl, "create", "-f", write("rb2.yaml", bindingYAML(seedNamespace, "lbsvc-lbpod", seedNamespace+"/lbsvc-lbpod")),
+		"--dry-run=server", asOperator)
 	g.Expect(err).NotTo(HaveOccurred(), out)
-	g.Expect(out).To(Equal("rolebinding.rbac.authorization.k8s.io/e2e-rbac created (server dry run)\n"))
+	g.Expect(out).To(Equal("rolebinding.rbac.authorization.k8s.io/lbsvc-lbpod-e2e-rbac created (server dry run)\n"))
+	// What RBAC alone would allow the operator and lbsvc-operator-writes does not: binding the
+	// operator's own ClusterRole (which it holds, so the escalation check passes) to every user,
+	// a bootstrap token of its choosing (a login), a Deployment that is not an lb pod's.
+	const deniedWrite = "ValidatingAdmissionPolicy 'lbsvc-operator-writes' with binding 'lbsvc-operator-writes' denied request: "
+	out, err = run(kubectl, "create", "-f", write("rb3.yaml", bindingYAML("kube-system", "lbsvc-operator", "group/system:authenticated")),
+		"--dry-run=server", asOperator)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring(deniedWrite + "the operator may bind only the ClusterRole lbsvc-lbpod"))
+	out, err = run(kubectl, "create", "secret", "generic", "bootstrap-token-e2e0ab", "-n", "kube-system", "--type=bootstrap.kubernetes.io/token",
+		"--from-literal=token-id=e2e0ab", "--from-literal=token-secret=0123456789abcdef", "--dry-run=server", asOperator)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring(deniedWrite + "the operator may write only objects named lb-svc-* or lbsvc-lbpod*, not bootstrap-token-e2e0ab"))
+	out, err = run(kubectl, "create", "deployment", "e2e-rbac", "--image=busybox", "-n", "kube-system", "--dry-run=server", asOperator)
+	g.Expect(err).To(HaveOccurred())
+	g.Expect(out).To(ContainSubstring(deniedWrite + "the operator may write only objects named lb-svc-* or lbsvc-lbpod*, not e2e-rbac"))
 
 	// The lb pod: can-i does not run admission. Its own Lease (written by the pod that took the
 	// address over) may be updated; another Lease of its namespace, ours by its labels, may be

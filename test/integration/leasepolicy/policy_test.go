@@ -33,14 +33,10 @@ import (
 const denied = "ValidatingAdmissionPolicy 'lbsvc-lbpod-lease' with binding 'lbsvc-lbpod-lease' denied request: "
 
 func TestLeasePolicySharedIdentity(t *testing.T) {
-	g, ctx, admin, cfg := apiServer(t)
+	const ns, podNS, tenantB = "team-a", "lbpods", "team-b"
+	g, ctx, admin, cfg := apiServer(t, ns, podNS, tenantB)
 	var err error
 
-	const ns, podNS, tenantB = "team-a", "lbpods", "team-b"
-	for _, n := range []string{ns, podNS, tenantB} {
-		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-	}
 	// The identities as the operator builds them: the namespace's own, the one an --lb-pod-namespace
 	// holds for team-a, and team-b's own (another tenant).
 	for _, p := range []lbobjects.Params{{ServiceNamespace: ns, ServiceName: "web"},
@@ -128,15 +124,23 @@ func TestLeasePolicySharedIdentity(t *testing.T) {
 }
 
 // apiServer starts a kube-apiserver and etcd of their own for the test, with the lb pods'
-// ClusterRole and the admission policies as shipped (install), and returns an admin client.
-func apiServer(t *testing.T) (Gomega, context.Context, kubernetes.Interface, *rest.Config) {
+// ClusterRole and the admission policies as shipped (install) and the namespaces named, and
+// returns an admin client.
+func apiServer(t *testing.T, namespaces ...string) (Gomega, context.Context, kubernetes.Interface, *rest.Config) {
 	t.Helper()
 	_, cfg, admin := apiserver.Start(t)
 	install(t, admin)
-	return NewWithT(t), context.Background(), admin, cfg
+	g, ctx := NewWithT(t), context.Background()
+	for _, n := range namespaces {
+		_, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		if !apierrors.IsAlreadyExists(err) {
+			g.Expect(err).NotTo(HaveOccurred(), "namespace %s", n)
+		}
+	}
+	return g, ctx, admin, cfg
 }
 
-// install creates, as admin, the lb pods' ClusterRole and the Lease admission policy as shipped.
+// install creates, as admin, the lb pods' ClusterRole and the admission policies as shipped.
 func install(t *testing.T, admin kubernetes.Interface) {
 	t.Helper()
 	g := NewWithT(t)
@@ -145,7 +149,7 @@ func install(t *testing.T, admin kubernetes.Interface) {
 	decodeFile(t, "../../../config/rbac/lbpod_role.yaml", &role)
 	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	for _, file := range []string{"lbpod_lease_policy.yaml", "lbpod_binding_policy.yaml"} {
+	for _, file := range []string{"lbpod_lease_policy.yaml", "lbpod_binding_policy.yaml", "operator_writes_policy.yaml"} {
 		var policy admissionregistrationv1.ValidatingAdmissionPolicy
 		var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
 		decodeFile(t, "../../../config/rbac/"+file, &policy, &binding)
@@ -164,10 +168,7 @@ func install(t *testing.T, admin kubernetes.Interface) {
 // subjects to such; the bindings the operator builds (a namespace's identity, one in an
 // --lb-pod-namespace, a shared address's and its members') pass.
 func TestBindingPolicy(t *testing.T) {
-	g, ctx, admin, _ := apiServer(t)
-	for _, n := range []string{"team-a", "lbpods", "kube-system"} {
-		_, _ = admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
-	}
+	g, ctx, admin, _ := apiServer(t, "team-a", "lbpods", "kube-system")
 	const deniedBinding = "ValidatingAdmissionPolicy 'lbsvc-lbpod-binding' with binding 'lbsvc-lbpod-binding' denied request: " +
 		"the ClusterRole lbsvc-lbpod may be bound only to lb pod ServiceAccounts (lbsvc-lbpod, lbsvc-lbpod-*, lb-svc-*), whose Lease writes the policy lbsvc-lbpod-lease narrows"
 	bind := func(ns string, subjects ...rbacv1.Subject) error {
