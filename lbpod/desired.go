@@ -18,7 +18,9 @@ const (
 	// DefaultTable is the policy routing table holding the lb pod's routes.
 	DefaultTable = 100
 	// uplinkRulePriority and interfaceRulePriority are the seed's `ip rule` priorities, just
-	// before the main table's 32766.
+	// before the main table's 32766; sourceRulePriority, before them, is the rule of what the
+	// pod sends from its LB address.
+	sourceRulePriority    = 32763
 	uplinkRulePriority    = 32764
 	interfaceRulePriority = 32765
 )
@@ -78,12 +80,41 @@ type Gateway struct {
 	OnLink bool
 }
 
-// Rule is one `ip rule`: traffic entering IIF looks up Table.
+// Rule is one `ip rule`: traffic entering IIF, or sent from Src, looks up Table.
 type Rule struct {
 	Family   Family
 	Priority int
 	IIF      string
-	Table    int
+	// Src, when valid, is the source address the rule selects (a host prefix).
+	Src   netip.Prefix
+	Table int
+}
+
+// args are the rule's selectors as `ip rule add` takes them: "iif eth0", "from 172.18.0.18".
+func (r Rule) args() string {
+	var parts []string
+	if r.Src.IsValid() {
+		from := r.Src.String()
+		if r.Src.IsSingleIP() {
+			from = r.Src.Addr().String()
+		}
+		parts = append(parts, "from "+from)
+	}
+	if r.IIF != "" {
+		parts = append(parts, "iif "+r.IIF)
+	}
+	if len(parts) == 0 {
+		return "from all"
+	}
+	return strings.Join(parts, " ")
+}
+
+// selector is the rule's match as `ip rule` lists it: "from all iif eth0", "from 172.18.0.18".
+func (r Rule) selector() string {
+	if r.Src.IsValid() || r.IIF == "" {
+		return r.args()
+	}
+	return "from all " + r.args()
 }
 
 // Route is one route in the lb pod's table. An invalid Gateway means a device (scope link) route.
@@ -229,7 +260,15 @@ func Desired(cfg Config, obs Observed, names Names) State {
 
 		st.Addresses = append(st.Addresses, addr)
 		st.Forwarding = append(st.Forwarding, fam)
+		// What the pod sends from the LB address itself (a TCP reset or ICMP port unreachable
+		// of the input chain's REJECT rules, an echo reply, an ICMP error) goes back to the
+		// underlay too: in the main table it would take eth0's default route, so a client
+		// behind the Subnet's gateway got no answer and the node got packets from the LB
+		// address. Only packets with that source match: the pod's own traffic (from its eth0
+		// address) and the forwarded replies of DNATed flows (routed before their source is
+		// translated back to the LB address) are not.
 		st.Rules = append(st.Rules,
+			Rule{Family: fam, Priority: sourceRulePriority, Src: netip.PrefixFrom(addr.Addr(), addr.Addr().BitLen()), Table: names.Table},
 			Rule{Family: fam, Priority: uplinkRulePriority, IIF: names.Uplink, Table: names.Table},
 			Rule{Family: fam, Priority: interfaceRulePriority, IIF: names.Interface, Table: names.Table})
 

@@ -155,9 +155,10 @@ func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[
 			return k, err
 		}
 		for _, r := range rules {
+			src, _ := prefixOf(r.Src)
 			k.Rules = append(k.Rules, KernelRule{
-				Rule:  Rule{Family: fam, Priority: r.Priority, IIF: r.IifName, Table: r.Table},
-				Plain: r.Src == nil && r.Dst == nil && r.OifName == "" && r.Mark == 0 && !r.Invert,
+				Rule:  Rule{Family: fam, Priority: r.Priority, IIF: r.IifName, Src: src, Table: r.Table},
+				Plain: r.Dst == nil && r.OifName == "" && r.Mark == 0 && !r.Invert,
 				raw:   &r,
 			})
 		}

@@ -76,6 +76,9 @@ func ruleOp(o RuleOp) error {
 	nr.Family = netlinkFamily(o.Rule.Family)
 	nr.Priority = o.Rule.Priority
 	nr.IifName = o.Rule.IIF
+	if src := o.Rule.Src; src.IsValid() {
+		nr.Src = &net.IPNet{IP: src.Addr().AsSlice(), Mask: net.CIDRMask(src.Bits(), src.Addr().BitLen())}
+	}
 	nr.Table = o.Rule.Table
 	if err := rtnl().RuleAdd(nr); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("%s: %w", o, err)

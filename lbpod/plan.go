@@ -38,8 +38,8 @@ type Link struct {
 	Permanent []netip.Prefix
 }
 
-// KernelRule is a policy rule as read. Plain is false when it has a selector we never write
-// (a source, a destination, a mark, an oif, "not"): such a rule is never ours.
+// KernelRule is a policy rule as read, its source in Rule. Plain is false when it has a
+// selector we never write (a destination, a mark, an oif, "not"): such a rule is never ours.
 type KernelRule struct {
 	Rule
 	Plain bool
@@ -144,7 +144,7 @@ func (o RuleOp) String() string {
 	if !o.Add {
 		r = o.Old.Rule
 	}
-	return fmt.Sprintf("ip %srule %s pref %d iif %s lookup %d", familyFlag(r.Family), addOrDel(o.Add), r.Priority, r.IIF, r.Table)
+	return fmt.Sprintf("ip %srule %s pref %d %s lookup %d", familyFlag(r.Family), addOrDel(o.Add), r.Priority, r.args(), r.Table)
 }
 
 func (o RouteOp) String() string {
@@ -298,7 +298,7 @@ func planRules(p *Plan, have []KernelRule, st State) {
 				continue
 			}
 			p.Ops = append(p.Ops, RuleOp{Old: r})
-			p.Changes = append(p.Changes, Change{Kind: "rule", What: fmt.Sprintf("%s %d: iif %q lookup %d", fam, r.Priority, r.IIF, r.Table)})
+			p.Changes = append(p.Changes, Change{Kind: "rule", What: fmt.Sprintf("%s %d: %s lookup %d", fam, r.Priority, r.selector(), r.Table)})
 		}
 		for _, r := range st.Rules {
 			if r.Family != fam || found[r] {
@@ -306,7 +306,7 @@ func planRules(p *Plan, have []KernelRule, st State) {
 			}
 			found[r] = true
 			p.Ops = append(p.Ops, RuleOp{Add: true, Rule: r})
-			p.Changes = append(p.Changes, Change{Kind: "rule", Added: true, What: fmt.Sprintf("%s %d: iif %s lookup %d", fam, r.Priority, r.IIF, r.Table)})
+			p.Changes = append(p.Changes, Change{Kind: "rule", Added: true, What: fmt.Sprintf("%s %d: %s lookup %d", fam, r.Priority, r.selector(), r.Table)})
 		}
 	}
 }

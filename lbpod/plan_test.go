@@ -87,6 +87,7 @@ func TestPlanSync(t *testing.T) {
 				"conntrack -D (IPv4) to 172.18.0.18: keep all sources, ports [udp/53->10.109.201.193:53]",
 				"ip link set net1 up",
 				"ip addr add 172.18.0.18/16 dev net1",
+				"ip rule add pref 32763 from 172.18.0.18 lookup 100",
 				"ip rule add pref 32764 iif eth0 lookup 100",
 				"ip rule add pref 32765 iif net1 lookup 100",
 				"ip route replace table 100 172.18.0.0/16 dev net1 scope link",
@@ -98,12 +99,12 @@ func TestPlanSync(t *testing.T) {
 			state: State.Standby,
 			want:  []string{"ip addr del 172.18.0.18/16 dev net1"},
 		},
-		"strays: a foreign address, a rule with a source, a duplicate rule, a multipath route, a stale route": {
+		"strays: a foreign address, a rule with a selector we never write, a duplicate rule, a multipath route, a stale route": {
 			kernel: func(k *Kernel) {
 				k.Link.Addresses = append(k.Link.Addresses, netip.MustParsePrefix("172.18.0.99/16"))
 				k.Rules = append(k.Rules,
 					KernelRule{Rule: Rule{Family: IPv4, Priority: 32000, IIF: "net1", Table: 100}, Plain: false},
-					KernelRule{Rule: k.Rules[0].Rule, Plain: true})
+					KernelRule{Rule: k.Rules[1].Rule, Plain: true})
 				k.Routes = append(k.Routes,
 					KernelRoute{Family: IPv4, Dst: netip.MustParsePrefix("0.0.0.0/0"), Gateway: netip.MustParseAddr("172.18.0.1"), LinkIndex: 2, MultiPath: true, Text: "default multipath"},
 					KernelRoute{Family: IPv4, Dst: netip.MustParsePrefix("10.96.0.1/32"), Gateway: netip.MustParseAddr("10.16.0.1"), LinkIndex: 3, Text: "10.96.0.1 via 10.16.0.1 dev eth0"})
@@ -114,6 +115,30 @@ func TestPlanSync(t *testing.T) {
 				"ip rule del pref 32764 iif eth0 lookup 100",
 				"ip route del table 100 default multipath",
 				"ip route del table 100 10.96.0.1 via 10.16.0.1 dev eth0",
+			},
+		},
+		// The rule of what the pod sends from its LB address is planned like the others: put
+		// back when deleted by hand, and the one of an address the pod no longer has removed.
+		"source rule: deleted by hand, added back": {
+			kernel: func(k *Kernel) { k.Rules = k.Rules[1:] },
+			want:   []string{"ip rule add pref 32763 from 172.18.0.18 lookup 100"},
+		},
+		"source rule: of another address (a /32 or a wider prefix), removed": {
+			kernel: func(k *Kernel) {
+				k.Rules = append(k.Rules,
+					KernelRule{Rule: Rule{Family: IPv4, Priority: 32763, Src: netip.MustParsePrefix("172.18.0.99/32"), Table: 100}, Plain: true},
+					KernelRule{Rule: Rule{Family: IPv4, Priority: 32763, Src: netip.MustParsePrefix("172.18.0.0/16"), Table: 100}, Plain: true})
+			},
+			want: []string{
+				"ip rule del pref 32763 from 172.18.0.99 lookup 100",
+				"ip rule del pref 32763 from 172.18.0.0/16 lookup 100",
+			},
+		},
+		"source rule: at another priority, replaced": {
+			kernel: func(k *Kernel) { k.Rules[0].Priority = 100 },
+			want: []string{
+				"ip rule del pref 100 from 172.18.0.18 lookup 100",
+				"ip rule add pref 32763 from 172.18.0.18 lookup 100",
 			},
 		},
 		"with a lifetime: a missing address is added on it": {

@@ -10,7 +10,7 @@ func RenderRules(st State, fam Family) string {
 	var b strings.Builder
 	for _, r := range st.Rules {
 		if r.Family == fam {
-			fmt.Fprintf(&b, "%d:\tfrom all iif %s lookup %d\n", r.Priority, r.IIF, r.Table)
+			fmt.Fprintf(&b, "%d:\t%s lookup %d\n", r.Priority, r.selector(), r.Table)
 		}
 	}
 	return b.String()

@@ -160,6 +160,7 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 
 	// The seed's listings (iproute2 ends route lines with a space).
 	g.Expect(tp.exec(tp.lb, "ip", "rule")).To(Equal("0:\tfrom all lookup local\n" +
+		"32763:\tfrom 172.18.0.18 lookup 100\n" +
 		"32764:\tfrom all iif eth0 lookup 100\n" +
 		"32765:\tfrom all iif net1 lookup 100\n" +
 		"32766:\tfrom all lookup main\n" +
@@ -235,7 +236,7 @@ func TestDriftIsRepaired(t *testing.T) {
 	tp.ip(tp.lb, "rule", "add", "pref", "32000", "iif", "net1", "lookup", "100")
 	tp.exec(tp.lb, "iptables", "-t", "nat", "-A", "PREROUTING", "-j", "LBSVC-PREROUTING")
 	g.Eventually(func() string { return tp.exec(tp.lb, "ip", "rule") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
-		Should(Equal("0:\tfrom all lookup local\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"))
+		Should(Equal("0:\tfrom all lookup local\n32763:\tfrom 172.18.0.18 lookup 100\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"))
 	g.Eventually(func() string { return tp.exec(tp.lb, "iptables", "-t", "nat", "-S", "PREROUTING") }).WithTimeout(resync + time.Second).WithPolling(50 * time.Millisecond).
 		Should(Equal("-P PREROUTING ACCEPT\n-A PREROUTING -j LBSVC-PREROUTING\n"))
 	// A rule put in front of the jump (which would accept the client's UDP untranslated): the jump
@@ -560,7 +561,7 @@ func TestRouteAndRuleDriftIsRepairedAtOnce(t *testing.T) {
 	g, tp, _ := servedTopology(t, "v4", []string{clusterIPv4}, nil, "--resync-period", hour.String())
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 	const table100 = "default via 172.18.0.1 dev net1 \n10.109.201.193 via 10.16.0.1 dev eth0 \n172.18.0.0/16 dev net1 scope link \n"
-	const rules = "0:\tfrom all lookup local\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"
+	const rules = "0:\tfrom all lookup local\n32763:\tfrom 172.18.0.18 lookup 100\n32764:\tfrom all iif eth0 lookup 100\n32765:\tfrom all iif net1 lookup 100\n32766:\tfrom all lookup main\n32767:\tfrom all lookup default\n"
 	g.Expect(tp.exec(tp.lb, "ip", "route", "show", "table", "100")).To(Equal(table100))
 	g.Expect(tp.exec(tp.lb, "ip", "rule")).To(Equal(rules))
 
@@ -568,7 +569,9 @@ func TestRouteAndRuleDriftIsRepairedAtOnce(t *testing.T) {
 		{"route", "del", "default", "table", "100"},
 		{"route", "del", "10.109.201.193", "table", "100"},
 		{"rule", "del", "pref", "32765"},
-		{"rule", "add", "pref", "32000", "iif", "net1", "lookup", "100"}, // a stray
+		{"rule", "del", "pref", "32763"},
+		{"rule", "add", "pref", "32000", "iif", "net1", "lookup", "100"},         // a stray
+		{"rule", "add", "pref", "32000", "from", "172.18.0.99", "lookup", "100"}, // another address's
 	} {
 		tp.ip(tp.lb, drift...)
 		changed := time.Now()
@@ -583,5 +586,5 @@ func TestRouteAndRuleDriftIsRepairedAtOnce(t *testing.T) {
 	g.Expect(tp.lbpod.logs.String()).NotTo(ContainSubstring("trigger=resync"))
 	// Counted once each apply is verified, a little after the kernel shows it.
 	g.Eventually(func() string { _, m := tp.healthGet("/metrics"); return m }).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).
-		Should(And(MatchRegexp(`\nlbpod_repairs_total\{cause="route"\} 2\n`), MatchRegexp(`\nlbpod_repairs_total\{cause="rule"\} 2\n`)))
+		Should(And(MatchRegexp(`\nlbpod_repairs_total\{cause="route"\} 2\n`), MatchRegexp(`\nlbpod_repairs_total\{cause="rule"\} 4\n`)))
 }

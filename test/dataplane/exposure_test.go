@@ -5,6 +5,7 @@ package dataplane
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	. "github.com/onsi/gomega"
 	"golang.org/x/net/icmp"
+	"golang.org/x/net/ipv4"
 	"golang.org/x/net/ipv6"
 )
 
@@ -167,22 +169,29 @@ func TestExposureFromUnderlayIPv6(t *testing.T) {
 	})
 	// ICMPv6 from net1 passes only to the LB address (ping) and to link-local and multicast
 	// addresses (neighbour discovery): an echo to the pod's own IPv6 address gets no answer.
-	g.Expect(echo6(t, tp.client, lbIPv6)).To(Succeed(), "echo to the IPv6 LB address")
+	g.Expect(icmpEcho(t, tp.client, lbIPv6)).To(Succeed(), "echo to the IPv6 LB address")
 	before := tp.packets("ip6tables", "LBSVC-INPUT", dropOther)
-	g.Expect(echo6(t, tp.client, podV6)).To(MatchError(ContainSubstring("i/o timeout")), "echo to the pod's IPv6 address through net1")
+	g.Expect(icmpEcho(t, tp.client, podV6)).To(MatchError(ContainSubstring("i/o timeout")), "echo to the pod's IPv6 address through net1")
 	g.Expect(tp.packets("ip6tables", "LBSVC-INPUT", dropOther)).To(BeNumerically(">", before))
 	expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
 }
 
-// echo6 sends one ICMPv6 echo request from namespace ns to dst and waits 400 ms for its reply.
-func echo6(t testing.TB, ns, dst string) error {
+// icmpEcho sends one ICMP (IPv4) or ICMPv6 echo request from namespace ns to dst and waits
+// 400 ms for its reply.
+func icmpEcho(t testing.TB, ns, dst string) error {
+	network, listen, proto := "ip4:icmp", "0.0.0.0", 1
+	var request, reply icmp.Type = ipv4.ICMPTypeEcho, ipv4.ICMPTypeEchoReply
+	if netip.MustParseAddr(dst).Is6() {
+		network, listen, proto = "ip6:ipv6-icmp", "::", 58
+		request, reply = ipv6.ICMPTypeEchoRequest, ipv6.ICMPTypeEchoReply
+	}
 	return inNS(t, ns, func() error {
-		c, err := icmp.ListenPacket("ip6:ipv6-icmp", "::")
+		c, err := icmp.ListenPacket(network, listen)
 		if err != nil {
 			return err
 		}
 		defer c.Close()
-		req, err := (&icmp.Message{Type: ipv6.ICMPTypeEchoRequest, Body: &icmp.Echo{ID: os.Getpid() & 0xffff, Seq: 1, Data: []byte("lbsvc")}}).Marshal(nil)
+		req, err := (&icmp.Message{Type: request, Body: &icmp.Echo{ID: os.Getpid() & 0xffff, Seq: 1, Data: []byte("lbsvc")}}).Marshal(nil)
 		if err != nil {
 			return err
 		}
@@ -198,8 +207,8 @@ func echo6(t testing.TB, ns, dst string) error {
 			if err != nil {
 				return err
 			}
-			// The socket gets every ICMPv6 message of the namespace (neighbour discovery too).
-			if m, err := icmp.ParseMessage(58, buf[:n]); err == nil && m.Type == ipv6.ICMPTypeEchoReply && peer.String() == dst {
+			// The socket gets every ICMP message of the namespace (neighbour discovery too).
+			if m, err := icmp.ParseMessage(proto, buf[:n]); err == nil && m.Type == reply && peer.String() == dst {
 				return nil
 			}
 		}

@@ -232,6 +232,41 @@ func newTopology(t testing.TB) *topology {
 	return tp
 }
 
+// Addresses of the remote client, on a network of its own behind the Subnet's gateway.
+const (
+	remoteV4       = "192.168.50.7"
+	remoteV6       = "fd50::7"
+	remoteRouterV4 = "192.168.50.1"
+	remoteRouterV6 = "fd50::1"
+)
+
+// addRemote adds a client that is not on the Subnet, as most clients of a Service are: namespace
+// lbt-r-<suffix>, whose c0 is a veth to the underlay namespace, which routes between it and br0
+// (the Subnet's gateway). Only what the lb pod sends through the gateway reaches it. It returns
+// the namespace.
+func (tp *topology) addRemote() string {
+	tp.t.Helper()
+	ns := "lbt-r-" + tp.suffix
+	mustRun(tp.t, "ip", "netns", "add", ns)
+	tp.t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			tp.t.Errorf("cleanup: ip netns del %s: %v %s", ns, err, out)
+		}
+	})
+	tp.ip(ns, "link", "set", "lo", "up")
+	tp.exec(tp.underlay, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	tp.ip(tp.underlay, "link", "add", "rport", "type", "veth", "peer", "name", "c0", "netns", ns)
+	tp.ip(tp.underlay, "link", "set", "rport", "up")
+	tp.ip(tp.underlay, "addr", "add", remoteRouterV4+"/24", "dev", "rport")
+	tp.ip(tp.underlay, "addr", "add", remoteRouterV6+"/64", "dev", "rport", "nodad")
+	tp.ip(ns, "link", "set", "c0", "up")
+	tp.ip(ns, "addr", "add", remoteV4+"/24", "dev", "c0")
+	tp.ip(ns, "addr", "add", remoteV6+"/64", "dev", "c0", "nodad")
+	tp.ip(ns, "route", "add", "default", "via", remoteRouterV4)
+	tp.ip(ns, "-6", "route", "add", "default", "via", remoteRouterV6)
+	return ns
+}
+
 // ip runs `ip -n <ns> args...`, failing the test on error.
 func (tp *topology) ip(ns string, args ...string) string {
 	tp.t.Helper()

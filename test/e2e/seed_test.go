@@ -42,7 +42,7 @@ func TestSeedStory(t *testing.T) {
 	// Inside the lb pod, entered from the node.
 	want := lbPodState{
 		addresses: []string{seedAddress + "/16"},
-		rules:     []string{"from all iif eth0 lookup 100", "from all iif net1 lookup 100"},
+		rules:     []string{"from " + seedAddress + " lookup 100", "from all iif eth0 lookup 100", "from all iif net1 lookup 100"},
 		table100: []string{
 			"default via " + subnetGateway + " dev net1",
 			clusterIP + " via " + podGateway + " dev eth0",
