@@ -28,7 +28,7 @@ func portRange(proto Protocol, first, n int32) []Port {
 
 // bucketTables is the IPv4 tables of the test Service with these ports.
 func bucketTables(ports []Port) Tables {
-	return desiredTables(IPv4, "net1", netip.MustParseAddr("192.0.2.10"), oneTarget(netip.MustParseAddr("10.96.0.10"), true, ports, nil))
+	return desiredTables(IPv4, "net1", "eth0", netip.MustParseAddr("192.0.2.10"), oneTarget(netip.MustParseAddr("10.96.0.10"), true, ports, nil))
 }
 
 func chainNames(t Tables) []string {

@@ -38,8 +38,9 @@ const (
 	// ChainInput (filter) refuses what is addressed to the pod itself on the LB address: sources
 	// outside loadBalancerSourceRanges, and the pod's own listeners.
 	ChainInput = "LBSVC-INPUT"
-	// ChainForward (filter) forwards from net1 only the connections our DNAT created, so the
-	// lb pod is no open router into the cluster network for whoever uses it as next hop.
+	// ChainForward (filter) forwards from net1, and from the uplink into net1, only the
+	// connections our DNAT created, so the lb pod is no open router between the underlay and the
+	// cluster network for whoever uses it as next hop, on either side.
 	ChainForward = "LBSVC-FORWARD"
 )
 
@@ -279,8 +280,8 @@ func Desired(cfg Config, obs Observed, names Names) State {
 		}
 		st.Routes = append(st.Routes, Route{Family: fam, Dst: subnet, Dev: names.Interface})
 
-		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, addr.Addr(), targets))
-		st.NFTables = append(st.NFTables, desiredNFT(fam, names.Interface, addr.Addr(), targets))
+		st.IPTables = append(st.IPTables, desiredTables(fam, names.Interface, names.Uplink, addr.Addr(), targets))
+		st.NFTables = append(st.NFTables, desiredNFT(fam, names.Interface, names.Uplink, addr.Addr(), targets))
 		// A shared address with a member served in the family stays ready for the others: one
 		// tenant's Service without the family would otherwise keep every replica from taking
 		// the address over.
@@ -297,8 +298,8 @@ func Desired(cfg Config, obs Observed, names Names) State {
 	// IPv4 address routed to it): drop all of it.
 	for _, fam := range []Family{IPv4, IPv6} {
 		if !slices.ContainsFunc(cfg.Addresses, func(p netip.Prefix) bool { return familyOf(p.Addr()) == fam }) && !(fam == IPv6 && obs.NoIPv6) {
-			st.IPTables = append(st.IPTables, guardTables(fam, names.Interface))
-			st.NFTables = append(st.NFTables, guardNFT(fam, names.Interface))
+			st.IPTables = append(st.IPTables, guardTables(fam, names.Interface, names.Uplink))
+			st.NFTables = append(st.NFTables, guardNFT(fam, names.Interface, names.Uplink))
 		}
 	}
 	if obs.NoSCTP {
@@ -334,13 +335,13 @@ func clusterIPsOf(targets []target) []netip.Addr {
 }
 
 // guardTables are the filter chains of a family the lb pod has no LB address of: nothing of it
-// arriving on net1 is accepted or forwarded.
-func guardTables(fam Family, iface string) Tables {
+// arriving on net1 is accepted or forwarded, and nothing from eth0 is forwarded into net1.
+func guardTables(fam Family, iface, uplink string) Tables {
 	return Tables{Family: fam,
 		Jumps: []Jump{{Table: "filter", From: "INPUT", To: ChainInput}, {Table: "filter", From: "FORWARD", To: ChainForward}},
 		Chains: []Chain{
 			{Table: "filter", Name: ChainInput, Rules: [][]string{{"-i", iface, "-j", "DROP"}}},
-			{Table: "filter", Name: ChainForward, Rules: [][]string{{"-i", iface, "-j", "DROP"}}},
+			{Table: "filter", Name: ChainForward, Rules: [][]string{{"-i", iface, "-j", "DROP"}, {"-i", uplink, "-o", iface, "-j", "DROP"}}},
 		},
 	}
 }
@@ -367,14 +368,15 @@ var ndDestinations = []string{"fe80::/10", "ff00::/8"}
 // its Service ports. ICMP stays allowed (ping, and IPv6 neighbour discovery). Anything else
 // arriving on net1 for the pod itself, addressed to another of its addresses (the pod IP, with
 // the lb pod as next hop: Linux accepts any local address on any interface), is dropped, so
-// the health server and the pod's cluster side cannot be reached from the underlay.
+// the health server and the pod's cluster side cannot be reached from the underlay. LBSVC-FORWARD
+// passes between net1 and the uplink only connections our DNAT created, both ways.
 //
 // Members of a shared address that allow different sources cannot share one source check: then
 // every source of the LB address reaches LBSVC-SERVICES, which sends each allowed source to the
 // chain of the members that allow it (LBSVC-SERVICES-S<n>, one per distinct set of ranges),
 // which DNATs only those members' ports. A source allowed by several groups tries each in turn
 // (a chain without its port returns).
-func desiredTables(fam Family, iface string, lbIP netip.Addr, targets []target) Tables {
+func desiredTables(fam Family, iface, uplink string, lbIP netip.Addr, targets []target) Tables {
 	lb := hostPrefix(lbIP)
 	t := Tables{Family: fam, Jumps: []Jump{
 		{Table: "nat", From: "PREROUTING", To: ChainPrerouting},
@@ -387,9 +389,14 @@ func desiredTables(fam Family, iface string, lbIP netip.Addr, targets []target) 
 	post := Chain{Table: "nat", Name: ChainPostrouting}
 	input := Chain{Table: "filter", Name: ChainInput}
 	// Both directions of a DNATed connection carry the DNAT status, so replies arriving on net1
-	// for the connections it forwards pass too.
+	// for the connections it forwards pass too. From the uplink into net1 likewise only what
+	// belongs to such a connection: the replies, and the ICMP errors about it (conntrack gives a
+	// related packet its connection's status). Otherwise, with `iif eth0 lookup 100`, whatever
+	// the cluster side routes through the pod (another pod on a bridge-type CNI) would be
+	// forwarded into the underlay, untranslated.
 	forward := Chain{Table: "filter", Name: ChainForward, Rules: [][]string{
-		{"-i", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"}}}
+		{"-i", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"},
+		{"-i", uplink, "-o", iface, "-m", "conntrack", "!", "--ctstate", "DNAT", "-j", "DROP"}}}
 
 	groups := sourceGroups(fam, targets)
 	t.Flows = FlowPolicy{LB: lbIP, Targets: map[Port]netip.AddrPort{}}

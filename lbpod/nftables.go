@@ -92,13 +92,14 @@ func nftSetName(p Protocol) string { return strings.ToLower(string(p)) + "_ports
 // rule): prerouting jumps allowed sources to services, which DNATs each protocol's set of
 // ports to the ClusterIP (the port kept); postrouting masquerades to the ClusterIP; input
 // rejects what reaches the LB address itself and drops whatever else arrives on net1 for the
-// pod; forward passes from net1 only what our DNAT created. It is pure.
+// pod; forward passes from net1, and from the uplink into net1, only what our DNAT created. It
+// is pure.
 //
 // Members of a shared address with ClusterIPs of the family each have their own three sets
 // (tcp_ports_0, ... in member order) and DNAT rules to their own ClusterIP; one member keeps the
 // plain names (tcp_ports). Members that allow different sources get a chain per source group
 // (services_0, ...) that services jumps to per allowed source, as desiredTables does.
-func desiredNFT(fam Family, iface string, lbIP netip.Addr, targets []target) NFTable {
+func desiredNFT(fam Family, iface, uplink string, lbIP netip.Addr, targets []target) NFTable {
 	t := NFTable{Family: fam}
 	t.Flows = FlowPolicy{LB: lbIP, Targets: map[Port]netip.AddrPort{}}
 	pre := NFTChain{Name: NFTChainPrerouting, Type: "nat", Hook: "prerouting", Priority: -100}
@@ -189,10 +190,13 @@ func desiredNFT(fam Family, iface string, lbIP netip.Addr, targets []target) NFT
 	// for the connections it forwards pass too. Everything else from net1 is dropped by a rule of
 	// its own: a packet conntrack found invalid has no connection, and an expression on its ct
 	// status does not match at all (the kernel ends the rule), so "ct status & dnat == 0 drop"
-	// would let it be forwarded (iptables' "! --ctstate DNAT" matches it, and drops it).
+	// would let it be forwarded (iptables' "! --ctstate DNAT" matches it, and drops it). From
+	// the uplink into net1 the same two rules (see desiredTables for why).
 	forward.Rules = append(forward.Rules,
 		nftRule(nftIifname(iface), nftDNATed(), nftVerdict(expr.VerdictAccept, "")),
-		nftRule(nftIifname(iface), nftVerdict(expr.VerdictDrop, "")))
+		nftRule(nftIifname(iface), nftVerdict(expr.VerdictDrop, "")),
+		nftRule(nftIifname(uplink), nftOifname(iface), nftDNATed(), nftVerdict(expr.VerdictAccept, "")),
+		nftRule(nftIifname(uplink), nftOifname(iface), nftVerdict(expr.VerdictDrop, "")))
 	t.Chains = append([]NFTChain{pre, svc}, groupChains...)
 	t.Chains = append(t.Chains, post, input, forward)
 	return t
@@ -216,12 +220,13 @@ func nftSourceRules(fam Family, matches []sourceMatch, lb *netip.Prefix, chain s
 }
 
 // guardNFT is guardTables for the nftables back end: nothing of a family the lb pod has no LB
-// address of is accepted or forwarded from net1.
-func guardNFT(fam Family, iface string) NFTable {
+// address of is accepted or forwarded from net1, nor forwarded from the uplink into net1.
+func guardNFT(fam Family, iface, uplink string) NFTable {
 	drop := nftRule(nftIifname(iface), nftVerdict(expr.VerdictDrop, ""))
+	into := nftRule(nftIifname(uplink), nftOifname(iface), nftVerdict(expr.VerdictDrop, ""))
 	return NFTable{Family: fam, Chains: []NFTChain{
 		{Name: NFTChainInput, Type: "filter", Hook: "input", Priority: 0, Rules: []NFTRule{drop}},
-		{Name: NFTChainForward, Type: "filter", Hook: "forward", Priority: 0, Rules: []NFTRule{drop}},
+		{Name: NFTChainForward, Type: "filter", Hook: "forward", Priority: 0, Rules: []NFTRule{drop, into}},
 	}}
 }
 
@@ -330,10 +335,15 @@ func nftReject(fam Family, p Protocol) nftPart {
 
 // nftIifname matches the input interface by name; the kernel compares IFNAMSIZ bytes, as nft
 // writes them.
-func nftIifname(name string) nftPart {
+func nftIifname(name string) nftPart { return nftIfname("iifname", expr.MetaKeyIIFNAME, name) }
+
+// nftOifname matches the output interface by name, as nftIifname the input one.
+func nftOifname(name string) nftPart { return nftIfname("oifname", expr.MetaKeyOIFNAME, name) }
+
+func nftIfname(text string, key expr.MetaKey, name string) nftPart {
 	data := make([]byte, unix.IFNAMSIZ)
 	copy(data, name)
-	return nftPart{fmt.Sprintf("iifname %q", name), []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data}}}
+	return nftPart{fmt.Sprintf("%s %q", text, name), []expr.Any{&expr.Meta{Key: key, Register: 1}, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: data}}}
 }
 
 // ipsDstNAT is the conntrack status bit of a connection whose destination was translated

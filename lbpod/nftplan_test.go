@@ -10,7 +10,7 @@ import (
 
 // nftSeed is the seed's Service for the nftables back end: one TCP port, IPv4.
 func nftSeed(ports []Port, ranges []netip.Prefix) NFTable {
-	return desiredNFT(IPv4, "net1", netip.MustParseAddr("172.18.0.18"), oneTarget(netip.MustParseAddr("10.109.201.193"), true, ports, ranges))
+	return desiredNFT(IPv4, "net1", "eth0", netip.MustParseAddr("172.18.0.18"), oneTarget(netip.MustParseAddr("10.109.201.193"), true, ports, ranges))
 }
 
 func stepStrings(steps []NFTStep) []string {
@@ -46,6 +46,8 @@ func TestPlanNFTFromScratch(t *testing.T) {
 		`add rule ip lbsvc input iifname "net1" ip daddr != 172.18.0.18 drop`,
 		`add rule ip lbsvc forward iifname "net1" ct status & dnat != 0 accept`,
 		`add rule ip lbsvc forward iifname "net1" drop`,
+		`add rule ip lbsvc forward iifname "eth0" oifname "net1" ct status & dnat != 0 accept`,
+		`add rule ip lbsvc forward iifname "eth0" oifname "net1" drop`,
 	}
 	if got := stepStrings(p.Steps); !slices.Equal(got, want) {
 		t.Fatalf("steps:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
@@ -152,7 +154,7 @@ func fuzzNFT(data []byte) NFTable {
 	}
 	mode := next()
 	if mode%7 == 0 {
-		return guardNFT(IPv4, "net1")
+		return guardNFT(IPv4, "net1", "eth0")
 	}
 	var ports []Port
 	for n := int(next() % 24); n > 0; n-- {
@@ -162,7 +164,7 @@ func fuzzNFT(data []byte) NFTable {
 	for n := int(mode % 4); n > 1; n-- {
 		ranges = append(ranges, netip.PrefixFrom(netip.AddrFrom4([4]byte{172, 18, next(), 0}), int(8+next()%25)).Masked())
 	}
-	return desiredNFT(IPv4, "net1", netip.MustParseAddr("172.18.0.18"), oneTarget(netip.MustParseAddr("10.0.0.1"), mode%5 != 0, ports, ranges))
+	return desiredNFT(IPv4, "net1", "eth0", netip.MustParseAddr("172.18.0.18"), oneTarget(netip.MustParseAddr("10.0.0.1"), mode%5 != 0, ports, ranges))
 }
 
 // FuzzPlanNFT: from a table left by any other wanted table, with drift (an element, a rule, a

@@ -32,9 +32,9 @@ const (
 // routeStraight adds the baseline path: the client reaches the node's own address (nodeV4)
 // through the lb pod by plain routing, no DNAT and no MASQUERADE (a rule of ours at priority
 // 1000 sends it to the main table; lbpod only manages rules pointing to table 100). lbpod
-// forwards from net1 only what its DNAT created, so once lbpod is ready the baseline gets an
-// ACCEPT of its own in FORWARD, before lbpod's jump (lbpod leaves rules outside its chains
-// alone).
+// forwards from net1, and from eth0 into net1, only what its DNAT created, so once lbpod is
+// ready the baseline gets an ACCEPT of its own in FORWARD for each direction, before lbpod's
+// jump (lbpod leaves rules outside its chains alone).
 func (tp *topology) routeStraight() {
 	tp.ip(tp.client, "route", "add", nodeV4+"/32", "via", lbIPv4)
 	tp.ip(tp.lb, "rule", "add", "pref", "1000", "iif", "net1", "to", nodeV4+"/32", "lookup", "main")
@@ -56,6 +56,7 @@ func benchTopology(b *testing.B) *topology {
 	tp.startLBPod(svc, "v4", iptRules...)
 	waitReady(g, tp)
 	tp.exec(tp.lb, "iptables", "-I", "FORWARD", "1", "-i", "net1", "-d", nodeV4+"/32", "-j", "ACCEPT")
+	tp.exec(tp.lb, "iptables", "-I", "FORWARD", "1", "-i", "eth0", "-o", "net1", "-s", nodeV4+"/32", "-j", "ACCEPT")
 	return tp
 }
 

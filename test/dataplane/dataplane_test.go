@@ -191,6 +191,7 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 		"-A INPUT -j LBSVC-INPUT\n" +
 		"-A FORWARD -j LBSVC-FORWARD\n" +
 		"-A LBSVC-FORWARD -i net1 -m conntrack ! --ctstate DNAT -j DROP\n" +
+		"-A LBSVC-FORWARD -i eth0 -o net1 -m conntrack ! --ctstate DNAT -j DROP\n" +
 		"-A LBSVC-INPUT -d 172.18.0.18/32 -p tcp -j REJECT --reject-with tcp-reset\n" +
 		"-A LBSVC-INPUT -d 172.18.0.18/32 -p udp -j REJECT --reject-with icmp-port-unreachable\n" +
 		"-A LBSVC-INPUT -d 172.18.0.18/32 -p sctp -j REJECT --reject-with icmp-port-unreachable\n" +
@@ -299,7 +300,7 @@ func TestIPv6(t *testing.T) {
 	// IPv4 on net1 is dropped whole, in and through: an IPv6-only pod serves nothing over IPv4.
 	g.Expect(tp.exec(tp.lb, "iptables", "-t", "filter", "-S")).To(Equal("-P INPUT ACCEPT\n-P FORWARD ACCEPT\n-P OUTPUT ACCEPT\n" +
 		"-N LBSVC-FORWARD\n-N LBSVC-INPUT\n-A INPUT -j LBSVC-INPUT\n-A FORWARD -j LBSVC-FORWARD\n" +
-		"-A LBSVC-FORWARD -i net1 -j DROP\n-A LBSVC-INPUT -i net1 -j DROP\n"))
+		"-A LBSVC-FORWARD -i net1 -j DROP\n-A LBSVC-FORWARD -i eth0 -o net1 -j DROP\n-A LBSVC-INPUT -i net1 -j DROP\n"))
 	g.Expect(tp.exec(tp.lb, "iptables", "-t", "nat", "-S")).NotTo(ContainSubstring("LBSVC"))
 }
 

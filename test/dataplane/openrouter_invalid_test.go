@@ -30,7 +30,7 @@ func TestNotAnOpenRouterForInvalidPackets(t *testing.T) {
 			tp.exec(tp.node, "iptables", "-t", "raw", "-A", "PREROUTING", "-s", clientV4, "-p", "tcp", "-m", "comment", "--comment", "leaked")
 			tp.exec(tp.node, "iptables", "-t", "raw", "-A", "PREROUTING", "-s", podV4, "-d", clusterIPv4, "-p", "tcp", "--tcp-flags", "SYN,FIN", "SYN",
 				"-m", "comment", "--comment", "served")
-			count := func(comment string) int { return tp.rawCount(tp.node, "iptables", comment) }
+			count := func(comment string) int { return tp.rawCount(tp.node, "iptables", "PREROUTING", comment) }
 			// Control: a SYN written by the same raw sender to the LB address's port is DNATed and
 			// reaches the node, so the sender and the counters work (a test that can fail).
 			g.Expect(sendTCP(t, tp.client, clientV4, lbIPv4, httpPort, tcpSYN)).To(Succeed())

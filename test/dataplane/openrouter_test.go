@@ -3,6 +3,9 @@
 package dataplane
 
 import (
+	"net"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -28,4 +31,59 @@ func TestNotAnOpenRouter(t *testing.T) {
 		To(MatchRegexp(`-A LBSVC-FORWARD -i net1 -m conntrack ! --ctstate DNAT -c ([4-9]|\d\d+) \d+ -j DROP`))
 	// The allowed client is still served through the LB address.
 	expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+}
+
+// closedUDPPort is a UDP port of the Service that nothing behind the ClusterIP listens on.
+const closedUDPPort = 5354
+
+// Nor from the cluster side: a sender there that routes an underlay address through the lb pod
+// (another pod of the node, with a bridge-type CNI) gets nothing into the underlay, on either
+// family and with either back end. Before, `iif eth0 lookup 100` sent it out of net1,
+// untranslated. What eth0 carries into net1 for our DNATed connections still passes: their
+// replies, and an ICMP error about one (the ClusterIP's port unreachable for a Service port
+// nothing listens on reaches the client as a refusal; conntrack gives it its connection's DNAT
+// status, as it would a path MTU error).
+func TestNotAnOpenRouterFromClusterSide(t *testing.T) {
+	forEachRules(t, func(t *testing.T, rules []string) {
+		g := NewWithT(t)
+		tp := newTopology(t)
+		tp.startBackends()
+		svc := filepath.Join(t.TempDir(), "svc.yaml")
+		writeService(t, svc, []string{clusterIPv4, clusterIPv6}, append(slices.Clone(basePorts), servicePort{Protocol: "UDP", Port: closedUDPPort}), nil)
+		tp.startLBPod(svc, "dual", rules...)
+		waitReady(g, tp)
+		for _, f := range []struct{ cmd, sender, host, client, lb, clusterIP, podIP string }{
+			{"iptables", "10.16.0.50", "/32", clientV4, lbIPv4, clusterIPv4, podV4},
+			{"ip6tables", "fd16::50", "/128", clientV6, lbIPv6, clusterIPv6, podV6},
+		} {
+			expectServed(g, tp, tp.client, f.lb, f.clusterIP)
+			_, err := udpExchange(t, tp.client, lbAddr(f.lb, closedUDPPort), "probe")
+			g.Expect(err).To(Satisfy(isRefused), "the ClusterIP's port unreachable through %s", f.lb)
+
+			// Another pod of the node sends to the client with the lb pod as next hop; the node
+			// counts what it sends, the client what arrives.
+			tp.ip(tp.node, "addr", "add", f.sender+f.host, "dev", "lo", "nodad")
+			tp.ip(tp.node, "route", "add", f.client, "via", f.podIP, "dev", "nodeveth")
+			tp.exec(tp.node, f.cmd, "-t", "raw", "-A", "OUTPUT", "-s", f.sender, "-p", "udp", "-m", "comment", "--comment", "sent")
+			tp.exec(tp.client, f.cmd, "-t", "raw", "-A", "PREROUTING", "-s", f.sender, "-m", "comment", "--comment", "leaked")
+			g.Expect(inNS(t, tp.node, func() error {
+				c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(f.sender)}, &net.UDPAddr{IP: net.ParseIP(f.client), Port: 9999})
+				if err != nil {
+					return err
+				}
+				defer c.Close()
+				for range 3 {
+					if _, err := c.Write([]byte("into the underlay")); err != nil {
+						return err
+					}
+				}
+				return nil
+			})).To(Succeed())
+			g.Expect(tp.rawCount(tp.node, f.cmd, "OUTPUT", "sent")).To(Equal(3), "sent through the lb pod from %s", f.sender)
+			g.Consistently(func() int { return tp.rawCount(tp.client, f.cmd, "PREROUTING", "leaked") }).
+				WithTimeout(500*time.Millisecond).WithPolling(50*time.Millisecond).Should(BeZero(), "forwarded from %s into the underlay", f.sender)
+			// And the Service is still served.
+			expectServed(g, tp, tp.client, f.lb, f.clusterIP)
+		}
+	})
 }

@@ -35,16 +35,16 @@ func TestOwnRepliesReachRemoteClient(t *testing.T) {
 			g.Expect(err).To(Satisfy(isRefused), "UDP to a port the Service does not have on %s: port unreachable", f.lb)
 			g.Expect(icmpEcho(t, remote, f.lb)).To(Succeed(), "echo to %s", f.lb)
 		}
-		g.Expect(tp.rawCount(tp.node, "iptables", "from-lb")).To(BeZero(), "IPv4 packets from the LB address at the node")
-		g.Expect(tp.rawCount(tp.node, "ip6tables", "from-lb")).To(BeZero(), "IPv6 packets from the LB address at the node")
+		g.Expect(tp.rawCount(tp.node, "iptables", "PREROUTING", "from-lb")).To(BeZero(), "IPv4 packets from the LB address at the node")
+		g.Expect(tp.rawCount(tp.node, "ip6tables", "PREROUTING", "from-lb")).To(BeZero(), "IPv6 packets from the LB address at the node")
 	})
 }
 
-// rawCount returns the packet counter of the rule commented comment in the raw table's PREROUTING
-// chain of namespace ns; cmd is iptables or ip6tables.
-func (tp *topology) rawCount(ns, cmd, comment string) int {
+// rawCount returns the packet counter of the rule commented comment in chain (PREROUTING, OUTPUT)
+// of the raw table of namespace ns; cmd is iptables or ip6tables.
+func (tp *topology) rawCount(ns, cmd, chain, comment string) int {
 	tp.t.Helper()
-	out := tp.exec(ns, cmd, "-t", "raw", "-L", "PREROUTING", "-v", "-x", "-n")
+	out := tp.exec(ns, cmd, "-t", "raw", "-L", chain, "-v", "-x", "-n")
 	m := regexp.MustCompile(`(?m)^\s*(\d+)\s+\d+\s.*/\* ` + regexp.QuoteMeta(comment) + ` \*/`).FindStringSubmatch(out)
 	if m == nil {
 		tp.t.Fatalf("%s -t raw in %s: no rule %q:\n%s", cmd, ns, comment, out)
