@@ -132,14 +132,27 @@ func (k *Key) verify(f *Frame) bool {
 }
 
 // Sequencer numbers one sender's sealed frames: its wall clock in microseconds, or one more
-// than the last number when the clock has not moved on (or went back). A process that restarts
-// in the same pod (same net1 MAC, so the same sender for the receivers) starts again from its
-// wall clock, which is past every number it sent before.
+// than the last number when the clock has not moved on (or went back a little). A process that
+// restarts in the same pod (same net1 MAC, so the same sender for the receivers) starts again
+// from its wall clock, which is past every number it sent before.
 type Sequencer struct{ last uint64 }
 
-// Next is the sequence number for a frame sent at wall.
-func (s *Sequencer) Next(wall time.Time) uint64 {
-	n := max(uint64(max(wall.UnixMicro(), 0)), s.last+1)
+// Next is the sequence number for a frame sent at wall, received with the replay window window
+// (DefaultReplayWindow when not positive). When the last number is more than half the window
+// ahead of the clock, the clock stepped back that far: counting on from the last number would
+// leave every frame further ahead of the receivers' clocks (which took the same step) than the
+// window, refused as stale until the clock caught up. It starts again from the clock instead;
+// receivers whose clock stepped back by more than a quarter of the window have forgotten the
+// old numbers (Replay.Check), so they accept the new ones at once.
+func (s *Sequencer) Next(wall time.Time, window time.Duration) uint64 {
+	if window <= 0 {
+		window = DefaultReplayWindow
+	}
+	now := uint64(max(wall.UnixMicro(), 0))
+	if s.last > now+uint64(window.Microseconds()/2) {
+		s.last = 0
+	}
+	n := max(now, s.last+1)
 	s.last = n
 	return n
 }
@@ -148,10 +161,16 @@ func (s *Sequencer) Next(wall time.Time) uint64 {
 // is not newer, or lies outside the window around the receiver's wall clock. It is pure: the
 // caller passes the wall time. Only senders whose frames verified are stored, at most replayCap;
 // beyond that the one heard longest ago (lowest sequence) is forgotten, and its old frames are
-// then kept out by the window alone.
+// then kept out by the window alone. When the wall clock steps back by more than a quarter of
+// the window, it forgets every sender: their numbers from before the step would refuse as
+// replays the restarted numbers of senders whose clock took the same step (Sequencer.Next
+// restarts beyond half the window; the quarter leaves room for the time between two checks).
+// Until the senders' new numbers are recorded, the window alone keeps captures out.
 type Replay struct {
 	window time.Duration
 	last   map[ID]uint64
+	// seen is the latest wall time checked, in microseconds.
+	seen int64
 }
 
 // NewReplay returns an empty Replay with the given window (DefaultReplayWindow when not
@@ -167,6 +186,11 @@ func NewReplay(window time.Duration) *Replay {
 // RefusedReplay), or "" when it is accepted, and then records it.
 func (r *Replay) Check(sender ID, seq uint64, wall time.Time) string {
 	now, w := wall.UnixMicro(), r.window.Microseconds()
+	if now < r.seen-w/4 {
+		clear(r.last)
+		r.seen = now
+	}
+	r.seen = max(r.seen, now)
 	if s := int64(min(seq, 1<<63-1)); s < now-w || s > now+w {
 		return RefusedStale
 	}

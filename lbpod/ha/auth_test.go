@@ -74,18 +74,60 @@ func TestSequencer(t *testing.T) {
 	}{
 		{wall0, at},
 		{wall0, at + 1},                              // the clock did not move
-		{wall0.Add(-time.Hour), at + 2},              // it went back
+		{wall0.Add(-4 * time.Second), at + 2},        // it went back, by less than half the window
 		{wall0.Add(time.Millisecond), at + 1000},     // it moved on
 		{wall0.Add(time.Millisecond), at + 1000 + 1}, // and stood
+		// Back by more than half the window: from the clock again, or the receivers, whose
+		// clocks took the same step, would refuse every number as stale for 50 s.
+		{wall0.Add(-60 * time.Second), at - 60_000_000},
+		{wall0.Add(-60 * time.Second), at - 60_000_000 + 1},
+		// Back by more than half the window in small steps: as one step.
+		{wall0.Add(-62 * time.Second), at - 60_000_000 + 2},
+		{wall0.Add(-64 * time.Second), at - 60_000_000 + 3},
+		{wall0.Add(-66 * time.Second), at - 66_000_000},
 	} {
-		if got := s.Next(tc.wall); got != uint64(tc.want) {
+		if got := s.Next(tc.wall, 10*time.Second); got != uint64(tc.want) {
 			t.Errorf("step %d: %d, want %d", i, got, tc.want)
 		}
 	}
 	// A restart in the same pod: a new sequencer starts at its wall clock, past what the old sent.
 	var again Sequencer
-	if n := again.Next(wall0.Add(time.Second)); n <= uint64(at+1001) {
+	if n := again.Next(wall0.Add(time.Second), 0); n <= uint64(at+1001) {
 		t.Errorf("after a restart %d, want above %d", n, at+1001)
+	}
+}
+
+// TestClockStepBack: every node's wall clock steps back (NTP correcting a cluster that ran
+// ahead). The receiver must accept the sender's next advert, not refuse it as stale (the
+// sender counting on from its last number) or as a replay (the receiver remembering that
+// number) until the clock has caught up; before, a step of 60 s had it refuse them for 50 s.
+func TestClockStepBack(t *testing.T) {
+	for _, step := range []time.Duration{2 * time.Second, 4 * time.Second, 7 * time.Second, 60 * time.Second, time.Hour} {
+		var s Sequencer
+		r := NewReplay(10 * time.Second)
+		for ms := range 10 {
+			w := wall0.Add(time.Duration(ms) * 100 * time.Millisecond)
+			if why := r.Check(idA, s.Next(w, 10*time.Second), w); why != "" {
+				t.Fatalf("step %v: before it, advert %d refused: %s", step, ms, why)
+			}
+		}
+		// Both clocks step between two adverts.
+		var last uint64
+		var lastWall time.Time
+		for ms := range 10 {
+			lastWall = wall0.Add(time.Second - step + time.Duration(ms)*100*time.Millisecond)
+			last = s.Next(lastWall, 10*time.Second)
+			if why := r.Check(idA, last, lastWall); why != "" {
+				t.Errorf("step %v: advert %d after it refused: %s", step, ms, why)
+			}
+		}
+		if why := r.Check(idA, last, lastWall); why != RefusedReplay {
+			t.Errorf("step %v: the last advert again: %q, want %q", step, why, RefusedReplay)
+		}
+		// A capture from before the step, further than the window from the clock now.
+		if why := r.Check(idA, uint64(wall0.UnixMicro()), lastWall); step > 12*time.Second && why != RefusedStale {
+			t.Errorf("step %v: a capture from before the step: %q, want %q", step, why, RefusedStale)
+		}
 	}
 }
 

@@ -104,9 +104,13 @@
 //     heard it (a new pod, a restarted process: the Replay state is per process).
 //
 // The sequence is the sender's wall clock in microseconds, and at least one more than the last
-// (Sequencer): it stays increasing when the clock stands or steps back, and a process restarted
-// in the same pod (same net1 MAC, the same sender to the others) starts above what it sent before,
-// from its wall clock. The receiver keeps the last sequence of each verified sender only, at most
+// (Sequencer): it stays increasing when the clock stands or steps back by less than half the
+// window, and a process restarted in the same pod (same net1 MAC, the same sender to the others)
+// starts above what it sent before, from its wall clock. A larger step back restarts it from the
+// clock, and a receiver whose clock steps back by more than a quarter of the window forgets the
+// numbers it kept; otherwise a step of the nodes' clocks (NTP correcting them all) had the
+// receivers refuse every advert as stale or a replay until the clock caught up
+// (TestClockStepBack). The receiver keeps the last sequence of each verified sender only, at most
 // 32 (the oldest goes first), so a forger cannot fill it. The Machine keeps its monotonic clock;
 // the runner passes the wall time to the Guard for this check alone.
 //

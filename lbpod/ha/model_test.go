@@ -223,7 +223,7 @@ func (s *sim) handle(i int, ev Event) Output {
 	if out.Send != nil && r.linkUp && !r.isolated {
 		frame := out.Send.Marshal()
 		if !r.keyless {
-			frame = r.key.Seal(*out.Send, r.seq.Next(s.wall(r)))
+			frame = r.key.Seal(*out.Send, r.seq.Next(s.wall(r), DefaultReplayWindow))
 			if !r.mute {
 				// On the wire for the adversary to capture, even where the underlay then drops it.
 				s.wire = append(s.wire, frame)

@@ -648,7 +648,7 @@ func (r *runner) sendAdvert(a Advert) {
 	}
 	frame := func(flags byte) []byte {
 		if r.key != nil {
-			return r.key.seal(a, r.seq.Next(r.wall()), flags)
+			return r.key.seal(a, r.seq.Next(r.wall(), r.cfg.ReplayWindow), flags)
 		}
 		return a.marshal(flags)
 	}

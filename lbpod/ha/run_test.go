@@ -140,7 +140,7 @@ func TestRunAuthenticated(t *testing.T) {
 		t.Errorf("after the good advert: %s term %d heardAuth %t, want a standby that learnt term 7 authenticated", r.m.Role(), r.m.Term(), r.m.heardAuth)
 	}
 	// What it sends verifies with the peer's key, numbered from its wall clock.
-	sealed := r.key.Seal(from(idA, 1), r.seq.Next(wall))
+	sealed := r.key.Seal(from(idA, 1), r.seq.Next(wall, r.cfg.ReplayWindow))
 	if f := mustFrame(t, sealed); !peer.verify(&f) || f.Seq != usAt(0) {
 		t.Errorf("sealed frame %+v does not verify or has sequence %d, want %d", f, f.Seq, usAt(0))
 	}
