@@ -378,24 +378,22 @@ func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, boo
 	r.mu.Lock()
 	watching := r.hasSynced != nil
 	r.mu.Unlock()
+	// Bounded, the whole of it: a takeover's probe waits for this read while this replica is the
+	// elected active holding nothing (its adverts keep the standbys from claiming), and an API
+	// server that does not answer would hold it for its own timeout (about a minute). Past the
+	// bound the read fails and the probe covers every address.
+	read, cancel := context.WithTimeout(ctx, leaseReadTimeout)
+	defer cancel()
 	if watching {
 		// The watch's first list comes within a moment of start; a takeover that comes first
-		// (at creation) waits for it, a bounded time.
-		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		if l, err := r.cachedLease(wait); err == nil {
+		// (at creation) waits for it; without it the API server is asked, within what is left.
+		if l, err := r.cachedLease(read); err == nil {
 			if l == nil {
 				return nil, false, nil
 			}
 			return l.Annotations, true, nil
 		}
 	}
-	// Bounded: a takeover's probe waits for this read while this replica is the elected active
-	// holding nothing (its adverts keep the standbys from claiming), and an API server that does
-	// not answer would hold it for its own timeout (about a minute). Past the bound the read
-	// fails and the probe covers every address.
-	read, cancel := context.WithTimeout(ctx, leaseReadTimeout)
-	defer cancel()
 	l, err := r.client.Leases(r.namespace).Get(read, r.name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil, false, nil
@@ -406,7 +404,8 @@ func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, boo
 	return l.Annotations, true, nil
 }
 
-// leaseReadTimeout bounds a read of the Lease that a takeover waits for (annotations).
+// leaseReadTimeout bounds a read of the Lease that a takeover waits for (annotations): the wait
+// for the watch's first list and the read from the API server together.
 const leaseReadTimeout = 2 * time.Second
 
 // startProbe implements leaseState: writes wait for the probe's outcome.

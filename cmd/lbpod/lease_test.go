@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"sync"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -46,20 +47,37 @@ func TestTellKeepsTheNewestClaim(t *testing.T) {
 // A read of the Lease that a takeover's probe waits for gives up after leaseReadTimeout when the
 // API server does not answer (here one that holds every request), instead of its own timeout:
 // meanwhile this replica is the elected active, holding nothing, and its adverts keep the
-// standbys from claiming. (An HTTP server of the test's own: a real API server cannot be made to
-// hold a request.)
+// standbys from claiming. With the watch running but not yet listed, its wait and the read that
+// follows share the one bound (they took one each, 4 s in all, before). (An HTTP server of the
+// test's own: a real API server cannot be made to hold a request.)
 func TestLeaseReadIsBounded(t *testing.T) {
 	release := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
-	defer srv.Close()
-	defer close(release)
+	t.Cleanup(srv.Close) // after the subtests, which run in parallel
+	t.Cleanup(func() { close(release) })
 	client, err := newAPIClient(&rest.Config{Host: srv.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &leaseRecorder{client: client, namespace: "default", name: "lb-svc-web"}
-	// The client has no timeout of its own: only the read's deadline ends it.
-	if _, _, err = r.annotations(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err %v, want the read's deadline", err)
+	for _, tc := range []struct {
+		name      string
+		hasSynced func() bool
+	}{
+		{"no watch", nil},
+		{"a watch not yet listed", func() bool { return false }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := &leaseRecorder{client: client, namespace: "default", name: "lb-svc-web", hasSynced: tc.hasSynced}
+			start := time.Now()
+			// The client has no timeout of its own: only the read's deadline ends it.
+			if _, _, err := r.annotations(context.Background()); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("err %v, want the read's deadline", err)
+			}
+			// At the bound, not at twice it; the half bound is room for a slow test machine.
+			if took := time.Since(start); took < leaseReadTimeout || took > leaseReadTimeout*3/2 {
+				t.Errorf("the read gave up after %v, want %v", took, leaseReadTimeout)
+			}
+		})
 	}
 }
