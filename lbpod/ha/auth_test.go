@@ -282,16 +282,16 @@ func TestLegacyHandOver(t *testing.T) {
 // closed the legacy window, and leaves the wait as it was; the authenticated one ends it.
 func TestSupersededBackoffAuthenticated(t *testing.T) {
 	m := NewMachine(Config{ID: idA, Group: group, Priority: DefaultPriority, MaxSlack: -1, Authenticated: true, LegacyWindow: DefaultLegacyWindow})
-	for _, s := range activeAt315[:5] {
+	for _, s := range recordedActiveAt315 {
 		m.Handle(s.ev)
 	}
-	if out := m.Handle(record(400, idB, 2)); out.Superseded == nil || out.Role != Standby || out.Wake != ms(30715) || m.Backoff() != 30*time.Second {
+	if out := m.Handle(record(400, idB, 3)); out.Superseded == nil || out.Role != Standby || out.Wake != ms(30715) || m.Backoff() != 30*time.Second {
 		t.Fatalf("superseded: %+v backoff %s, want a standby waiting until 30.715s (backoff 30s)", out, m.Backoff())
 	}
-	if out := m.Handle(recv(500, from(idB, 2))); out.Refused != RefusedUnauthenticated || out.Wake != ms(30715) || m.Backoff() != 30*time.Second {
+	if out := m.Handle(recv(500, from(idB, 3))); out.Refused != RefusedUnauthenticated || out.Wake != ms(30715) || m.Backoff() != 30*time.Second {
 		t.Fatalf("a version-1 advert: %+v backoff %s, want refused as unauthenticated, still waiting until 30.715s (backoff 30s)", out, m.Backoff())
 	}
-	ev := recv(600, from(idB, 2))
+	ev := recv(600, from(idB, 3))
 	ev.Authenticated = true
 	if out := m.Handle(ev); out.Refused != "" || out.Wake != ms(915) || m.Backoff() != 0 {
 		t.Fatalf("an authenticated advert: %+v backoff %s, want obeyed, a standby waiting its dead interval until 915ms (backoff 0)", out, m.Backoff())

@@ -248,6 +248,12 @@
 //     authenticated one: a forged version-1 frame does not), so on a healthy underlay
 //     (where nobody is superseded through the Lease) failover is unchanged. The price: an active
 //     that dies while adverts are still lost is replaced after the wait, not after 0.3 s.
+//   - An active that took over before the Lease named any claim to it (the API server
+//     unreachable since its start) could not pass the recorded term, often a dead pod's: it does
+//     not let go for the first claim it then reads, but takes the next term and advertises it
+//     at once, and the write of that claim fences the older claim's author should it be alive
+//     and unheard. Once per process, so two replicas cannot go back and forth on it; before, it
+//     let go and nobody held the addresses for the 30 s wait (TestModelBlindTakeover).
 //
 // Faults, one by one:
 //   - API server unreachable: elections go on unchanged, failovers take the same time; only the

@@ -248,7 +248,10 @@ const (
 	// resigning replica whose own claim is older lets go at once, without announcing. An active
 	// that lets go this way never heard the winner, so the two held the addresses at once: the
 	// output says so (Output.Superseded), and it waits SupersededBackoff more before its next
-	// claim, since it cannot hear the holder it would take the addresses from.
+	// claim, since it cannot hear the holder it would take the addresses from. Except an active
+	// that took over before the record named any claim to it (the API server unreachable at its
+	// start): it did not know the term it had to pass, so it takes the next one and keeps the
+	// addresses, once per process (see superseded).
 	Superseded
 	// Verified: every advert that was waiting when the machine said Verifying (in the runner's
 	// channel and in the socket) has been fed to it. An active that was frozen and heard no
@@ -395,6 +398,9 @@ type Machine struct {
 	heardAt   time.Duration
 	// recordedOther: the record named another replica's claim (Superseded) since start.
 	recordedOther bool
+	// recordSeen: the record has named a claim (Superseded, our own included) or granted ours
+	// (Granted) since start. An active that has seen none took over blind: see superseded.
+	recordSeen bool
 	// sentAt and sent: when our last advert went out and the interval it carried; prevSent the
 	// one before (a standby that missed the last one goes by it).
 	sentAt          time.Duration
@@ -847,7 +853,28 @@ func (m *Machine) superseded(now time.Duration, c Claim, out *Output) {
 	if c.Sender != m.cfg.ID {
 		m.recordedOther = true
 	}
+	blind := !m.recordSeen
+	m.recordSeen = true
 	if c.Sender == m.cfg.ID || !m.role.holds() || c.Compare(m.own()) <= 0 {
+		return
+	}
+	if blind && m.role == Active {
+		// We took over before the record named any claim to us (the API server was unreachable
+		// at our start), so our term could not pass the recorded one, which may be a dead pod's:
+		// stepping down for it left nobody holding for the whole backoff. A takeover that had
+		// read the record would have taken the next term; take it now and advertise at once.
+		// Recorded (the runner sees our claim change), it fences the claim's author should it
+		// be alive and unheard, as any newer takeover does; it cannot go back and forth, since
+		// only the first claim the record names to a process is read so.
+		old := m.term
+		m.term = nextTerm(c.Term)
+		m.maxTerm = m.term
+		if !m.verifying { // after a freeze, once the queue is read (Verified)
+			out.Send = m.advert(now, false)
+			m.nextAdvert = now + m.cfg.Interval
+		}
+		out.Reason = fmt.Sprintf("the record, read for the first time, names %s's claim with term %d, newer than ours (%d), taken before the record could be read: keeping the addresses with term %d",
+			c.Sender, c.Term, old, m.term)
 		return
 	}
 	if m.role == Resigning {
@@ -872,6 +899,7 @@ func (m *Machine) superseded(now time.Duration, c Claim, out *Output) {
 // of it may have taught the term already), and this replica a standby that may claim and has
 // heard no other replica since start, on the underlay or in the record.
 func (m *Machine) granted(now time.Duration, c Claim, out *Output) {
+	m.recordSeen = true // it read the record, which had never named a claim
 	if m.role != Standby || !m.mayClaim() || m.heardActive || m.recordedOther || m.backoff > 0 ||
 		c.Sender != m.cfg.ID || c.Priority != m.cfg.Priority || c.Term == 0 || c.Term > MaxTerm || c.Term < m.maxTerm {
 		return

@@ -87,6 +87,17 @@ var activeAt315 = []step{
 	{ev: at(Tick, 315), hold: Take, send: "term 1", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 1"},
 }
 
+// recordedActiveAt315 is activeAt315 with the record read before the takeover (naming a dead
+// replica's claim, term 1), as when the API server answers at start: the takeover is not blind.
+var recordedActiveAt315 = []step{
+	{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+	{ev: record(50, idC, 1), role: Standby, wake: 315},
+	{ev: at(Tick, 100), role: Standby, wake: 315},
+	{ev: at(Tick, 200), role: Standby, wake: 315},
+	{ev: at(Tick, 300), role: Standby, wake: 315},
+	{ev: at(Tick, 315), hold: Take, send: "term 2", role: Active, wake: 415, reason: "no advert for the dead interval: active with term 2"},
+}
+
 func TestMachine(t *testing.T) {
 	tests := map[string]struct {
 		cfg   Config
@@ -228,21 +239,41 @@ func TestMachine(t *testing.T) {
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
 			{ev: at(RenewFailed, 10), role: Standby, wake: 315},
 		}},
-		"superseded through the record: lets go without announcing, waits 30 s more, then claims the next term": {steps: append(activeAt315[:5:5],
-			step{ev: record(400, idB, 2), hold: Release, role: Standby, wake: 30715, superseded: true,
-				reason: "the record names 02:00:00:00:00:03 active with term 2 (ours 1), never heard on the underlay: both held the addresses; stepping down, next claim no sooner than 30.315s from now"},
+		"superseded through the record: lets go without announcing, waits 30 s more, then claims the next term": {steps: append(recordedActiveAt315[:6:6],
+			step{ev: record(400, idB, 3), hold: Release, role: Standby, wake: 30715, superseded: true,
+				reason: "the record names 02:00:00:00:00:03 active with term 3 (ours 2), never heard on the underlay: both held the addresses; stepping down, next claim no sooner than 30.315s from now"},
 			step{ev: at(Tick, 30714), role: Standby, wake: 30715},
-			step{ev: at(Tick, 30715), hold: Take, send: "term 3", role: Active, wake: 30815, reason: "no advert for the dead interval: active with term 3"},
+			step{ev: at(Tick, 30715), hold: Take, send: "term 4", role: Active, wake: 30815, reason: "no advert for the dead interval: active with term 4"},
 			// Superseded again without hearing anyone: the wait doubles.
-			step{ev: record(30800, idB, 4), hold: Release, role: Standby, wake: 91115, superseded: true, reason: "next claim no sooner than 1m0.315s from now"},
+			step{ev: record(30800, idB, 5), hold: Release, role: Standby, wake: 91115, superseded: true, reason: "next claim no sooner than 1m0.315s from now"},
 		)},
-		"superseded through the record: an advert heard ends the wait": {steps: append(activeAt315[:5:5],
-			step{ev: record(400, idB, 2), hold: Release, role: Standby, wake: 30715, superseded: true, reason: "both held the addresses"},
-			step{ev: recv(500, from(idB, 2)), role: Standby, wake: 815},
-			step{ev: at(Tick, 815), hold: Take, send: "term 3", role: Active, wake: 915, failover: 315, reason: "no advert for the dead interval: active with term 3"},
+		"superseded through the record: an advert heard ends the wait": {steps: append(recordedActiveAt315[:6:6],
+			step{ev: record(400, idB, 3), hold: Release, role: Standby, wake: 30715, superseded: true, reason: "both held the addresses"},
+			step{ev: recv(500, from(idB, 3)), role: Standby, wake: 815},
+			step{ev: at(Tick, 815), hold: Take, send: "term 4", role: Active, wake: 915, failover: 315, reason: "no advert for the dead interval: active with term 4"},
 			// The next supersede starts from 30 s again.
-			step{ev: record(1000, idB, 4), hold: Release, role: Standby, wake: 31315, superseded: true, reason: "next claim no sooner than 30.315s from now"},
+			step{ev: record(1000, idB, 5), hold: Release, role: Standby, wake: 31315, superseded: true, reason: "next claim no sooner than 30.315s from now"},
 		)},
+		// The API server was unreachable at start: the takeover could not pass the recorded term
+		// (a dead pod's claim, say). Stepping down for it left nobody holding for 30 s; the
+		// replica takes the next term instead and advertises it at once (the runner records it,
+		// which fences that claim's author if it is alive). Once per process: the next newer
+		// claim supersedes it as any.
+		"a blind takeover keeps the addresses over the record's first claim with the next term, once": {steps: append(activeAt315[:5:5],
+			step{ev: record(400, idB, 2), send: "term 3", role: Active, wake: 500,
+				reason: "the record, read for the first time, names 02:00:00:00:00:03's claim with term 2, newer than ours (1), taken before the record could be read: keeping the addresses with term 3"},
+			step{ev: at(Tick, 500), send: "term 3", role: Active, wake: 600},
+			step{ev: record(550, idB, 4), hold: Release, role: Standby, wake: 30865, superseded: true, reason: "the record names 02:00:00:00:00:03 active with term 4 (ours 3)"},
+		)},
+		"a blind takeover whose first record is its own claim is blind no more": {steps: append(activeAt315[:5:5],
+			step{ev: record(400, idA, 1), role: Active, wake: 415},
+			step{ev: record(410, idB, 2), hold: Release, role: Standby, wake: 30725, superseded: true, reason: "the record names 02:00:00:00:00:03 active with term 2 (ours 1)"},
+		)},
+		"a takeover on the record's grant is not blind": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: granted(40, idA, DefaultPriority, 1), hold: Take, send: "term 1", role: Active, wake: 140, reason: "granted its first claim: active with term 1"},
+			{ev: record(100, idB, 2), hold: Release, role: Standby, wake: 30415, superseded: true, reason: "the record names 02:00:00:00:00:03 active with term 2 (ours 1)"},
+		}},
 		"the record naming an older claim, the same one or our own changes nothing": {steps: append(activeAt315[:5:5],
 			step{ev: record(320, idB, 1), role: Active, wake: 415},
 			step{ev: record(330, idB, 0), role: Active, wake: 415},
@@ -250,8 +281,8 @@ func TestMachine(t *testing.T) {
 			step{ev: Event{Kind: Superseded, Now: ms(350), Claim: Claim{Term: MaxTerm + 1, Sender: idB}}, role: Active, wake: 415},
 			step{ev: at(Tick, 415), send: "term 1", role: Active, wake: 515},
 		)},
-		"the record's claim wins on priority at the same term": {steps: append(activeAt315[:5:5],
-			step{ev: Event{Kind: Superseded, Now: ms(320), Claim: Claim{Term: 1, Priority: 101, Sender: idC}}, hold: Release, role: Standby, wake: 30635, superseded: true, reason: "the record names 02:00:00:00:00:01 active with term 1 (ours 1)"},
+		"the record's claim wins on priority at the same term": {steps: append(recordedActiveAt315[:6:6],
+			step{ev: Event{Kind: Superseded, Now: ms(320), Claim: Claim{Term: 2, Priority: 101, Sender: idC}}, hold: Release, role: Standby, wake: 30635, superseded: true, reason: "the record names 02:00:00:00:00:01 active with term 2 (ours 2)"},
 		)},
 		"a standby learns the term from the record, with no wait added": {steps: []step{
 			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},

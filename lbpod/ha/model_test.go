@@ -197,6 +197,7 @@ func (s *sim) logf(format string, args ...any) {
 
 func (s *sim) handle(i int, ev Event) Output {
 	r := s.replicas[i]
+	held := r.m.Claim()
 	out := r.m.Handle(ev)
 	if out.Reason != "" || out.Hold != Keep {
 		s.logf("r%d %s: %s %s (%s)", i, ev.Kind, out.Hold, out.Role, out.Reason)
@@ -205,13 +206,14 @@ func (s *sim) handle(i int, ev Event) Output {
 	if out.Hold == Take && strings.HasPrefix(out.Reason, "the active resigned") {
 		s.checkResignedTakeover(i)
 	}
-	// The recorder: a takeover writes the claim, a step-down on the record writes the note.
-	if out.Hold == Take {
+	// The recorder: a new claim (a takeover, or a blind takeover's newer term: Superseded) is
+	// written, as the runner's record does; a step-down on the record writes the note.
+	if c := r.m.Claim(); c != held && c != (Claim{}) {
 		if s.held == nil {
 			s.held = map[Claim]bool{}
 		}
-		s.held[r.m.Claim()] = true
-		r.writes = append(r.writes, recordWrite{at: s.now + s.apiDelay(), claim: r.m.Claim()})
+		s.held[c] = true
+		r.writes = append(r.writes, recordWrite{at: s.now + s.apiDelay(), claim: c})
 	}
 	if out.Superseded != nil {
 		s.supersededBy = append(s.supersededBy, *out.Superseded)
@@ -1165,4 +1167,90 @@ func TestModelFirstClaimAuthorDies(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestModelBlindTakeover: a replica starts while its API server is unreachable, so it takes over
+// before it could read the record, with a term that cannot pass the recorded one. When the API
+// server answers, the record names an older holder's claim with a newer term.
+//   - That holder is dead (the Service's other pods gone, this one replaced): the replica keeps
+//     the addresses with the next term, and records it. Before, it stepped down for the dead
+//     pod's claim, wrote a held-twice note, and nobody held the addresses for the 30 s backoff.
+//   - That holder is alive but neither hears the other (adverts lost both ways): the newer term
+//     written fences it within the API's latency, as any newer takeover does (the model's own
+//     check of two holders that both reach the API server runs throughout), and the election
+//     settles on one holder once the adverts flow again.
+func TestModelBlindTakeover(t *testing.T) {
+	// setup runs two replicas through failovers until r1 holds with a recorded term above what
+	// a fresh takeover takes (2), then restarts r0 without the API server (deaf and mute too
+	// with alive: r1 goes on holding; else r1 is killed first).
+	setup := func(t *testing.T, alive bool) (*sim, Claim) {
+		s := newSim(t, 2, 11, 0)
+		s.run(2 * time.Second)
+		for s.record.Term <= 2 || s.holder() != 1 {
+			h := s.holder()
+			s.replicas[h].alive = false
+			s.logf("r%d kill -9", h)
+			s.run(time.Second)
+			s.start(h)
+			s.run(time.Second)
+		}
+		old := s.record
+		r0, r1 := s.replicas[0], s.replicas[1]
+		if old.Sender != r1.id {
+			t.Fatalf("setup: record %s, want r1's claim:\n%s", old, strings.Join(s.log, "\n"))
+		}
+		r0.alive = false
+		if !alive {
+			r1.alive = false
+		}
+		r0.apiDown, r0.mute, r0.deaf = true, alive, alive
+		s.logf("r0 restarted without the API server (r1 alive and unheard: %t)", alive)
+		s.start(0)
+		s.run(time.Second)
+		if r0.m.Role() != Active || r0.m.Term() >= old.Term {
+			t.Fatalf("r0 %s with term %d, want active with a term below the recorded %s:\n%s", r0.m.Role(), r0.m.Term(), old, strings.Join(s.log, "\n"))
+		}
+		return s, old
+	}
+
+	t.Run("the recorded holder is dead", func(t *testing.T) {
+		s, old := setup(t, false)
+		r0, from := s.replicas[0], len(s.supersededBy)
+		r0.apiDown = false
+		s.logf("r0 reaches the API server")
+		s.relist(0)
+		for end := s.now + time.Minute; s.now < end; s.now += time.Millisecond {
+			s.step()
+			if r0.m.Role() != Active {
+				t.Fatalf("at %s r0 is %s, want it to keep the addresses:\n%s", s.now, r0.m.Role(), strings.Join(s.log, "\n"))
+			}
+		}
+		want := Claim{Term: old.Term + 1, Priority: DefaultPriority, Sender: r0.id}
+		if s.record != want || len(s.supersededBy) != from {
+			t.Fatalf("record %s, step-downs on it %v; want %s recorded, none:\n%s", s.record, s.supersededBy[from:], want, strings.Join(s.log, "\n"))
+		}
+	})
+
+	t.Run("the recorded holder is alive and unheard", func(t *testing.T) {
+		s, old := setup(t, true)
+		r0, r1 := s.replicas[0], s.replicas[1]
+		if r1.m.Role() != Active {
+			t.Fatalf("r1 %s, want still active (it cannot hear r0):\n%s", r1.m.Role(), strings.Join(s.log, "\n"))
+		}
+		r0.apiDown = false
+		s.logf("r0 reaches the API server")
+		s.relist(0)
+		s.run(time.Second) // s.step fails on two holders that both reach the API beyond overlapAPI
+		want := Claim{Term: old.Term + 1, Priority: DefaultPriority, Sender: r0.id}
+		if r0.m.Role() != Active || r1.m.Role() != Standby || s.record != want {
+			t.Fatalf("r0 %s, r1 %s, record %s; want r0 active with %s recorded, r1 fenced:\n%s", r0.m.Role(), r1.m.Role(), s.record, want, strings.Join(s.log, "\n"))
+		}
+		// r0's newer term reads, once, as a blind takeover's: the next one supersedes it as any.
+		r0.mute, r0.deaf = false, false
+		s.logf("adverts flow again")
+		s.run(5 * time.Second)
+		if s.holders() != 1 {
+			t.Fatalf("%d holders once the adverts flow, want 1:\n%s", s.holders(), strings.Join(s.log, "\n"))
+		}
+	})
 }
