@@ -116,14 +116,24 @@ func SpecDigest(spec *appsv1.DeploymentSpec) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// TrimDeployment replaces the pod template of d with the digest of d's live spec.
+// CachedElectionKey holds, in a cached Deployment's emptied template, what its lb pods elect
+// with (election: "<key Secret> <addresses>"), which FromSingle compares with the desired
+// template's. Never sent to the API server, as CachedSpecDigestKey.
+const CachedElectionKey = "lbsvc.io/cached-election"
+
+// TrimDeployment replaces the pod template of d with the digest of d's live spec and what its
+// pods elect with.
 func TrimDeployment(d *appsv1.Deployment) {
 	if TemplateTrimmed(d) {
 		return
 	}
 	digest := SpecDigest(&d.Spec)
+	key, addrs := election(d)
 	d.Spec.Template = corev1.PodTemplateSpec{}
 	d.Spec.Template.Annotations = map[string]string{CachedSpecDigestKey: digest}
+	if key != "" || addrs != "" {
+		d.Spec.Template.Annotations[CachedElectionKey] = key + " " + addrs
+	}
 }
 
 // TemplateTrimmed tells whether d came from the cache without its template. A Deployment the API

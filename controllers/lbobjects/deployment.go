@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -188,14 +189,22 @@ func (p Params) strategy() appsv1.DeploymentStrategy {
 		}}
 }
 
-// FromSingle returns desired, or a copy of it with the Recreate strategy while cur, the live
-// Deployment, still runs a single lb pod or is still rolling out from one, and desired has
-// standbys. A single lb pod holds its addresses outside the election (no adverts, no kernel
-// lifetime): the new replicas of a RollingUpdate would hear no active, claim the addresses
-// after the dead interval and hold them beside it until the rollout took it away, two holders
-// for seconds. Recreate takes it away first (the address is down until a new replica claims
-// it, once). When the rollout is complete the next pass applies RollingUpdate, which changes
-// no pod. Pure.
+// FromSingle returns desired, or a copy of it with the Recreate strategy, when desired has
+// standbys and a RollingUpdate would run old and new lb pods that do not elect together:
+//   - cur, the live Deployment, still runs a single lb pod. It holds its addresses outside the
+//     election (no adverts, no kernel lifetime): the new replicas would hear no active, claim the
+//     addresses after the dead interval and hold them beside it until the rollout took it away,
+//     two holders for seconds.
+//   - cur's pods elect in another group or with another key than desired's (election: an address
+//     family added or removed, the Service moved to new addresses; each makes a new claim, hence a
+//     new key Secret). Old and new pods never hear each other but write the same Lease: they
+//     supersede each other through it, held-twice Warnings, and the addresses of whichever lost
+//     unheld for its 30 s backoff until the rollout ends.
+//   - cur is still rolling out with Recreate (from either): until that rollout is complete.
+//
+// Recreate takes the old pods away first: the addresses are down once, until a new replica claims
+// them. When the rollout is complete the next pass applies RollingUpdate, which changes no pod.
+// Pure.
 func FromSingle(desired, cur *appsv1.Deployment) *appsv1.Deployment {
 	if cur == nil || cur.Name == "" || ptr.Deref(desired.Spec.Replicas, 1) <= 1 ||
 		desired.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
@@ -203,12 +212,55 @@ func FromSingle(desired, cur *appsv1.Deployment) *appsv1.Deployment {
 	}
 	single := ptr.Deref(cur.Spec.Replicas, 1) == 1
 	rolling := cur.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && !rolledOut(cur)
-	if !single && !rolling {
+	if !single && !rolling && !electionChanged(desired, cur) {
 		return desired
 	}
 	d := desired.DeepCopy()
 	d.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
 	return d
+}
+
+// electionChanged tells whether cur's lb pods cannot elect together with desired's: another
+// key Secret, or other addresses (the election group is a digest of them, prefix lengths and
+// order aside). A cur whose pods have no key (a release before the key, upgraded: the legacy
+// window lets the new pods defer to the old), or whose addresses cannot be read, is no change.
+func electionChanged(desired, cur *appsv1.Deployment) bool {
+	wantKey, wantAddrs := election(desired)
+	curKey, curAddrs := election(cur)
+	return (curKey != "" && curKey != wantKey) || (curAddrs != "" && curAddrs != wantAddrs)
+}
+
+// election is what d's lb pods elect with: the name of the key Secret they mount ("" for none)
+// and their addresses, without prefix lengths, sorted and comma-separated. A Deployment from the
+// cache (TemplateTrimmed) carries it in its emptied template (CachedElectionKey).
+func election(d *appsv1.Deployment) (keySecret, addrs string) {
+	if TemplateTrimmed(d) {
+		keySecret, addrs, _ = strings.Cut(d.Spec.Template.Annotations[CachedElectionKey], " ")
+		return keySecret, addrs
+	}
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Name == haKeyVolume && v.Secret != nil {
+			keySecret = v.Secret.SecretName
+		}
+	}
+	for _, c := range d.Spec.Template.Spec.Containers {
+		if c.Name != mainContainer {
+			continue
+		}
+		for _, e := range c.Env {
+			if e.Name != lbv1.EnvAddresses || e.Value == "" {
+				continue
+			}
+			var list []string
+			for _, a := range strings.Split(e.Value, ",") {
+				addr, _, _ := strings.Cut(a, "/")
+				list = append(list, addr)
+			}
+			slices.Sort(list)
+			addrs = strings.Join(slices.Compact(list), ",")
+		}
+	}
+	return keySecret, addrs
 }
 
 // rolledOut tells whether d's status shows its spec rolled out: seen by the Deployment controller,

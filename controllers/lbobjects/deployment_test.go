@@ -446,6 +446,36 @@ func TestBuildSingleReplica(t *testing.T) {
 	}
 }
 
+// live is from as the API server reports it: at generation, its status at observed with replicas
+// pods, updated of them of the current template.
+func live(from *appsv1.Deployment, generation, observed int64, replicas, updated int32) *appsv1.Deployment {
+	d := from.DeepCopy()
+	d.Generation, d.Status.ObservedGeneration, d.Status.Replicas, d.Status.UpdatedReplicas = generation, observed, replicas, updated
+	return d
+}
+
+// fromSingleCase is a desired and a live Deployment, and whether FromSingle must make desired's
+// strategy Recreate.
+type fromSingleCase struct {
+	name     string
+	desired  *appsv1.Deployment
+	cur      *appsv1.Deployment
+	recreate bool
+}
+
+func checkFromSingle(t *testing.T, cases []fromSingleCase) {
+	t.Helper()
+	for _, tc := range cases {
+		got := FromSingle(tc.desired, tc.cur)
+		if recreate := got.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; recreate != tc.recreate {
+			t.Errorf("%s: strategy %+v, want Recreate %t", tc.name, got.Spec.Strategy, tc.recreate)
+		}
+		if got.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && got.Spec.Strategy.RollingUpdate != nil {
+			t.Errorf("%s: Recreate with rollingUpdate %+v (the API server refuses it)", tc.name, got.Spec.Strategy.RollingUpdate)
+		}
+	}
+}
+
 // From one lb pod to standbys: Recreate while the live Deployment runs the single pod or is still
 // rolling out from it (the single pod holds its addresses outside the election: a new replica of
 // a RollingUpdate would claim them beside it), the desired RollingUpdate once the rollout is
@@ -461,19 +491,9 @@ func TestFromSingle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	live := func(from *appsv1.Deployment, generation, observed int64, replicas, updated int32) *appsv1.Deployment {
-		d := from.DeepCopy()
-		d.Generation, d.Status.ObservedGeneration, d.Status.Replicas, d.Status.UpdatedReplicas = generation, observed, replicas, updated
-		return d
-	}
 	mid := standbys.DeepCopy()
 	mid.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
-	for _, tc := range []struct {
-		name     string
-		desired  *appsv1.Deployment
-		cur      *appsv1.Deployment
-		recreate bool
-	}{
+	checkFromSingle(t, []fromSingleCase{
 		{"no live Deployment", standbys, &appsv1.Deployment{}, false},
 		{"one lb pod running, standbys desired", standbys, live(single, 1, 1, 1, 1), true},
 		{"rolling out from one: not yet seen", standbys, live(mid, 2, 1, 1, 1), true},
@@ -482,17 +502,68 @@ func TestFromSingle(t *testing.T) {
 		{"rolled out", standbys, live(mid, 2, 2, 2, 2), false},
 		{"standbys already, rolling", standbys, live(standbys, 3, 2, 3, 1), false},
 		{"one lb pod desired", single, live(standbys, 1, 1, 2, 2), true},
-	} {
-		got := FromSingle(tc.desired, tc.cur)
-		if recreate := got.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType; recreate != tc.recreate {
-			t.Errorf("%s: strategy %+v, want Recreate %t", tc.name, got.Spec.Strategy, tc.recreate)
-		}
-		if got.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType && got.Spec.Strategy.RollingUpdate != nil {
-			t.Errorf("%s: Recreate with rollingUpdate %+v (the API server refuses it)", tc.name, got.Spec.Strategy.RollingUpdate)
-		}
-	}
+	})
 	if standbys.Spec.Strategy.Type != appsv1.RollingUpdateDeploymentStrategyType {
 		t.Fatal("FromSingle changed the desired object it was given")
+	}
+}
+
+// With standbys, a change of what the lb pods elect with (an address family added or removed,
+// new addresses: a new claim, hence a new key Secret, and a new election group) rolls out with
+// Recreate too: old and new pods would never hear each other but write the same Lease. Also when
+// the live Deployment comes from the cache, without its template. A change the old and new pods
+// elect through (no key before: the legacy window; anything else in the template) keeps the
+// RollingUpdate.
+func TestFromSingleElectionChange(t *testing.T) {
+	build := func(p Params) *appsv1.Deployment {
+		t.Helper()
+		d, err := BuildDeployment(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	rolledOut := func(d *appsv1.Deployment) *appsv1.Deployment { return live(d, 2, 2, 2, 2) }
+	trimmed := func(d *appsv1.Deployment) *appsv1.Deployment {
+		d = d.DeepCopy()
+		TrimDeployment(d)
+		return d
+	}
+	v4 := seedParams()
+	v4.Replicas = 2
+	v4.Claim = []IPRef{{Name: "172.18.0.18", UID: "uid-v4"}}
+	dual := dualParams()
+	dual.Replicas = 2
+	dual.Claim = []IPRef{{Name: "172.18.0.18", UID: "uid-v4"}, {Name: "fd00-18--12", UID: "uid-v6"}}
+	rekeyed := v4
+	rekeyed.Claim = []IPRef{{Name: "172.18.0.18", UID: "uid-v4-again"}}
+	keyless := v4
+	keyless.Claim = nil
+	image := v4
+	image.Image = "localhost/lbsvc-lbpod:next"
+	mid := build(dual)
+	mid.Spec.Strategy = appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	checkFromSingle(t, []fromSingleCase{
+		{"IPv6 added", build(dual), rolledOut(build(v4)), true},
+		{"IPv6 added, the live Deployment from the cache", build(dual), trimmed(rolledOut(build(v4))), true},
+		{"IPv6 removed", build(v4), rolledOut(build(dual)), true},
+		{"IPv6 removed, from the cache", build(v4), trimmed(rolledOut(build(dual))), true},
+		{"the same addresses, a new key", build(rekeyed), trimmed(rolledOut(build(v4))), true},
+		{"rolling out the new family", build(dual), live(mid, 3, 3, 3, 2), true},
+		{"the new family rolled out", build(dual), trimmed(rolledOut(mid)), false},
+		{"the same election, another image", build(image), trimmed(rolledOut(build(v4))), false},
+		{"the same election, the keyed pods in the cache", build(v4), trimmed(rolledOut(build(v4))), false},
+		{"no key before (an earlier release): the legacy window", build(v4), trimmed(rolledOut(build(keyless))), false},
+	})
+	// The cache keeps what the pods elect with in the emptied template, as election reads it from
+	// the full one.
+	d := build(dual)
+	key, addrs := election(d)
+	if key != dual.HAKeySecretName() || addrs != "172.18.0.18,fd00:18::12" {
+		t.Errorf("election of the full template: %q %q", key, addrs)
+	}
+	if k, a := election(trimmed(d)); k != key || a != addrs {
+		t.Errorf("election of the cached Deployment: %q %q, want %q %q", k, a, key, addrs)
 	}
 }
 

@@ -410,7 +410,10 @@ func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
 // From one lb pod to two: the Deployment goes to two replicas with Recreate (the single pod holds
 // its addresses outside the election, so a RollingUpdate's new replicas would claim them beside
 // it), and to RollingUpdate once its status shows the rollout complete (envtest runs no
-// Deployment controller: the test writes that status).
+// Deployment controller: the test writes that status). Then a new claim with standbys (a move to
+// another address; an address family added or removed is the same): the new pods elect with
+// another key and group than the old, which they would never hear, so Recreate again until that
+// rollout is complete.
 func TestOneToTwoLBPodsRecreates(t *testing.T) {
 	g, ctx, f := servedFixture(t, "grow")
 	key := client.ObjectKey{Namespace: f.ns, Name: "lb-svc-grow"}
@@ -420,29 +423,53 @@ func TestOneToTwoLBPodsRecreates(t *testing.T) {
 		g.Expect(*d.Spec.Replicas).To(Equal(replicas))
 		return d.Spec.Strategy
 	}
+	recreate := appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}
+	rollingUpdate := appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}
+	// rolledOut writes the Deployment controller's report: both new pods there, the old ones gone.
+	rolledOut := func() {
+		g.Eventually(func(g Gomega) {
+			d := &appsv1.Deployment{}
+			g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
+			d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2,
+				Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
+			g.Expect(k8s.Status().Update(ctx, d)).To(Succeed())
+		}, timeout, interval).Should(Succeed())
+	}
 	g.Eventually(func(g Gomega) {
-		g.Expect(strategy(g, 1)).To(Equal(appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}))
+		g.Expect(strategy(g, 1)).To(Equal(recreate))
 	}, timeout, interval).Should(Succeed())
 
 	update(t, getService(g, f.ns, "grow"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "2" })
 	g.Eventually(func(g Gomega) {
-		g.Expect(strategy(g, 2)).To(Equal(appsv1.DeploymentStrategy{Type: appsv1.RecreateDeploymentStrategyType}))
+		g.Expect(strategy(g, 2)).To(Equal(recreate))
 	}, timeout, interval).Should(Succeed())
 	g.Consistently(func(g Gomega) {
 		g.Expect(strategy(g, 2).Type).To(Equal(appsv1.RecreateDeploymentStrategyType))
 	}, time.Second, interval).Should(Succeed())
+	rolledOut()
+	g.Eventually(func(g Gomega) {
+		g.Expect(strategy(g, 2)).To(Equal(rollingUpdate))
+	}, timeout, interval).Should(Succeed())
 
-	// The Deployment controller's report: both new pods there, the old one gone.
+	// The new claim: the new template (its addresses, its key Secret) goes out with Recreate.
+	var before appsv1.Deployment
+	g.Expect(k8s.Get(ctx, key, &before)).To(Succeed())
+	update(t, getService(g, f.ns, "grow"), func(s *corev1.Service) { s.Spec.LoadBalancerIP = f.ip("31") })
+	waitAddress(t, f.ns, "grow", f.ip("31"))
 	g.Eventually(func(g Gomega) {
 		d := &appsv1.Deployment{}
 		g.Expect(k8s.Get(ctx, key, d)).To(Succeed())
-		d.Status = appsv1.DeploymentStatus{ObservedGeneration: d.Generation, Replicas: 2, UpdatedReplicas: 2, ReadyReplicas: 2, AvailableReplicas: 2,
-			Conditions: []appsv1.DeploymentCondition{{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable"}}}
-		g.Expect(k8s.Status().Update(ctx, d)).To(Succeed())
+		g.Expect(d.Spec.Template.Spec.Containers[0].Env).To(ContainElement(corev1.EnvVar{Name: lbv1.EnvAddresses, Value: f.ip("31") + "/24"}))
+		g.Expect(d.Spec.Template.Spec.Volumes).NotTo(Equal(before.Spec.Template.Spec.Volumes), "a new key Secret")
+		g.Expect(d.Spec.Strategy).To(Equal(recreate))
 	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		g.Expect(strategy(g, 2).Type).To(Equal(appsv1.RecreateDeploymentStrategyType))
+	}, time.Second, interval).Should(Succeed())
+	rolledOut()
 	g.Eventually(func(g Gomega) {
-		g.Expect(strategy(g, 2)).To(Equal(appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType,
-			RollingUpdate: &appsv1.RollingUpdateDeployment{MaxUnavailable: ptr.To(intstr.FromInt32(0)), MaxSurge: ptr.To(intstr.FromInt32(1))}}))
+		g.Expect(strategy(g, 2)).To(Equal(rollingUpdate))
 	}, timeout, interval).Should(Succeed())
 }
 
