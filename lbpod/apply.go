@@ -56,6 +56,14 @@ type Applier struct {
 	// change against it saves one iptables-save per family (the cost that grows with the
 	// rules). A resync always reads afresh, and a refused transaction starts over from a read.
 	saved map[Family]Saved
+	// flowsPending is Kernel.FlowsPending: a family is marked before the rules of a plan that
+	// forgets its flows run, and cleared once that forget ran. A run that fails after some of
+	// the rules went in (the nat table committed and the filter table refused, one family in
+	// and the other refused) returns before the forget, and a fresh read then finds those
+	// rules as wanted: the mark is all that still asks for the forget. Under pendingMu: the
+	// forgets clear it in the background.
+	pendingMu    sync.Mutex
+	flowsPending map[Family]bool
 }
 
 // NewApplier builds an Applier using the iptables binaries at the given paths.
@@ -208,13 +216,23 @@ func (a *Applier) Execute(ops []Op) error {
 
 // run is Execute, except that the conntrack deletions (ForgetFlowsOp: best effort, and a walk
 // of the whole conntrack table that takes ~10 ms on a busy host) run in the background from
-// where the plan puts them; forgetting waits for them.
+// where the plan puts them; forgetting waits for them. Their families are marked pending
+// (flowsPending) before anything runs, so that a run that stops before them leaves the mark.
 func (a *Applier) run(ops []Op) (forgetting func(), err error) {
 	var bg sync.WaitGroup
 	forgetting = bg.Wait
+	for _, op := range ops {
+		if o, ok := op.(ForgetFlowsOp); ok {
+			a.markFlows(o.Family, true)
+		}
+	}
 	for i := 0; i < len(ops); {
 		if o, ok := ops[i].(ForgetFlowsOp); ok {
-			bg.Go(func() { a.execute(o) })
+			bg.Go(func() {
+				a.execute(o)
+				// Ran, even if it failed: best effort, as it always was (an entry left times out).
+				a.markFlows(o.Family, false)
+			})
 			i++
 			continue
 		}
@@ -240,6 +258,27 @@ func (a *Applier) run(ops []Op) (forgetting func(), err error) {
 		i += n
 	}
 	return forgetting, nil
+}
+
+// markFlows sets or clears a family's flowsPending mark.
+func (a *Applier) markFlows(fam Family, pending bool) {
+	a.pendingMu.Lock()
+	defer a.pendingMu.Unlock()
+	if a.flowsPending == nil {
+		a.flowsPending = map[Family]bool{}
+	}
+	if pending {
+		a.flowsPending[fam] = true
+	} else {
+		delete(a.flowsPending, fam)
+	}
+}
+
+// pendingFlows is a copy of the flowsPending marks, for a plan.
+func (a *Applier) pendingFlows() map[Family]bool {
+	a.pendingMu.Lock()
+	defer a.pendingMu.Unlock()
+	return maps.Clone(a.flowsPending)
 }
 
 // parallelRestores is how many operations at the start of ops are restores of distinct

@@ -36,7 +36,8 @@ func iptablesRestore(bin, payload string) error {
 	return nil
 }
 
-// RestoreError is an iptables-restore transaction the kernel refused (nothing of it applied).
+// RestoreError is an iptables-restore run that failed: the table it failed on applied nothing,
+// but the tables committed before it in the same run (each its own COMMIT) stay.
 type RestoreError struct {
 	Family Family
 	Table  string

@@ -31,7 +31,8 @@ func (a *Applier) Read(st State) (Kernel, error) {
 // The nftables tables likewise come from their cache unless fresh or reread; nftSets (one map at
 // most) names, per family, the sets whose elements are read back into the cached table.
 func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[Family][]ChainRef, res *Applied, nftSets ...map[Family][]string) (Kernel, error) {
-	k := Kernel{Link: Link{Name: st.Interface}, Indexes: map[string]int{}, IPTables: map[Family]Saved{}, NFTables: map[Family]NFTKernel{}}
+	k := Kernel{Link: Link{Name: st.Interface}, Indexes: map[string]int{}, IPTables: map[Family]Saved{}, NFTables: map[Family]NFTKernel{},
+		FlowsPending: a.pendingFlows()}
 	if a.saved == nil {
 		a.saved = map[Family]Saved{}
 	}

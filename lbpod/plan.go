@@ -8,8 +8,9 @@ import (
 	"time"
 )
 
-// Kernel is what the Applier read from the lb pod's network namespace: the other input of Plan,
-// beside the wanted State. It holds plain data only, so that Plan is tested without root.
+// Kernel is what the Applier read from the lb pod's network namespace, and the one thing it
+// remembers of it (FlowsPending): the other input of Plan, beside the wanted State. It holds
+// plain data only, so that Plan is tested without root.
 type Kernel struct {
 	// Link is the underlay interface (net1).
 	Link Link
@@ -24,6 +25,10 @@ type Kernel struct {
 	IPTables map[Family]Saved
 	// NFTables holds, per family the state's NFTables use, our table as read.
 	NFTables map[Family]NFTKernel
+	// FlowsPending marks the families whose stale conntrack entries an earlier run may have left
+	// (its rules went in, at least in part, and it failed before forgetting them): the tables
+	// read now look as wanted, so only this says the entries are still to be forgotten.
+	FlowsPending map[Family]bool
 }
 
 // Link is the underlay interface as read.
@@ -212,7 +217,7 @@ func PlanSync(k Kernel, st State) (Plan, error) {
 			}
 			p.Ops = append(p.Ops, RestoreOp{Family: t.Family, Table: strings.Join(rp.Tables, ","), Payload: payload.String(), Chains: rp.Written, Whole: rp.Whole})
 		}
-		if rp.FlowsChanged {
+		if rp.FlowsChanged || k.FlowsPending[t.Family] {
 			if fp, ok := flowPolicyOf(t); ok {
 				forget = append(forget, ForgetFlowsOp{Family: t.Family, Flows: fp})
 			}
@@ -233,7 +238,7 @@ func PlanSync(k Kernel, st State) (Plan, error) {
 		} else if len(np.ChangedSets) > 0 {
 			nft.Sets[t.Family] = np.ChangedSets
 		}
-		if np.FlowsChanged {
+		if np.FlowsChanged || k.FlowsPending[t.Family] {
 			if fp, ok := flowPolicyOf(Tables{Flows: t.Flows}); ok {
 				forget = append(forget, ForgetFlowsOp{Family: t.Family, Flows: fp})
 			}

@@ -329,3 +329,43 @@ func TestSnapshotCauses(t *testing.T) {
 		t.Errorf("no earlier snapshot: got %q", got)
 	}
 }
+
+// A family marked pending (an earlier run committed its nat rules, at least in part, and failed
+// before forgetting the flows) has its flows forgotten though its tables read as wanted; the
+// plan holds no change, so that verifying still converges. A family without an LB address has
+// nothing to forget. The same for the nftables back end.
+func TestPlanSyncFlowsPending(t *testing.T) {
+	const forget = "conntrack -D (IPv4) to 172.18.0.18: keep all sources, ports [udp/53->10.109.201.193:53]"
+	st := seedState(t)
+	k := converged(t, st)
+	k.FlowsPending = map[Family]bool{IPv4: true, IPv6: true}
+	p, err := PlanSync(k, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := opStrings(p.Ops); !reflect.DeepEqual(got, []string{forget}) || len(p.Changes) != 0 {
+		t.Errorf("iptables: ops %q, changes %v; want only %q", got, p.Changes, forget)
+	}
+	k.FlowsPending = nil
+	if p, err := PlanSync(k, st); err != nil || len(p.Ops) != 0 {
+		t.Errorf("nothing pending: ops %q, err %v", opStrings(p.Ops), err)
+	}
+
+	nst := Desired(Config{
+		Network:  mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
+		Services: []Service{{ClusterIPs: addrs("10.109.201.193"), Ports: []Port{{TCP, 80}, {UDP, 53}}}},
+	}, Observed{UplinkGateways: map[Family]Gateway{IPv4: {Addr: netip.MustParseAddr("10.16.0.1")}}}, Names{}).ForRules(RulesNFTables)
+	nk := converged(t, nst)
+	nk.NFTables = map[Family]NFTKernel{}
+	for _, tb := range nst.NFTables {
+		nk.NFTables[tb.Family] = ApplyNFT(NFTKernel{}, PlanNFT(NFTKernel{}, tb).Steps)
+	}
+	nk.FlowsPending = map[Family]bool{IPv4: true}
+	p, err = PlanSync(nk, nst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := opStrings(p.Ops); !reflect.DeepEqual(got, []string{forget}) || len(p.Changes) != 0 {
+		t.Errorf("nftables: ops %q, changes %v; want only %q", got, p.Changes, forget)
+	}
+}
