@@ -64,6 +64,8 @@ type Applier struct {
 	// forgets clear it in the background.
 	pendingMu    sync.Mutex
 	flowsPending map[Family]bool
+	// removeOthers is set by RemoveOtherRulesOnceApplied until the removal succeeded.
+	removeOthers bool
 }
 
 // NewApplier builds an Applier using the iptables binaries at the given paths.
@@ -132,7 +134,9 @@ type Applied struct {
 // iptables tables unless fresh), executes the plan, then reads back the families whose tables
 // it wrote (and the links, rules and routes) and plans again, which must find nothing. A
 // transaction the kernel refuses while planning from the cache is retried once from a fresh
-// read, since someone else may have changed the tables. One goroutine at a time: the loop's.
+// read, since someone else may have changed the tables. Once it has succeeded, it removes the
+// other back end's leftovers if asked to (RemoveOtherRulesOnceApplied). One goroutine at a
+// time: the loop's.
 func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	var res Applied
 	st = st.ForRules(a.backend())
@@ -185,7 +189,7 @@ func (a *Applier) Apply(st State, fresh bool) (Applied, error) {
 	if err != nil {
 		return res, fmt.Errorf("verify: %w", err)
 	}
-	return res, nil
+	return res, a.removeOthersIfAsked()
 }
 
 // NFT reports whether the rules live in nf_tables (the nftables back end, or the iptables

@@ -24,6 +24,33 @@ func (a *Applier) RemoveOtherRules() ([]Change, error) {
 	return removeNFTablesLeftovers()
 }
 
+// RemoveOtherRulesOnceApplied makes the next Apply that succeeds remove what the other back end
+// left (RemoveOtherRules) before it returns, logging each removal; when the removal fails, that
+// Apply returns its error and the next one tries again. Removed at start instead, a restart
+// that could not apply at once (the Service unreadable: the API server down) left the LB address
+// on net1 with no rules at all: ports refused, nothing filtered, the pod an open router.
+// Meanwhile both back ends' rules are in force, which is safe: the nat hooks stop at the first
+// chain that translates a new connection (no double DNAT, and both translate to the
+// ClusterIP), and each back end's filter lets through from net1 only what a DNAT created, so
+// a packet must satisfy both.
+func (a *Applier) RemoveOtherRulesOnceApplied() { a.removeOthers = true }
+
+// removeOthersIfAsked does what RemoveOtherRulesOnceApplied asked for, once.
+func (a *Applier) removeOthersIfAsked() error {
+	if !a.removeOthers {
+		return nil
+	}
+	removed, err := a.RemoveOtherRules()
+	for _, c := range removed {
+		a.Log.Info("removed what the other rules back end left", "change", c.String())
+	}
+	if err != nil {
+		return err
+	}
+	a.removeOthers = false
+	return nil
+}
+
 // removeIPTablesLeftovers deletes our chains written by iptables-nft (seen over nf_tables
 // netlink, as tables named like iptables' in families ip and ip6) and by iptables-legacy (only
 // where /proc/net lists legacy tables, which a namespace gets on first use).

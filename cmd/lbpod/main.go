@@ -204,9 +204,10 @@ func (o options) names() lbpod.Names {
 	return lbpod.Names{Interface: o.iface, Uplink: o.uplink, Table: o.table}
 }
 
-// newApplier picks the rules back end (and the iptables variant), builds the applier, and
+// newApplier picks the rules back end (and the iptables variant) and builds the applier, which
 // removes what the other back end left in the namespace (a container restarted with another
-// back end). The choice is logged once, with the probe's error behind a fallback.
+// back end) once its own first apply went in. The choice is logged once, with the probe's error
+// behind a fallback.
 func newApplier(ctx context.Context, o options, log *slog.Logger) (*lbpod.Applier, lbpod.RulesChoice, error) {
 	var probe error
 	if lbpod.RulesNeedProbe(o.rules) {
@@ -220,13 +221,7 @@ func newApplier(ctx context.Context, o options, log *slog.Logger) (*lbpod.Applie
 	if err != nil {
 		return nil, choice, err
 	}
-	removed, err := applier.RemoveOtherRules()
-	for _, c := range removed {
-		log.Info("removed what the other rules back end left", "change", c.String())
-	}
-	if err != nil {
-		return nil, choice, err
-	}
+	applier.RemoveOtherRulesOnceApplied()
 	return applier, choice, nil
 }
 

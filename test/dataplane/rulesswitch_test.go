@@ -3,10 +3,12 @@
 package dataplane
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	. "github.com/onsi/gomega"
 
@@ -19,25 +21,6 @@ import (
 // down is refused, not DNATed by a leftover rule, and the Service is served by the new back end
 // alone, both families.
 func TestRestartWithOtherRules(t *testing.T) {
-	iptablesLeft := func(variant string) func(tp *topology) string {
-		return func(tp *topology) string {
-			return ourLines(tp.exec(tp.lb, "iptables-"+variant+"-save")) + ourLines(tp.exec(tp.lb, "ip6tables-"+variant+"-save"))
-		}
-	}
-	nftablesLeft := func(tp *topology) string {
-		conn := nftConn(tp.t, tp.lb)
-		var out string
-		for _, fam := range []lbpod.Family{lbpod.IPv4, lbpod.IPv6} {
-			k, err := lbpod.ReadNFT(conn, fam, lbpod.NFTKernel{}, nil)
-			if err != nil {
-				tp.t.Fatal(err)
-			}
-			if k.Exists {
-				out += fam.String() + " table " + lbpod.NFTTable + "\n"
-			}
-		}
-		return out
-	}
 	for _, c := range []struct {
 		name          string
 		first, second []string
@@ -86,6 +69,82 @@ func TestRestartWithOtherRules(t *testing.T) {
 			expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
 		})
 	}
+}
+
+// An lbpod restarted with another rules back end while the Service cannot be read (the API
+// server down) leaves the other back end's rules in force until its own first apply: the
+// address stays served and filtered by them, never bare on net1. Once the Service is read and
+// applied, only the new back end's rules remain. Both present at once is safe: the first NAT
+// chain that translates a connection wins, and either back end's filter lets through only what
+// a DNAT created.
+func TestRestartWithOtherRulesKeepsThemUntilApplied(t *testing.T) {
+	iptables := append([]string{"--iptables", "nft"}, iptRules...)
+	for _, c := range []struct {
+		name          string
+		first, second []string
+		old, new      func(tp *topology) string
+		removed       int
+	}{
+		{"iptables to the default", iptables, nil, iptablesLeft("nft"), nftablesLeft, 18},
+		{"the default to iptables", nil, iptables, nftablesLeft, iptablesLeft("nft"), 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := NewWithT(t)
+			tp := newTopology(t)
+			tp.startBackends()
+			svc := filepath.Join(t.TempDir(), "svc.yaml")
+			writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, nil)
+			first := tp.startLBPod(svc, "dual", c.first...)
+			waitReady(g, tp)
+			old := c.old(tp)
+			g.Expect(old).NotTo(BeEmpty(), "the first back end's rules")
+			g.Expect(c.new(tp)).To(BeEmpty(), "the second back end's rules, before it ran")
+
+			// Down, and up again with the other back end and no Service to read.
+			first.stop(t)
+			g.Expect(os.Rename(svc, svc+".away")).To(Succeed())
+			second := tp.startLBPod(svc, "dual", c.second...)
+			g.Eventually(func() string { _, body := tp.readyz(); return body }).WithTimeout(5 * time.Second).WithPolling(50 * time.Millisecond).
+				Should(HaveSuffix("no such file or directory\n"))
+			g.Expect(c.old(tp)).To(Equal(old), "the first back end's rules, while nothing was applied")
+			g.Expect(c.new(tp)).To(BeEmpty(), "the second back end's rules, before its first apply")
+			expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+			expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
+			g.Expect(second.logs.String()).NotTo(ContainSubstring("removed what the other rules back end left"))
+
+			// The Service back: applied by the new back end, then the old one's rules removed.
+			g.Expect(os.Rename(svc+".away", svc)).To(Succeed())
+			waitReady(g, tp)
+			g.Eventually(func() string { return c.old(tp) }).WithTimeout(time.Second).WithPolling(20 * time.Millisecond).Should(BeEmpty())
+			g.Expect(c.new(tp)).NotTo(BeEmpty(), "the second back end's rules")
+			g.Expect(strings.Count(second.logs.String(), `msg="removed what the other rules back end left"`)).To(Equal(c.removed), second.logs.String())
+			expectServed(g, tp, tp.client, lbIPv4, clusterIPv4)
+			expectServed(g, tp, tp.client, lbIPv6, clusterIPv6)
+		})
+	}
+}
+
+// iptablesLeft returns what one iptables variant's save shows of ours, both families.
+func iptablesLeft(variant string) func(tp *topology) string {
+	return func(tp *topology) string {
+		return ourLines(tp.exec(tp.lb, "iptables-"+variant+"-save")) + ourLines(tp.exec(tp.lb, "ip6tables-"+variant+"-save"))
+	}
+}
+
+// nftablesLeft names the families that hold an nftables table of ours.
+func nftablesLeft(tp *topology) string {
+	conn := nftConn(tp.t, tp.lb)
+	var out string
+	for _, fam := range []lbpod.Family{lbpod.IPv4, lbpod.IPv6} {
+		k, err := lbpod.ReadNFT(conn, fam, lbpod.NFTKernel{}, nil)
+		if err != nil {
+			tp.t.Fatal(err)
+		}
+		if k.Exists {
+			out += fam.String() + " table " + lbpod.NFTTable + "\n"
+		}
+	}
+	return out
 }
 
 // ourLines keeps the lines of an iptables-save output that name a chain of ours.
