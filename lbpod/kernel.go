@@ -159,7 +159,7 @@ func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[
 			src, _ := prefixOf(r.Src)
 			k.Rules = append(k.Rules, KernelRule{
 				Rule:  Rule{Family: fam, Priority: r.Priority, IIF: r.IifName, Src: src, Table: r.Table},
-				Plain: r.Dst == nil && r.OifName == "" && r.Mark == 0 && !r.Invert,
+				Plain: plainRule(r),
 				raw:   &r,
 			})
 		}
@@ -176,11 +176,24 @@ func (a *Applier) read(st State, fresh bool, reread map[Family]bool, relist map[
 			k.Routes = append(k.Routes, KernelRoute{
 				Family: fam, Dst: dst, Gateway: gw.Unmap(), LinkIndex: r.LinkIndex,
 				OnLink: r.Flags&int(netlink.FLAG_ONLINK) != 0, MultiPath: len(r.MultiPath) > 0,
-				Text: r.String(), raw: &r,
+				Type: r.Type, Scope: int(r.Scope), Text: r.String(), raw: &r,
 			})
 		}
 	}
 	return k, nil
+}
+
+// plainRule reports whether a rule as read selects and acts by nothing but what ours have (iif,
+// source, priority, table): a rule that also matches a destination, a mark, a protocol or ports, or that
+// suppresses some of the table's routes (suppress_prefixlength 0 skips its default route),
+// looks like ours in `ip rule` but does not steer what ours steer. vishvananda/netlink (v1.3.1)
+// reads an attribute the kernel did not send as NewRule has it: -1 for the suppressors, goto
+// and realms, nil for the mask and the port and uid ranges, 0 for the rest. It is pure.
+func plainRule(r netlink.Rule) bool {
+	return r.Dst == nil && r.OifName == "" && !r.Invert &&
+		r.Mark == 0 && r.Mask == nil && r.Tos == 0 && r.TunID == 0 && r.IPProto == 0 &&
+		r.Dport == nil && r.Sport == nil && r.UIDRange == nil &&
+		r.SuppressPrefixlen < 0 && r.SuppressIfgroup < 0 && r.Goto < 0 && r.Flow < 0
 }
 
 // VerifyReads decides what verifying a plan reads back of the iptables tables: a family whose

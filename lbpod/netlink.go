@@ -63,11 +63,16 @@ func addressOp(o AddressOp) error {
 
 func ruleOp(o RuleOp) error {
 	if !o.Add {
-		r, ok := o.Old.raw.(*netlink.Rule)
+		raw, ok := o.Old.raw.(*netlink.Rule)
 		if !ok {
 			return fmt.Errorf("%s: not read from the kernel", o)
 		}
-		if err := rtnl().RuleDel(r); err != nil && !errors.Is(err, unix.ENOENT) {
+		// vishvananda/netlink (v1.3.1) sends a tun_id in 4 bytes where the kernel takes 8, and the
+		// kernel refuses the request (ERANGE). Left out, it no longer narrows which rule the
+		// kernel deletes: the first of that priority that matches the rest.
+		r := *raw
+		r.TunID = 0
+		if err := rtnl().RuleDel(&r); err != nil && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("remove stale rule (%s): %w", o, err)
 		}
 		return nil

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Kernel is what the Applier read from the lb pod's network namespace, and the one thing it
@@ -43,8 +45,9 @@ type Link struct {
 	Permanent []netip.Prefix
 }
 
-// KernelRule is a policy rule as read, its source in Rule. Plain is false when it has a
-// selector we never write (a destination, a mark, an oif, "not"): such a rule is never ours.
+// KernelRule is a policy rule as read, its source in Rule. Plain is false when it has a selector
+// or an option we never write (a destination, a mark, an oif, "not", a protocol, ports,
+// suppress_prefixlength...): such a rule is never ours.
 type KernelRule struct {
 	Rule
 	Plain bool
@@ -61,6 +64,11 @@ type KernelRoute struct {
 	OnLink    bool
 	// MultiPath is set for a route with several next hops, which we never write.
 	MultiPath bool
+	// Type and Scope are the kernel's (unix.RTN_*, unix.RT_SCOPE_*): a local, blackhole or
+	// unreachable route, or one of another scope, is not ours even with our destination and
+	// device.
+	Type  int
+	Scope int
 	// Text is how the route is named in logs.
 	Text string
 	raw  any
@@ -322,6 +330,18 @@ type routeKey struct {
 	gw     netip.Addr
 	link   int
 	onLink bool
+	typ    int
+	scope  int
+}
+
+// wantKey is the key of a route we write, as the kernel reads it back: unicast, scope link for
+// an IPv4 device route and universe otherwise (the kernel gives every IPv6 route that scope).
+func wantKey(r Route, link int) routeKey {
+	scope := unix.RT_SCOPE_UNIVERSE
+	if r.Family == IPv4 && !r.Gateway.IsValid() {
+		scope = unix.RT_SCOPE_LINK
+	}
+	return routeKey{dst: r.Dst, gw: r.Gateway, link: link, onLink: r.OnLink, typ: unix.RTN_UNICAST, scope: scope}
 }
 
 func planRoutes(p *Plan, k Kernel, st State) error {
@@ -334,7 +354,7 @@ func planRoutes(p *Plan, k Kernel, st State) error {
 		want := map[routeKey]bool{}
 		for _, r := range st.Routes {
 			if r.Family == fam {
-				want[routeKey{dst: r.Dst, gw: r.Gateway, link: k.Indexes[r.Dev], onLink: r.OnLink}] = true
+				want[wantKey(r, k.Indexes[r.Dev])] = true
 			}
 		}
 		found := map[routeKey]bool{}
@@ -342,7 +362,7 @@ func planRoutes(p *Plan, k Kernel, st State) error {
 			if r.Family != fam {
 				continue
 			}
-			key := routeKey{dst: r.Dst, gw: r.Gateway, link: r.LinkIndex, onLink: r.OnLink}
+			key := routeKey{dst: r.Dst, gw: r.Gateway, link: r.LinkIndex, onLink: r.OnLink, typ: r.Type, scope: r.Scope}
 			if want[key] && !found[key] && !r.MultiPath {
 				found[key] = true
 				continue
@@ -356,7 +376,7 @@ func planRoutes(p *Plan, k Kernel, st State) error {
 		adds := slices.Clone(st.Routes)
 		slices.SortStableFunc(adds, func(a, b Route) int { return boolInt(a.Gateway.IsValid()) - boolInt(b.Gateway.IsValid()) })
 		for _, r := range adds {
-			key := routeKey{dst: r.Dst, gw: r.Gateway, link: k.Indexes[r.Dev], onLink: r.OnLink}
+			key := wantKey(r, k.Indexes[r.Dev])
 			if r.Family != fam || found[key] {
 				continue
 			}

@@ -1,11 +1,15 @@
 package lbpod
 
 import (
+	"net"
 	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // seedState is the seed's desired state (LB 172.18.0.18/16, ClusterIP 10.109.201.193, TCP 80).
@@ -29,7 +33,13 @@ func converged(t *testing.T, st State) Kernel {
 		k.Rules = append(k.Rules, KernelRule{Rule: r, Plain: true})
 	}
 	for _, r := range st.Routes {
-		k.Routes = append(k.Routes, KernelRoute{Family: r.Family, Dst: r.Dst, Gateway: r.Gateway, LinkIndex: k.Indexes[r.Dev], OnLink: r.OnLink, Text: routeText(r)})
+		// As the kernel reads back what we write: unicast, an IPv4 device route scope link.
+		scope := unix.RT_SCOPE_UNIVERSE
+		if r.Family == IPv4 && !r.Gateway.IsValid() {
+			scope = unix.RT_SCOPE_LINK
+		}
+		k.Routes = append(k.Routes, KernelRoute{Family: r.Family, Dst: r.Dst, Gateway: r.Gateway, LinkIndex: k.Indexes[r.Dev], OnLink: r.OnLink,
+			Type: unix.RTN_UNICAST, Scope: scope, Text: routeText(r)})
 	}
 	for _, tb := range st.IPTables {
 		saved := k.IPTables[tb.Family]
@@ -139,6 +149,24 @@ func TestPlanSync(t *testing.T) {
 			want: []string{
 				"ip rule del pref 100 from 172.18.0.18 lookup 100",
 				"ip rule add pref 32763 from 172.18.0.18 lookup 100",
+			},
+		},
+		"a route of another type, one of another scope: replaced": {
+			kernel: func(k *Kernel) {
+				for i, r := range k.Routes {
+					switch r.Dst.String() {
+					case "172.18.0.0/16":
+						k.Routes[i].Type, k.Routes[i].Text = unix.RTN_LOCAL, "local 172.18.0.0/16 dev net1"
+					case "0.0.0.0/0":
+						k.Routes[i].Scope, k.Routes[i].Text = unix.RT_SCOPE_LINK, "default via 172.18.0.1 dev net1 scope link"
+					}
+				}
+			},
+			want: []string{
+				"ip route del table 100 default via 172.18.0.1 dev net1 scope link",
+				"ip route del table 100 local 172.18.0.0/16 dev net1",
+				"ip route replace table 100 172.18.0.0/16 dev net1 scope link",
+				"ip route replace table 100 default via 172.18.0.1 dev net1",
 			},
 		},
 		"with a lifetime: a missing address is added on it": {
@@ -367,5 +395,49 @@ func TestPlanSyncFlowsPending(t *testing.T) {
 	}
 	if got := opStrings(p.Ops); !reflect.DeepEqual(got, []string{forget}) || len(p.Changes) != 0 {
 		t.Errorf("nftables: ops %q, changes %v; want only %q", got, p.Changes, forget)
+	}
+}
+
+// A rule as vishvananda/netlink reads ours (the kernel sends no attribute for what is not set,
+// and the library leaves NewRule's defaults) is plain; each selector or option we never write
+// makes it not ours.
+func TestPlainRule(t *testing.T) {
+	ours := func() netlink.Rule {
+		r := *netlink.NewRule()
+		r.Priority, r.Family, r.Table, r.IifName = 32764, unix.AF_INET, 100, "eth0"
+		return r
+	}
+	if !plainRule(ours()) {
+		t.Fatal("ours is not plain")
+	}
+	// A source is read into Rule.Src and compared with ours (the rule of the LB address has one).
+	from := ours()
+	from.Src = &net.IPNet{IP: net.IPv4(172, 18, 0, 18).To4(), Mask: net.CIDRMask(32, 32)}
+	if !plainRule(from) {
+		t.Fatal("a rule from an address is not plain")
+	}
+	mask, src := uint32(1), netip.MustParsePrefix("172.18.0.0/16")
+	for name, change := range map[string]func(r *netlink.Rule){
+		"to":                    func(r *netlink.Rule) { r.Dst = &net.IPNet{IP: src.Addr().AsSlice(), Mask: net.CIDRMask(16, 32)} },
+		"oif":                   func(r *netlink.Rule) { r.OifName = "net1" },
+		"not":                   func(r *netlink.Rule) { r.Invert = true },
+		"fwmark":                func(r *netlink.Rule) { r.Mark = 1 },
+		"fwmark 0/1":            func(r *netlink.Rule) { r.Mask = &mask },
+		"tos":                   func(r *netlink.Rule) { r.Tos = 0x10 },
+		"tun_id":                func(r *netlink.Rule) { r.TunID = 5 },
+		"ipproto":               func(r *netlink.Rule) { r.IPProto = unix.IPPROTO_TCP },
+		"dport":                 func(r *netlink.Rule) { r.Dport = netlink.NewRulePortRange(53, 53) },
+		"sport":                 func(r *netlink.Rule) { r.Sport = netlink.NewRulePortRange(53, 53) },
+		"uidrange":              func(r *netlink.Rule) { r.UIDRange = netlink.NewRuleUIDRange(0, 0) },
+		"suppress_prefixlength": func(r *netlink.Rule) { r.SuppressPrefixlen = 0 },
+		"suppress_ifgroup":      func(r *netlink.Rule) { r.SuppressIfgroup = 0 },
+		"goto":                  func(r *netlink.Rule) { r.Goto = 32765 },
+		"realms":                func(r *netlink.Rule) { r.Flow = 5 },
+	} {
+		r := ours()
+		change(&r)
+		if plainRule(r) {
+			t.Errorf("%s: plain", name)
+		}
 	}
 }
