@@ -241,20 +241,25 @@ func setStatus(svc *corev1.Service, addrs []netip.Addr, remove map[string]bool, 
 func setServedStatus(s *corev1.Service, plan decide.Plan, addrs []netip.Addr, conds []metav1.Condition) {
 	setStatus(s, addrs, nil, conds)
 	if plan.Share != nil {
-		admitPorts(s)
+		admitPorts(s, plan.Share.Ports)
 	}
 }
 
 // admitPorts lists, on each ingress entry of a member of a shared address, the ports of its spec
-// as this pass judged them (no clash with the other members): the lb pods of the address serve a
-// member only on the ports listed there, which only the operator writes. A member that adds a
-// port of another member to its spec (a tenant may) thus takes nothing from it in the moment
-// before its pass refuses it: the port is not listed. The status write carries the version the
-// pass read (optimistic lock), so a spec changed since is judged again before any port is listed.
-func admitPorts(s *corev1.Service) {
+// that are among member (the plan's: the whole spec as this pass judged it, no clash with the
+// other members; while its Subnet is not Ready, what the IP objects recorded): the lb pods of the
+// address serve a member only on the ports listed there, which only the operator writes. A
+// member that adds a port of another member to its spec (a tenant may) thus takes nothing from
+// it in the moment before its pass refuses it: the port is not listed. The status write carries
+// the version the pass read (optimistic lock), so a spec changed since is judged again before
+// any port is listed.
+func admitPorts(s *corev1.Service, member []decide.SharingPort) {
 	ports := make([]corev1.PortStatus, 0, len(s.Spec.Ports))
 	for _, p := range s.Spec.Ports {
-		ports = append(ports, corev1.PortStatus{Port: p.Port, Protocol: cmp.Or(p.Protocol, corev1.ProtocolTCP)})
+		ps := corev1.PortStatus{Port: p.Port, Protocol: cmp.Or(p.Protocol, corev1.ProtocolTCP)}
+		if slices.Contains(member, decide.SharingPort{Protocol: ps.Protocol, Port: ps.Port}) {
+			ports = append(ports, ps)
+		}
 	}
 	for i := range s.Status.LoadBalancer.Ingress {
 		s.Status.LoadBalancer.Ingress[i].Ports = slices.Clone(ports)

@@ -361,6 +361,11 @@ func DecideService(in ServiceInputs) Plan {
 		p.Keep = held
 		p.Drain = without(Bound(in.Owned), held)
 		p.HoldObjects = true
+		if m := heldMember(svc, held); m != nil {
+			// Still a member of the addresses it keeps: the lb pods of a shared address serve
+			// the Services labelled for it, on the ports their status admits (setServedStatus).
+			p.shareAs(svc, m, in.LBPod.Replicas)
+		}
 		p.Refusal = &Refusal{ref.Reason, ref.Message + "; the Service keeps " + JoinOwned(held) + " and nothing new is handed out"}
 		return p
 	}
@@ -382,12 +387,8 @@ func DecideService(in ServiceInputs) Plan {
 	key := ""
 	if sharing != nil {
 		m := MemberOf(svc, *sharing)
-		p.Share, key = &m, sharing.Key
-		p.SharedReplicas = max(in.LBPod.Replicas, 1)
-		if _, set := svc.Annotations[lbv1.ReplicasAnnotation]; set {
-			p.ReplicasWarning = fmt.Sprintf("annotation %s is not read on a Service that shares its address: its lb pods are the address's, %d of them (--lb-replicas)",
-				lbv1.ReplicasAnnotation, p.SharedReplicas)
-		}
+		p.shareAs(svc, &m, in.LBPod.Replicas)
+		key = sharing.Key
 	}
 	// Across namespaces only with the lb pods outside every tenant.
 	cross := in.LBPod.PodNamespace != ""
@@ -435,6 +436,47 @@ func DecideService(in ServiceInputs) Plan {
 	}
 	p.Drain = without(Bound(in.Owned), p.Keep)
 	return p
+}
+
+// shareAs makes p the plan of m, a member of shared addresses: their lb pods are the address's,
+// replicas (--lb-replicas) of them, and the Service's lbsvc.io/replicas is not read (said so).
+func (p *Plan) shareAs(svc *corev1.Service, m *SharingMember, replicas int32) {
+	p.Share = m
+	p.SharedReplicas = max(replicas, 1)
+	if _, set := svc.Annotations[lbv1.ReplicasAnnotation]; set {
+		p.ReplicasWarning = fmt.Sprintf("annotation %s is not read on a Service that shares its address: its lb pods are the address's, %d of them (--lb-replicas)",
+			lbv1.ReplicasAnnotation, p.SharedReplicas)
+	}
+}
+
+// heldMember is the Service as a member of the shared addresses among held (kept while its
+// Subnet is not Ready), nil when none is shared: as their IP objects record it, whatever its
+// annotations say now (nothing is joined or left meanwhile), on the recorded ports its spec still
+// has. Those were checked against the other members when recorded; a port added to the spec
+// since is not, so it is not admitted until the Subnet is Ready again and the Service rejoins.
+// With no such port left it is no member to serve (nil): an ingress entry that lists no port
+// means every port of the spec to the lb pods (entries of releases that did not list them).
+func heldMember(svc *corev1.Service, held []OwnedIP) *SharingMember {
+	var m *SharingMember
+	for _, o := range held {
+		i := slices.IndexFunc(o.Members, func(r lbv1.IPMember) bool { return r.UID == string(svc.UID) })
+		if o.SharingKey == "" || i < 0 {
+			continue
+		}
+		rec := MembersOf(o.SharingKey, o.Members[i:i+1])[0]
+		if m != nil {
+			rec.Ports = commonPorts(rec.Ports, m.Ports)
+		}
+		m = &rec
+	}
+	if m == nil {
+		return nil
+	}
+	m.Ports = commonPorts(m.Ports, SharingPortsOf(svc.Spec.Ports))
+	if len(m.Ports) == 0 {
+		return nil
+	}
+	return m
 }
 
 // lbPodParams fills the Service's own fields into the operator-wide lb pod settings: its name

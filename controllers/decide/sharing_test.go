@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
@@ -312,6 +313,63 @@ func TestDecideServiceSharing(t *testing.T) {
 				t.Errorf("plan:\n got %+v\nwant %+v", got, tc.want)
 				if got.Refusal != nil {
 					t.Logf("refusal: %s", got.Refusal.Message)
+				}
+			}
+		})
+	}
+}
+
+// TestDecideServiceSharingSubnetNotReady: a member whose Subnet is being deleted (or became
+// invalid) keeps its shared address and stays a member as its IP object records it, so its lb
+// pods keep serving it (labels and admitted ports follow Plan.Share): on the recorded ports its
+// spec still has, whatever its annotations say meanwhile. Before, the plan had no Share: the
+// pass took the member labels and admitted ports off, and the address's lb pods dropped it.
+func TestDecideServiceSharingSubnetNotReady(t *testing.T) {
+	sn := planSubnet("sn", "10.0.0.0/24", 0)
+	sn.DeletionTimestamp = ptr.To(metav1.Now())
+	shares := func(s *corev1.Service) {
+		s.Annotations[lbv1.AllowSharedIPAnnotation] = "dns"
+		s.Annotations[lbv1.ReplicasAnnotation] = "3"
+		s.Spec.ClusterIPs, s.Spec.IPFamilies = s.Spec.ClusterIPs[:1], s.Spec.IPFamilies[:1]
+	}
+	me := MemberOf(planService(shares), Sharing{Key: "dns"}) // TCP/80
+	other := lbv1.IPMember{Namespace: "team", Name: "dns-udp", UID: "u2", Ports: []string{"UDP/53"}}
+	held := owned("10.0.0.7", "10.0.0.7", "sn", false)
+	held.SharingKey, held.Members, held.Member = "dns", []lbv1.IPMember{MemberRecord(me), other}, "u1"
+	const kept = `subnet "sn" is being deleted; the Service keeps 10.0.0.7 and nothing new is handed out`
+	const warning = "annotation lbsvc.io/replicas is not read on a Service that shares its address: its lb pods are the address's, 2 of them (--lb-replicas)"
+	for name, tc := range map[string]struct {
+		svc  *corev1.Service
+		want *SharingMember
+	}{
+		"a member keeps serving as recorded": {svc: planService(shares), want: &me},
+		"a port added since is not admitted": {
+			svc: planService(shares, func(s *corev1.Service) {
+				s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Port: 53, Protocol: corev1.ProtocolUDP})
+			}),
+			want: &me,
+		},
+		"its key removed meanwhile: still the member recorded": {
+			svc:  planService(shares, func(s *corev1.Service) { delete(s.Annotations, lbv1.AllowSharedIPAnnotation) }),
+			want: &me,
+		},
+		"no recorded port left in its spec: no member to serve": {
+			svc: planService(shares, func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 }),
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := DecideService(ServiceInputs{Service: tc.svc, EnableLBSvc: true, NADFound: true, Subnets: []lbv1.Subnet{sn},
+				Owned: []OwnedIP{held}, LBPod: lbobjects.Params{Replicas: 2}})
+			want := Plan{Action: PlanServe, Subnet: "sn", Keep: []OwnedIP{held}, HoldObjects: true,
+				Refusal: &Refusal{ReasonSubnetNotReady, kept}, ReplicasWarning: warning, Share: tc.want, SharedReplicas: 2}
+			if tc.want == nil {
+				want.ReplicasWarning, want.SharedReplicas = "", 0
+			}
+			got.SubnetConfig, got.Provider, got.NADName, got.NADNamespace, got.LBPod = ipam.SubnetConfig{}, "", "", "", lbobjects.Params{}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("plan:\n got %+v\nwant %+v", got, want)
+				if got.Share != nil {
+					t.Logf("share: %+v", *got.Share)
 				}
 			}
 		})

@@ -23,6 +23,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -513,6 +514,52 @@ func TestSharedAddressLeftWhenTheSubnetNoLongerAllowsIt(t *testing.T) {
 	create(t, sharingService(f, "dns-alt", "dns", "", svcPort("dns", corev1.ProtocolTCP, 5353)))
 	waitAddress(t, f.ns, "dns-alt", next)
 	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: old}})
+}
+
+// TestSharedAddressServedWhileItsSubnetIsDeleted: the Subnet of a shared address is deleted (its
+// finalizer keeps it while the address is held). Its members keep the address, as any Service
+// whose Subnet is not Ready does, and stay members exactly as before: the label the address's lb
+// pods select them by, the ports admitted on their ingress, the IP object's member list. A port a
+// member adds meanwhile is not admitted (nothing is joined while the Subnet is not Ready). Before,
+// each pass took the labels and admitted ports off: the lb pods dropped every member.
+func TestSharedAddressServedWhileItsSubnetIsDeleted(t *testing.T) {
+	g, ctx, f, _ := dnsPair(t)
+	addr := f.ip("6")
+	label := lbv1.SharedIPLabelPrefix + addr
+	ports := map[string][]corev1.PortStatus{
+		"dns-tcp": {{Port: 53, Protocol: corev1.ProtocolTCP}},
+		"dns-udp": {{Port: 53, Protocol: corev1.ProtocolUDP}},
+	}
+	served := func(g Gomega, reason string) {
+		for name, want := range ports {
+			s := getService(g, f.ns, name)
+			g.Expect(s.Labels).To(HaveKeyWithValue(label, ""), name)
+			g.Expect(s.Status.LoadBalancer.Ingress).To(Equal([]corev1.LoadBalancerIngress{{IP: addr, IPMode: ptr.To(corev1.LoadBalancerIPModeVIP), Ports: want}}), name)
+			c := findCondition(s.Status.Conditions, decide.ConditionAddressAllocated)
+			g.Expect(c).NotTo(BeNil())
+			g.Expect(c.Status).To(Equal(metav1.ConditionTrue), name)
+			g.Expect(c.Reason).To(Equal(reason), name)
+		}
+		g.Expect(members(g, addr)).To(Equal([]string{"dns-tcp:TCP/53", "dns-udp:UDP/53"}))
+	}
+	g.Eventually(func(g Gomega) { served(g, decide.ReasonAllocated) }, timeout, interval).Should(Succeed())
+
+	sn := &lbv1.Subnet{}
+	g.Expect(k8s.Get(ctx, client.ObjectKey{Name: f.subnet}, sn)).To(Succeed())
+	g.Expect(k8s.Delete(ctx, sn)).To(Succeed())
+	g.Eventually(func(g Gomega) { served(g, decide.ReasonSubnetNotReady) }, timeout, interval).Should(Succeed())
+	g.Expect(findCondition(getService(g, f.ns, "dns-tcp").Status.Conditions, decide.ConditionAddressAllocated).Message).To(Equal(
+		`subnet "` + f.subnet + `" is being deleted; the Service keeps ` + addr + " and nothing new is handed out"))
+	update(t, getService(g, f.ns, "dns-udp"), func(s *corev1.Service) {
+		s.Spec.Ports = []corev1.ServicePort{svcPort("dns", corev1.ProtocolUDP, 53), svcPort("mdns", corev1.ProtocolUDP, 5353)}
+	})
+	g.Consistently(func(g Gomega) { served(g, decide.ReasonSubnetNotReady) }, 2*time.Second, 200*time.Millisecond).Should(Succeed())
+
+	// The members let go: the Subnet goes.
+	for name := range ports {
+		g.Expect(k8s.Delete(ctx, getService(g, f.ns, name))).To(Succeed())
+	}
+	waitGone(t, sn)
 }
 
 // dnsPair is a new fixture whose Services dns-tcp (TCP/53) and dns-udp (UDP/53) share the
