@@ -55,7 +55,13 @@ func (r *ServiceReconciler) ensureObjects(ctx context.Context, svc *corev1.Servi
 // that member's own pass is refused for it. Refusing every member for it would let the admin of
 // one namespace take a shared address from the tenants of the others.
 func (r *ServiceReconciler) ensureShared(ctx context.Context, svc *corev1.Service, sets []lbobjects.Set, confirmed bool) (*appsv1.Deployment, string, error) {
-	if err := r.deleteObjects(ctx, svc); err != nil {
+	// Its own objects of an unshared life ask for that life's address, which stays the Service's
+	// (bound, then draining until no Deployment asks for it): only while it owns one may the cache
+	// lag behind a create of ours whose echo woke nothing, and only then is the API server asked.
+	// Otherwise the cache shows any such object, and every pass of a member would cost a GET per
+	// name (4) for objects a member never has.
+	unshared := slices.ContainsFunc(r.Book.OwnedBy(svc.UID), func(o decide.OwnedIP) bool { return o.SharingKey == "" && o.Conflict == nil })
+	if err := r.deleteObjects(ctx, svc, unshared); err != nil {
 		return nil, "", err
 	}
 	confirm := r.confirmService(ctx, svc, confirmed)
@@ -429,12 +435,12 @@ func (r *ServiceReconciler) replaceForeignShape(ctx context.Context, desired *ap
 }
 
 // deleteObjects deletes our per-Service objects (those that carry our owner reference, labels or
-// annotation).
+// annotation); askAPI is deleteOwned's.
 // Background propagation: the name is free at once for a Service created again, and the drain of
 // the addresses waits for the ReplicaSets and pods the garbage collector removes after it.
-func (r *ServiceReconciler) deleteObjects(ctx context.Context, svc *corev1.Service) error {
+func (r *ServiceReconciler) deleteObjects(ctx context.Context, svc *corev1.Service, askAPI bool) error {
 	for _, obj := range lbobjects.At(r.Options.LBPodNamespace, svc.Namespace, svc.Name) {
-		if err := r.deleteOwned(ctx, svc, obj, true); err != nil {
+		if err := r.deleteOwned(ctx, svc, obj, askAPI); err != nil {
 			return err
 		}
 	}

@@ -215,14 +215,16 @@ func servicesWithProvider(ctx context.Context, c client.Reader, provider string,
 }
 
 // servicesOf are the Services an object of ours belongs to: serviceOf's, or the members of the
-// shared address an IP object or lb object is of.
+// shared address an IP object or lb object is of (an lb object only as far as it is provably the
+// address's: decide.MembersToWake).
 func (r *ServiceReconciler) servicesOf(o client.Object) []types.NamespacedName {
 	var members []lbv1.IPMember
 	switch ip, ok := o.(*lbv1.IP); {
 	case ok && ip.Spec.SharingKey != "":
 		members = ip.Spec.Members
 	case !ok && o.GetLabels()[lbv1.SharedIPLabel] != "":
-		members = r.Book.Members(o.GetLabels()[lbv1.SharedIPLabel])
+		owner, all := r.Book.Shared(o.GetLabels()[lbv1.SharedIPLabel])
+		members = decide.MembersToWake(o, owner, all, r.Options.LBPodNamespace)
 	case !ok && lbobjects.IsIdentity(o):
 		return r.servicesUsing(o.GetLabels()[lbv1.ServiceNamespaceLabel])
 	default:
@@ -511,7 +513,7 @@ func (r *ServiceReconciler) teardown(ctx context.Context, svc *corev1.Service, p
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonCleanupFailed, actionCleanup, "%s", decide.BoundedMessage(err.Error()))
 		return err
 	}
-	if err := r.deleteObjects(ctx, svc); err != nil {
+	if err := r.deleteObjects(ctx, svc, true); err != nil {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonCleanupFailed, actionCleanup, "%s", decide.BoundedMessage(err.Error()))
 		return err
 	}

@@ -152,11 +152,12 @@ func (b *AddressBook) leave(ctx context.Context, o decide.OwnedIP) error {
 	return fmt.Errorf("leave %s: lost %d races for the IP object", o.Addr, maxClaimTries)
 }
 
-// Members are the members of the shared address name as the mirror has them.
-func (b *AddressBook) Members(name string) []lbv1.IPMember {
+// Shared is the owner (spec.service) and the members of the shared address name as the mirror
+// has them.
+func (b *AddressBook) Shared(name string) (lbv1.IPOwner, []lbv1.IPMember) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.ips[name].members
+	return b.ips[name].owner, b.ips[name].members
 }
 
 // updateMembers writes members into cur, as read at its resourceVersion: retry when another

@@ -105,10 +105,15 @@ func StrayOurs(obj metav1.Object, ips []*lbv1.IP, lbPodNamespace string) bool {
 }
 
 func ours(obj metav1.Object, ip *lbv1.IP, trusted map[string]bool) bool {
+	return labelledFor(obj, ip.Spec.Service.UID) && trusted[obj.GetNamespace()]
+}
+
+// labelledFor tells whether obj carries our labels and the Service UID uid: what our objects
+// carry, and what anyone who may write such objects in some namespace can write too.
+func labelledFor(obj metav1.Object, uid string) bool {
 	l := obj.GetLabels()
 	return l[lbobjects.ManagedByLabel] == lbobjects.ManagedByValue && l[lbv1.ComponentLabel] == lbv1.ComponentLBPod &&
-		ip.Spec.Service.UID != "" && l[lbv1.ServiceUIDLabel] == ip.Spec.Service.UID &&
-		trusted[obj.GetNamespace()]
+		uid != "" && l[lbv1.ServiceUIDLabel] == uid
 }
 
 // podHolds tells whether a pod may still hold an address: one that has Succeeded or Failed

@@ -9,9 +9,11 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
+	"github.com/lbsvc/lbsvc-operator/controllers/lbobjects"
 )
 
 // Sharing one address between Services (issue 23), the pure rules: who may join whom. Services
@@ -291,4 +293,29 @@ func MemberNames(ownerNS string, recs []lbv1.IPMember) string {
 		b.WriteString(sep + name)
 	}
 	return b.String()
+}
+
+// MembersToWake are the members of a shared address (owner: its IP object's spec.service;
+// members: its spec.members) that a change of obj, an object labelled with the address
+// (SharedIPLabel), concerns. Only an object provably the address's counts, by what a tenant
+// cannot write: in the namespace where the address's lb objects live (the owner's lb pod
+// namespace) it concerns every member; in a member's namespace (the address's RoleBinding there)
+// only the members of that namespace, whose passes put it back; and our labels with the owner's
+// UID either way. Anything else wakes no one: whoever may create objects in some namespace could
+// otherwise send every member of every shared address, of any namespace, a pass per write.
+func MembersToWake(obj metav1.Object, owner lbv1.IPOwner, members []lbv1.IPMember, lbPodNamespace string) []lbv1.IPMember {
+	if !labelledFor(obj, owner.UID) {
+		return nil
+	}
+	ns := obj.GetNamespace()
+	if ns == lbobjects.PodNamespace(lbPodNamespace, owner.Namespace) {
+		return members
+	}
+	var out []lbv1.IPMember
+	for _, m := range members {
+		if m.Namespace == ns {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -393,3 +393,38 @@ func TestMemberNames(t *testing.T) {
 		t.Fatalf("32 long names: %q (%d bytes)", got, len(got))
 	}
 }
+
+// TestMembersToWake: an object labelled with a shared address wakes its members only when it is
+// provably the address's: every member from the owner's lb pod namespace, the members of its own
+// namespace from a member namespace, none from anywhere else or without our labels and the
+// owner's UID (a tenant's forgery in another namespace wakes no one).
+func TestMembersToWake(t *testing.T) {
+	owner := lbv1.IPOwner{Namespace: "a", Name: "dns", UID: "u-dns"}
+	members := []lbv1.IPMember{{Namespace: "a", Name: "dns", UID: "u-dns"}, {Namespace: "a", Name: "web", UID: "u-web"}, {Namespace: "b", Name: "mdns", UID: "u-mdns"}}
+	obj := func(ns, uid string) *corev1.ServiceAccount {
+		return &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Labels: map[string]string{
+			lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue,
+			lbv1.SharedIPLabel: "10.0.0.7", lbv1.ServiceUIDLabel: uid}}}
+	}
+	unlabelled := obj("a", "u-dns")
+	delete(unlabelled.Labels, lbobjects.ManagedByLabel)
+	for name, tc := range map[string]struct {
+		obj            *corev1.ServiceAccount
+		lbPodNamespace string
+		want           []lbv1.IPMember
+	}{
+		"in the owner's namespace, the lb pods' without the flag: every member": {obj: obj("a", "u-dns"), want: members},
+		"in the lb pod namespace: every member":                                 {obj: obj("lbsvc-system", "u-dns"), lbPodNamespace: "lbsvc-system", want: members},
+		"in a member namespace: its members":                                    {obj: obj("b", "u-dns"), lbPodNamespace: "lbsvc-system", want: members[2:]},
+		"in the owner's namespace with the flag: its members":                   {obj: obj("a", "u-dns"), lbPodNamespace: "lbsvc-system", want: members[:2]},
+		"in another namespace: no one":                                          {obj: obj("c", "u-dns")},
+		"another UID: no one":                                                   {obj: obj("a", "u-web")},
+		"without our labels: no one":                                            {obj: unlabelled},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := MembersToWake(tc.obj, owner, members, tc.lbPodNamespace); !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("MembersToWake = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}

@@ -562,6 +562,79 @@ func TestSharedAddressServedWhileItsSubnetIsDeleted(t *testing.T) {
 	waitGone(t, sn)
 }
 
+// TestSharedAddressWokenOnlyByItsOwnObjects: a tenant of another namespace puts a shared address's
+// labels, its owner's UID too, on an object of theirs and updates it 50 times: no member's pass
+// runs and the operator reads nothing. A member's own pass reads nothing from the API server
+// either (a member never has per-Service objects, and the cache would show one). The address's
+// own lb objects still wake the members: its Deployment, deleted, comes back. Before, each update
+// woke the 8 members, and each pass made 4 GETs for per-Service objects no member has.
+func TestSharedAddressWokenOnlyByItsOwnObjects(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	attacker := newNamespace(t)
+	addr := f.ip("6")
+	reqs := countRequests(t, controllers.Options{EnableLBSvc: true}, []string{f.ns, attacker}, addr)
+	var owner *corev1.Service
+	for i := range 8 {
+		name := fmt.Sprintf("m%d", i)
+		create(t, sharingService(f, name, "k", "", svcPort("p", corev1.ProtocolTCP, int32(1000+i))))
+		if s := waitAddress(t, f.ns, name, addr); i == 0 {
+			owner = s
+		}
+	}
+	name := lbobjects.SharedObjectName(addr)
+	d := &appsv1.Deployment{}
+	g.Eventually(func(g Gomega) {
+		g.Expect(getIP(g, addr).Spec.Members).To(HaveLen(8))
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, d)).To(Succeed())
+	}, timeout, interval).Should(Succeed())
+	reqs.quiet(t)
+
+	forged := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: attacker, Name: name, Labels: map[string]string{
+		lbv1.ComponentLabel: lbv1.ComponentLBPod, lbobjects.ManagedByLabel: lbobjects.ManagedByValue, lbv1.SharedIPLabel: addr,
+		lbv1.ServiceNamespaceLabel: f.ns, lbv1.ServiceUIDLabel: string(owner.UID)}}}
+	create(t, forged)
+	for i := range 50 {
+		update(t, forged, func(sa *corev1.ServiceAccount) { sa.Annotations = map[string]string{"n": fmt.Sprint(i)} })
+	}
+	passes, gets := reqs.quiet(t)
+	g.Expect(passes).To(Equal(0), "Service passes woken by the forged object")
+	g.Expect(gets).To(BeEmpty())
+
+	update(t, getService(g, f.ns, "m3"), func(s *corev1.Service) { s.Labels["touch"] = "1" })
+	passes, gets = reqs.quiet(t)
+	g.Expect(passes).To(Equal(1), "passes after one member's change")
+	g.Expect(gets).To(BeEmpty())
+
+	g.Expect(k8s.Delete(ctx, d)).To(Succeed())
+	g.Eventually(func(g Gomega) {
+		again := &appsv1.Deployment{}
+		g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: f.ns, Name: name}, again)).To(Succeed())
+		g.Expect(again.UID).NotTo(Equal(d.UID))
+	}, timeout, interval).Should(Succeed(), "the address's Deployment, deleted, comes back")
+}
+
+// TestDynamicServiceStartsSharing: a served Service without a static request is given a sharing
+// key: it joins a shared address of the key, its own lb Deployment is deleted and its old address
+// drains (a member's pass asks the API server for its own objects only while it still owns an
+// unshared address).
+func TestDynamicServiceStartsSharing(t *testing.T) {
+	g, _, f, _ := dnsPair(t)
+	create(t, sharingService(f, "solo", "", "", svcPort("web", corev1.ProtocolTCP, 80)))
+	waitAddress(t, f.ns, "solo", f.ip("7"))
+	g.Eventually(func() error {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "lb-svc-solo"}, &appsv1.Deployment{})
+	}, timeout, interval).Should(Succeed())
+	update(t, getService(g, f.ns, "solo"), func(s *corev1.Service) { s.Annotations[lbv1.AllowSharedIPAnnotation] = "dns" })
+	waitAddress(t, f.ns, "solo", f.ip("6"))
+	g.Eventually(func(g Gomega) {
+		g.Expect(members(g, f.ip("6"))).To(Equal([]string{"dns-tcp:TCP/53", "dns-udp:UDP/53", "solo:TCP/80"}))
+	}, timeout, interval).Should(Succeed())
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-solo"}})
+	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: f.ip("7")}})
+}
+
 // dnsPair is a new fixture whose Services dns-tcp (TCP/53) and dns-udp (UDP/53) share the
 // Subnet's first address under the key "dns"; it returns dns-tcp, the address's owner.
 func dnsPair(t *testing.T) (Gomega, context.Context, fixture, *corev1.Service) {

@@ -127,19 +127,25 @@ func startOperator(enable bool) {
 	current = newOperator(controllers.Options{EnableLBSvc: enable})
 }
 
-// newOperator starts one manager with opts (image, sysctls and concurrency filled in).
-func newOperator(opts controllers.Options) *operator {
+// newOperator starts one manager with opts (image, sysctls and concurrency filled in); tweak,
+// when given, changes its API client's config and the manager's options (countRequests).
+func newOperator(opts controllers.Options, tweak ...func(*rest.Config, *ctrl.Options)) *operator {
 	scheme, err := controllers.NewScheme()
 	if err != nil {
 		panic(err)
 	}
-	mgr, err := ctrl.NewManager(operatorCfg, ctrl.Options{
+	cfg := rest.CopyConfig(operatorCfg)
+	mgrOpts := ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  controllers.CacheOptions(),
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Controller:             config.Controller{SkipNameValidation: ptr.To(true)},
-	})
+	}
+	for _, t := range tweak {
+		t(cfg, &mgrOpts)
+	}
+	mgr, err := ctrl.NewManager(cfg, mgrOpts)
 	if err != nil {
 		panic(fmt.Sprintf("new manager: %v", err))
 	}
