@@ -395,7 +395,9 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 		addressConflicts.Inc()
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
 		for _, svc := range svcs {
-			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
+			if msg := cp.EventFor(ip, svc.Namespace); msg != "" {
+				r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", msg)
+			}
 		}
 	}
 	return nil

@@ -61,8 +61,12 @@ type IPConflictPlan struct {
 	// Message is status.message in phase Conflict.
 	Message string
 	// Event, when set, is the Warning to send on the IP object and its Service, once: the
-	// transition into phase Conflict.
+	// transition into phase Conflict. It names the owner Service: only Services of the owner's
+	// namespace get it.
 	Event string
+	// MemberEvent, of a shared address, is Event for its members of other namespaces: the same
+	// without the owner Service, another tenant's (a message names no other tenant's object).
+	MemberEvent string
 	// Ignored, when set, says why a report on the Lease was not believed (for the log).
 	Ignored string
 }
@@ -122,7 +126,20 @@ func DecideIPConflict(in IPConflictInputs) IPConflictPlan {
 	p.Phase, p.Conflict, p.Message = lbv1.IPConflict, &c, ConflictMessage(ip.Name, c)
 	p.Event = BoundedMessage(fmt.Sprintf("%s is in use on the underlay: %s answered the lb pod's probe before the first announcement; the Service %s/%s does not announce it, and %s",
 		ip.Spec.Address, c.MAC, ip.Spec.Service.Namespace, ip.Spec.Service.Name, clearHint(ip.Name)))
+	if ip.Spec.SharingKey != "" {
+		p.MemberEvent = BoundedMessage(fmt.Sprintf("the shared address %s is in use on the underlay: %s answered the lb pod's probe before the first announcement; its lb pods do not announce it, and %s",
+			ip.Spec.Address, c.MAC, clearHint(ip.Name)))
+	}
 	return p
+}
+
+// EventFor is the plan's Warning for a Service of namespace ns concerned by ip (its owner, or a
+// member of a shared address): Event in the owner's namespace, else MemberEvent.
+func (p IPConflictPlan) EventFor(ip *lbv1.IP, ns string) string {
+	if ns == ip.Spec.Service.Namespace {
+		return p.Event
+	}
+	return p.MemberEvent
 }
 
 // LeaseAnnounced tells whether a Lease's annotations count addr as announced: listed in

@@ -114,4 +114,20 @@ func TestDecideIPConflict(t *testing.T) {
 			}
 		})
 	}
+
+	// A shared address: its members of another namespace than the owner's are told without the
+	// owner Service's name; those of the owner's namespace get the Event that names it.
+	shared := ip(lbv1.IPBound, false, nil)
+	shared.Spec.SharingKey = "dns"
+	got := DecideIPConflict(IPConflictInputs{IP: shared, Lease: lease(lbv1.AddressConflictAnnotation, report)})
+	const member = "the shared address 172.18.0.18 is in use on the underlay: 02:42:ac:12:00:05 answered the lb pod's probe before the first announcement; its lb pods do not announce it, and it is not handed out again until an admin deletes the IP object (kubectl delete ip 172.18.0.18)"
+	if want := (IPConflictPlan{Phase: lbv1.IPConflict, Conflict: conflict, Message: msg, Event: event, MemberEvent: member}); !reflect.DeepEqual(got, want) {
+		t.Errorf("shared: got  %+v\nwant %+v", got, want)
+	}
+	if e := got.EventFor(shared, "default"); e != event {
+		t.Errorf("to the owner's namespace: %q", e)
+	}
+	if e := got.EventFor(shared, "team-b"); e != member {
+		t.Errorf("to another namespace: %q", e)
+	}
 }

@@ -325,16 +325,9 @@ func counterValue(g Gomega, name string, missing float64) float64 {
 // label and name in the other member's namespace, which that namespace's tenant can write, is not
 // read.
 func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
-	g := NewWithT(t)
 	// Two lb pods for a shared address (--lb-replicas, as the operator's default): the Lease is read.
-	f, system, more := withLBPodNamespace(t, 1, func(o *controllers.Options) { o.LBReplicas = 2 })
-	other := more[0]
+	g, f, system, other, owner := crossNamespacePair(t, func(o *controllers.Options) { o.LBReplicas = 2 })
 	addr := f.ip("6")
-	create(t, accepting(sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)), other.ns))
-	owner := waitAddress(t, f.ns, "dns-tcp", addr)
-	create(t, accepting(sharingService(other, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)), f.ns))
-	waitAddress(t, other.ns, "dns-udp", addr)
-	g.Eventually(func(g Gomega) { g.Expect(members(g, addr)).To(ConsistOf("dns-tcp:TCP/53", "dns-udp:UDP/53")) }, timeout, interval).Should(Succeed())
 	ip := getIP(g, addr)
 	name := lbobjects.SharedObjectName(addr)
 	// The address's lb pods (no kubelet here: pod objects stand in), as its Deployment labels them.

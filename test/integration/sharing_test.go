@@ -312,15 +312,9 @@ func TestKillDuringSharingChurn(t *testing.T) {
 // address's Lease, written here as its lb pod would) puts it in phase Conflict; every member is
 // told (AddressInUse Warning) and they move on together, to one new shared address.
 func TestConflictOnSharedAddress(t *testing.T) {
-	g, ctx, f, a := dnsPair(t)
+	g, _, f, a := dnsPair(t)
 	first, second := f.ip("6"), f.ip("7")
-
-	ip := getIP(g, first)
-	lease := lbobjects.BuildSharedLease(lbobjects.SharedObjectName(first), f.ns, a.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
-	at := time.Now().UTC().Truncate(time.Second)
-	lease.Annotations = map[string]string{lbv1.AddressConflictAnnotation: fmt.Sprintf("%s 02:42:ac:12:00:05 %s", first, at.Format(time.RFC3339))}
-	g.Expect(k8s.Create(ctx, lease)).To(Succeed())
-	g.Eventually(func(g Gomega) { g.Expect(getIP(g, first).Status.Phase).To(Equal(lbv1.IPConflict)) }, timeout, interval).Should(Succeed())
+	reportSharedConflict(t, a, first)
 
 	waitAddress(t, f.ns, "dns-tcp", second)
 	waitAddress(t, f.ns, "dns-udp", second)
@@ -332,6 +326,56 @@ func TestConflictOnSharedAddress(t *testing.T) {
 		g.Eventually(func() []string { return warningMessages(t, f.ns, s, decide.ReasonAddressInUse) }, timeout, interval).
 			Should(HaveLen(1), "AddressInUse Warning on %s", s)
 	}
+}
+
+// TestConflictOnSharedAddressAcrossNamespaces: members of two namespaces share an address (with
+// --lb-pod-namespace) and a host answers its probe: the members of the owner's namespace are told
+// which Service does not announce it, those of the other namespace are told the same without
+// naming it (a Service of another tenant). Before, every member got the owner's name.
+func TestConflictOnSharedAddressAcrossNamespaces(t *testing.T) {
+	g, f, _, other, owner := crossNamespacePair(t)
+	addr := f.ip("6")
+	reportSharedConflict(t, owner, addr)
+
+	hint := "it is not handed out again until an admin deletes the IP object (kubectl delete ip " + addr + ")"
+	g.Eventually(func() []string { return warningMessages(t, f.ns, "dns-tcp", decide.ReasonAddressInUse) }, timeout, interval).Should(Equal([]string{
+		addr + " is in use on the underlay: 02:42:ac:12:00:05 answered the lb pod's probe before the first announcement; the Service " + f.ns + "/dns-tcp does not announce it, and " + hint}))
+	g.Eventually(func() []string { return warningMessages(t, other.ns, "dns-udp", decide.ReasonAddressInUse) }, timeout, interval).Should(Equal([]string{
+		"the shared address " + addr + " is in use on the underlay: 02:42:ac:12:00:05 answered the lb pod's probe before the first announcement; its lb pods do not announce it, and " + hint}))
+	// Both move on together, to one new shared address.
+	waitAddress(t, f.ns, "dns-tcp", f.ip("7"))
+	waitAddress(t, other.ns, "dns-udp", f.ip("7"))
+}
+
+// reportSharedConflict writes, as the lb pod of the shared address addr would, that 02:42:ac:12:00:05
+// answered its probe now, on the address's Lease in the namespace of owner (the address's
+// owner), and waits for the IP object's phase Conflict.
+func reportSharedConflict(t *testing.T, owner *corev1.Service, addr string) {
+	t.Helper()
+	g := NewWithT(t)
+	ip := getIP(g, addr)
+	lease := lbobjects.BuildSharedLease(lbobjects.SharedObjectName(addr), owner.Namespace, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	at := time.Now().UTC().Truncate(time.Second)
+	lease.Annotations = map[string]string{lbv1.AddressConflictAnnotation: fmt.Sprintf("%s 02:42:ac:12:00:05 %s", addr, at.Format(time.RFC3339))}
+	create(t, lease)
+	g.Eventually(func(g Gomega) { g.Expect(getIP(g, addr).Status.Phase).To(Equal(lbv1.IPConflict)) }, timeout, interval).Should(Succeed())
+}
+
+// crossNamespacePair runs the operator with --lb-pod-namespace (opts change its other options)
+// and has dns-tcp (TCP/53) of a new fixture and dns-udp (UDP/53) of another namespace share the
+// fixture's first address; it returns the fixture, the lb pod namespace, the other namespace's
+// fixture and dns-tcp, the address's owner.
+func crossNamespacePair(t *testing.T, opts ...func(*controllers.Options)) (Gomega, fixture, string, fixture, *corev1.Service) {
+	t.Helper()
+	g := NewWithT(t)
+	f, system, more := withLBPodNamespace(t, 1, opts...)
+	other, addr := more[0], f.ip("6")
+	create(t, accepting(sharingService(f, "dns-tcp", "dns", "", svcPort("dns", corev1.ProtocolTCP, 53)), other.ns))
+	owner := waitAddress(t, f.ns, "dns-tcp", addr)
+	create(t, accepting(sharingService(other, "dns-udp", "dns", "", svcPort("dns", corev1.ProtocolUDP, 53)), f.ns))
+	waitAddress(t, other.ns, "dns-udp", addr)
+	g.Eventually(func(g Gomega) { g.Expect(members(g, addr)).To(ConsistOf("dns-tcp:TCP/53", "dns-udp:UDP/53")) }, timeout, interval).Should(Succeed())
+	return g, f, system, other, owner
 }
 
 // TestSharedAddressInLBPodNamespace: with --lb-pod-namespace a shared address's lb objects live
