@@ -59,7 +59,7 @@ type AddressBook struct {
 	releases uint64
 
 	// shareLocks serialize the claims of one sharing key (lockShare).
-	shareLocks map[string]*shareLock
+	shareLocks keyedLocks
 
 	// Wake carries Services to reconcile again (a channel source of the Service controller).
 	Wake chan event.GenericEvent

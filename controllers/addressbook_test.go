@@ -134,18 +134,18 @@ func containsName(list []types.NamespacedName, k types.NamespacedName) bool {
 func TestShareLocks(t *testing.T) {
 	b := &AddressBook{}
 	locks := func() int {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		return len(b.shareLocks)
+		b.shareLocks.mu.Lock()
+		defer b.shareLocks.mu.Unlock()
+		return len(b.shareLocks.locks)
 	}
 	unlock := b.lockShare("dns")
 	acquired := make(chan func())
 	go func() { acquired <- b.lockShare("dns") }()
 	// The waiter counts as a user: the key's lock stays while it waits.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		b.mu.Lock()
-		users := b.shareLocks["dns"].users
-		b.mu.Unlock()
+		b.shareLocks.mu.Lock()
+		users := b.shareLocks.locks["dns"].users
+		b.shareLocks.mu.Unlock()
 		if users == 2 {
 			break
 		}

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -80,6 +81,53 @@ type IPReconciler struct {
 	// reported is, per IP object name, the last ForeignHolderIgnored note sent.
 	reportedMu sync.Mutex
 	reported   map[string]string
+	// conflicts serializes the decisions that may put an IP object in phase Conflict.
+	conflicts conflictWrites
+}
+
+// conflictWrites serializes, per namespace and family (conflictNamespaceKey), the decisions that
+// may put an IP object in phase Conflict, and remembers the ones this operator wrote: the bound
+// decide.MaxConflictsPerNamespace is checked against the cache, which two workers deciding at
+// once, or one deciding right after such a write, would read below the bound (20 concurrent
+// reports left 4 or 5 addresses of a namespace in Conflict).
+type conflictWrites struct {
+	locks keyedLocks
+	mu    sync.Mutex
+	// written are, per key, the IP objects (name → UID) put in phase Conflict that the cache did
+	// not show so yet when last looked at.
+	written map[string]map[string]types.UID
+}
+
+// note records that ip was put in phase Conflict (with its key locked).
+func (c *conflictWrites) note(ip *lbv1.IP) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key := conflictNamespaceKey(ip)
+	if c.written == nil {
+		c.written = map[string]map[string]types.UID{}
+	}
+	if c.written[key] == nil {
+		c.written[key] = map[string]types.UID{}
+	}
+	c.written[key][ip.Name] = ip.UID
+}
+
+// unseen are the IP objects of key put in phase Conflict by this operator, as noted.
+func (c *conflictWrites) unseen(key string) map[string]types.UID {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.written[key])
+}
+
+// seen forgets name of key: the cache shows it in phase Conflict, or no longer shows the object
+// written (deleted).
+func (c *conflictWrites) seen(key, name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.written[key], name)
+	if len(c.written[key]) == 0 {
+		delete(c.written, key)
+	}
 }
 
 // SetupWithManager registers the pod index and the controller.
@@ -375,6 +423,10 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 	}
 	in := decide.IPConflictInputs{IP: ip, Lease: lease}
 	if ip.Status.Phase != lbv1.IPConflict && lease != nil && lease.Annotations[lbv1.AddressConflictAnnotation] != "" {
+		// One decision of the namespace and family at a time, until its status write is
+		// answered (and noted: the cache may show it later than the next decision reads).
+		unlock := r.conflicts.locks.lock(conflictNamespaceKey(ip))
+		defer unlock()
 		if in.NamespaceConflicts, err = r.namespaceConflicts(ctx, ip); err != nil {
 			return err
 		}
@@ -391,6 +443,7 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 		return err
 	}
 	if cp.Event != "" {
+		r.conflicts.note(ip)
 		// Sent once the status landed: the transition is recorded, a later pass sends nothing.
 		addressConflicts.Inc()
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
@@ -559,15 +612,34 @@ func conflictNamespaceKey(ip *lbv1.IP) string {
 	return ip.Spec.Service.Namespace + "/" + addressLabelKey(ip)
 }
 
-// namespaceConflicts is decide.IPConflictInputs.NamespaceConflicts for ip, from the cache.
+// namespaceConflicts is decide.IPConflictInputs.NamespaceConflicts for ip: the IP objects the
+// cache shows in phase Conflict, and those this operator put there that the cache does not show
+// so yet (with ip's key locked: see conflictWrites).
 func (r *IPReconciler) namespaceConflicts(ctx context.Context, ip *lbv1.IP) (int, error) {
+	key := conflictNamespaceKey(ip)
 	var list lbv1.IPList
-	if err := r.Client.List(ctx, &list, client.MatchingFields{indexIPConflict: conflictNamespaceKey(ip)}); err != nil {
+	if err := r.Client.List(ctx, &list, client.MatchingFields{indexIPConflict: key}); err != nil {
 		return 0, fmt.Errorf("list the IP objects in conflict of namespace %s: %w", ip.Spec.Service.Namespace, err)
 	}
-	n := 0
+	counted := map[string]bool{ip.Name: true}
 	for i := range list.Items {
-		if list.Items[i].Name != ip.Name {
+		counted[list.Items[i].Name] = true
+	}
+	n := len(counted) - 1
+	for name, uid := range r.conflicts.unseen(key) {
+		if counted[name] {
+			if name != ip.Name {
+				r.conflicts.seen(key, name)
+			}
+			continue
+		}
+		cached := &lbv1.IP{}
+		switch err := r.Client.Get(ctx, client.ObjectKey{Name: name}, cached); {
+		case apierrors.IsNotFound(err) || err == nil && cached.UID != uid:
+			r.conflicts.seen(key, name)
+		case err != nil:
+			return 0, fmt.Errorf("get IP %s: %w", name, err)
+		default:
 			n++
 		}
 	}

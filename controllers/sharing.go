@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -177,34 +176,5 @@ func (b *AddressBook) updateMembers(ctx context.Context, cur *lbv1.IP, members [
 	}
 }
 
-// lockShare locks the claims of a sharing key and returns the unlock. A key's lock lives while
-// someone holds or waits for it: keys come and go with Services, and a map of every key ever
-// claimed would only grow.
-func (b *AddressBook) lockShare(key string) func() {
-	b.mu.Lock()
-	if b.shareLocks == nil {
-		b.shareLocks = map[string]*shareLock{}
-	}
-	l := b.shareLocks[key]
-	if l == nil {
-		l = &shareLock{}
-		b.shareLocks[key] = l
-	}
-	l.users++
-	b.mu.Unlock()
-	l.Lock()
-	return func() {
-		l.Unlock()
-		b.mu.Lock()
-		if l.users--; l.users == 0 {
-			delete(b.shareLocks, key)
-		}
-		b.mu.Unlock()
-	}
-}
-
-// shareLock is one sharing key's lock and how many hold or wait for it (guarded by the book's mu).
-type shareLock struct {
-	sync.Mutex
-	users int
-}
+// lockShare locks the claims of a sharing key and returns the unlock.
+func (b *AddressBook) lockShare(key string) func() { return b.shareLocks.lock(key) }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -221,5 +222,47 @@ func TestConflictReportsOfANamespaceAreBounded(t *testing.T) {
 	}
 	for _, addr := range locked {
 		g.Expect(getIP(g, addr).Status.Phase).To(Equal(lbv1.IPConflict), "%s stays locked until an admin clears it", addr)
+	}
+}
+
+// TestConcurrentConflictReportsOfANamespaceAreBounded: 20 Services of a namespace report their
+// addresses in use on the underlay at once; the IP controller's workers decide them in parallel,
+// yet exactly MaxConflictsPerNamespace addresses end in phase Conflict, in each of three rounds.
+// Before, each worker counted from a cache that did not show the other's writes yet: 4, 4 and 5.
+func TestConcurrentConflictReportsOfANamespaceAreBounded(t *testing.T) {
+	for round := range 3 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) {
+			g := NewWithT(t)
+			f := newFixture(t)
+			at := time.Now().UTC().Truncate(time.Second).Format(time.RFC3339)
+			svcs := make([]*corev1.Service, 20)
+			for i := range svcs {
+				create(t, lbService(f.ns, fmt.Sprintf("s%d", i), f.provider, ""))
+			}
+			for i := range svcs {
+				g.Eventually(func(g Gomega) {
+					svcs[i] = getService(g, f.ns, fmt.Sprintf("s%d", i))
+					g.Expect(ingressIPs(svcs[i])).To(HaveLen(1))
+				}, timeout, interval).Should(Succeed())
+			}
+			var wg sync.WaitGroup
+			for _, svc := range svcs {
+				wg.Go(func() { reportConflict(t, svc, fmt.Sprintf("%s 02:42:ac:12:00:05 %s", ingressIPs(svc)[0], at)) })
+			}
+			wg.Wait()
+			inConflict := func(g Gomega) int {
+				var list lbv1.IPList
+				g.Expect(k8s.List(context.Background(), &list)).To(Succeed())
+				n := 0
+				for _, ip := range list.Items {
+					if ip.Spec.Service.Namespace == f.ns && ip.Status.Phase == lbv1.IPConflict {
+						n++
+					}
+				}
+				return n
+			}
+			g.Eventually(inConflict, timeout, interval).Should(Equal(decide.MaxConflictsPerNamespace))
+			g.Consistently(inConflict, 2*time.Second, interval).Should(Equal(decide.MaxConflictsPerNamespace))
+		})
 	}
 }
