@@ -72,12 +72,11 @@ func (r *ActiveReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	if shared != nil {
-		// A member of a shared address: its lb pods and Lease are the address's. The pods run
-		// where the owner's would, the Lease is written in the owner's namespace (a member of
-		// another namespace has none of its own), labelled with the owner's UID, as the IP
-		// controller reads it.
+		// A member of a shared address: its lb pods and Lease are the address's. Both are where
+		// the owner's lb pods would run (lbobjects.SharedLeaseNamespace), the Lease labelled with
+		// the owner's UID, as the IP controller reads it.
 		name, owner := shared.Name, shared.Spec.Service
-		leaseKey = types.NamespacedName{Namespace: owner.Namespace, Name: lbobjects.SharedObjectName(name)}
+		leaseKey = types.NamespacedName{Namespace: lbobjects.SharedLeaseNamespace(r.LBPodNamespace, owner.Namespace), Name: lbobjects.SharedObjectName(name)}
 		podNS = lbobjects.PodNamespace(r.LBPodNamespace, owner.Namespace) // where the address's lb pods run
 		ours = func(l *coordinationv1.Lease) bool {
 			return l.Labels[lbv1.SharedIPLabel] == name && l.Labels[lbv1.ServiceUIDLabel] == owner.UID

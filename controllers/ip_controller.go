@@ -285,7 +285,7 @@ func (r *IPReconciler) addressLease(ctx context.Context, ip *lbv1.IP, svc *corev
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: lbobjects.LeaseName(r.LBPodNamespace, svc.Namespace, svc.Name)}
 	uid := string(svc.UID)
 	if ip.Spec.SharingKey != "" {
-		key = types.NamespacedName{Namespace: ip.Spec.Service.Namespace, Name: lbobjects.SharedObjectName(ip.Name)}
+		key = types.NamespacedName{Namespace: lbobjects.SharedLeaseNamespace(r.LBPodNamespace, ip.Spec.Service.Namespace), Name: lbobjects.SharedObjectName(ip.Name)}
 		uid = ip.Spec.Service.UID
 	}
 	switch err := r.Client.Get(ctx, key, l); {

@@ -127,6 +127,19 @@ func runElected(ctx context.Context, o options, network lbpod.Network, loop *lbp
 	return errors.Join(haErr, <-loopDone)
 }
 
+// leaseNamespace is where the Lease is: the Service's namespace, or for a shared address where
+// its lb pods run (the owner's namespace, or the --lb-pod-namespace; lbobjects.SharedLeaseNamespace),
+// not a member's: members come and go, the first of them may leave while the address stays, and
+// whoever may write Leases in a member namespace must not be able to write the record of an
+// address that namespace may no longer have a Service on (a forged claim there would move it; a
+// forged conflict report would take it). The lb pods' ServiceAccount is bound there too.
+func leaseNamespace(o options, readFile func(string) ([]byte, error)) string {
+	if o.sharedIP != "" {
+		return podNamespace(o, readFile)
+	}
+	return o.namespace
+}
+
 // newRecorder returns the Lease recorder, or nil when there is no API to write to (--service-file)
 // or no pod or Lease name (outside a cluster).
 func newRecorder(o options, network lbpod.Network, log *slog.Logger) (*leaseRecorder, error) {
@@ -138,9 +151,9 @@ func newRecorder(o options, network lbpod.Network, log *slog.Logger) (*leaseReco
 	if err != nil {
 		return nil, err
 	}
-	r := newLeaseRecorder(client, o.namespace, o.service, o.leaseName, o.podName, log)
+	r := newLeaseRecorder(client, leaseNamespace(o, os.ReadFile), o.service, o.leaseName, o.podName, log)
 	if o.sharedIP != "" {
-		r.shared = &sharedLease{ownerUID: types.UID(os.Getenv(v1alpha1.EnvOwnerUID)),
+		r.shared = &sharedLease{ownerUID: types.UID(os.Getenv(v1alpha1.EnvOwnerUID)), ownerNamespace: o.namespace,
 			ip: lbobjects.IPRef{Name: o.sharedIP, UID: types.UID(os.Getenv(v1alpha1.EnvSharedIPUID))}}
 	}
 	for _, a := range network.Addresses {

@@ -79,8 +79,9 @@ type leaseRecorder struct {
 
 // sharedLease is what the Lease of a shared address is built from (lbobjects.BuildSharedLease).
 type sharedLease struct {
-	ownerUID types.UID
-	ip       lbobjects.IPRef
+	ownerUID       types.UID
+	ownerNamespace string
+	ip             lbobjects.IPRef
 }
 
 // heldTwice is one step-down on the Lease's claim: our claim then, the claim that superseded it,
@@ -362,7 +363,7 @@ func (r *leaseRecorder) newLease(ctx context.Context) (*coordinationv1.Lease, er
 		if r.shared.ip.UID == "" || r.shared.ownerUID == "" {
 			return nil, fmt.Errorf("the Lease %s/%s is absent, and %s or %s is not set to create it with", r.namespace, r.name, v1alpha1.EnvSharedIPUID, v1alpha1.EnvOwnerUID)
 		}
-		return lbobjects.BuildSharedLease(r.name, r.namespace, r.shared.ownerUID, r.shared.ip), nil
+		return lbobjects.BuildSharedLease(r.name, r.namespace, r.shared.ownerNamespace, r.shared.ownerUID, r.shared.ip), nil
 	}
 	svc, err := r.client.Services(r.namespace).Get(ctx, r.service, metav1.GetOptions{})
 	if err != nil {

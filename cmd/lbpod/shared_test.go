@@ -281,6 +281,23 @@ func TestPodNamespace(t *testing.T) {
 	}
 }
 
+// A shared address's Lease is where its lb pods run, not in the owner's namespace (which may
+// leave the address while it stays); any other Service's in its own namespace.
+func TestLeaseNamespace(t *testing.T) {
+	lbPods := func(string) ([]byte, error) { return []byte("lbpods\n"), nil }
+	o := options{namespace: "team-a", sharedIP: "172.18.0.12"}
+	if got := leaseNamespace(o, lbPods); got != "lbpods" {
+		t.Errorf("shared: %q, want lbpods", got)
+	}
+	if got := leaseNamespace(o, func(string) ([]byte, error) { return nil, os.ErrNotExist }); got != "team-a" {
+		t.Errorf("shared, lb pods beside the owner: %q, want team-a", got)
+	}
+	o.sharedIP = ""
+	if got := leaseNamespace(o, lbPods); got != "team-a" {
+		t.Errorf("not shared: %q, want team-a", got)
+	}
+}
+
 // A member is served only on the ports its ingress entry for the address lists (what the operator
 // admitted, free of clashes): a tenant who adds another member's port to their Service's spec gets
 // nothing on it before the operator refuses the Service. An entry without ports (written by a

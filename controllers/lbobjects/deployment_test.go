@@ -731,7 +731,7 @@ func TestBuildSharedAddress(t *testing.T) {
 		env[lbv1.EnvOwnerUID].Value != string(p.ServiceUID) || env[lbv1.EnvLease].Value != d.Name {
 		t.Fatalf("env %v", env)
 	}
-	lease := BuildSharedLease(d.Name, p.ServiceNamespace, p.ServiceUID, ip)
+	lease := BuildSharedLease(d.Name, p.ServiceNamespace, p.ServiceNamespace, p.ServiceUID, ip)
 	if lease.Labels[lbv1.SharedIPLabel] != "172.18.0.12" || lease.Labels[lbv1.ServiceUIDLabel] != string(p.ServiceUID) ||
 		len(lease.OwnerReferences) != 1 || lease.OwnerReferences[0].UID != "ip-uid" {
 		t.Fatalf("lease %+v", lease.ObjectMeta)
@@ -764,6 +764,15 @@ func TestBuildSharedAcrossNamespaces(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, []string{"lbsvc-system", "team-b", "team-c"}) {
 		t.Fatalf("member RoleBindings in %v", got)
+	}
+	// The address's Lease is in the lb pod namespace, where they are bound (to write it), and no
+	// member namespace's tenant writes Leases; labelled with the owner's namespace.
+	if ns := SharedLeaseNamespace(p.PodNamespace, p.ServiceNamespace); ns != "lbsvc-system" {
+		t.Fatalf("the Lease in %s", ns)
+	}
+	if l := BuildSharedLease(set.Deployment.Name, "lbsvc-system", p.ServiceNamespace, p.ServiceUID, ip); l.Namespace != "lbsvc-system" ||
+		l.Labels[lbv1.ServiceNamespaceLabel] != "default" || l.Labels[lbv1.SharedIPLabel] != ip.Name {
+		t.Fatalf("lease %+v", l.ObjectMeta)
 	}
 	if a := set.ServiceAccount.Annotations[lbv1.MemberNamespacesAnnotation]; a != "team-b,team-c" {
 		t.Fatalf("ServiceAccount annotation %q", a)

@@ -158,12 +158,21 @@ func BuildLease(name string, svc metav1.Object) *coordinationv1.Lease {
 	}
 }
 
+// SharedLeaseNamespace is where a shared address's Lease is: where its lb pods run (the
+// --lb-pod-namespace, else its owner's namespace, the only member namespace then). Not in a
+// member's namespace when they differ: the owner may leave while the address stays, and whoever
+// writes Leases in that namespace would keep writing the address's record.
+func SharedLeaseNamespace(lbPodNamespace, ownerNamespace string) string {
+	return PodNamespace(lbPodNamespace, ownerNamespace)
+}
+
 // BuildSharedLease returns the Lease the lb pods of a shared address create at their first
-// takeover: BuildLease's labels for the address's owner UID (the one its lb objects carry), with
-// SharedIPLabel in place of the Service's name, owned by the IP object so that it goes with the
-// address rather than with any one member.
-func BuildSharedLease(name, namespace string, ownerUID types.UID, ip IPRef) *coordinationv1.Lease {
-	p := Params{ServiceNamespace: namespace, ServiceUID: ownerUID, Shared: &ip}
+// takeover, in namespace, where they run (SharedLeaseNamespace): BuildLease's labels for the
+// address's owner (its namespace and UID, as its lb objects carry them), with SharedIPLabel in
+// place of the Service's name, owned by the IP object so that it goes with the address rather
+// than with any one member.
+func BuildSharedLease(name, namespace, ownerNamespace string, ownerUID types.UID, ip IPRef) *coordinationv1.Lease {
+	p := Params{ServiceNamespace: ownerNamespace, ServiceUID: ownerUID, Shared: &ip}
 	m := p.objectMeta(namespace)
 	m.Name = name
 	return &coordinationv1.Lease{

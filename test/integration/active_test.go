@@ -318,12 +318,12 @@ func counterValue(g Gomega, name string, missing float64) float64 {
 	return missing
 }
 
-// TestSharedAddressHolderShownToEveryMember: the Lease of a shared address lives in its owner's
-// namespace (its lb pods write it there, with the owner's UID) and names no Service. Every member,
-// one of another namespace too (--lb-pod-namespace), shows the holder it records, follows it when
-// it changes and is told when two lb pods held the address at once; a Lease with the address's
-// label and name in the other member's namespace, which that namespace's tenant can write, is not
-// read.
+// TestSharedAddressHolderShownToEveryMember: the Lease of a shared address lives where its lb
+// pods run, here the --lb-pod-namespace (they write it there, with the owner's UID), and names no
+// Service. Every member, one of another namespace too, shows the holder it records, follows it
+// when it changes and is told when two lb pods held the address at once; a Lease with the
+// address's label and name in a member's namespace, the owner's included, which that namespace's
+// tenant can write (and may go on writing after its Service left the address), is not read.
 func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
 	// Two lb pods for a shared address (--lb-replicas, as the operator's default): the Lease is read.
 	g, f, system, other, owner := crossNamespacePair(t, func(o *controllers.Options) { o.LBReplicas = 2 })
@@ -341,10 +341,16 @@ func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
 		create(t, pod)
 		setReady(t, pod, true)
 	}
-	forged := lbobjects.BuildSharedLease(name, other.ns, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	forged := lbobjects.BuildSharedLease(name, other.ns, f.ns, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
 	forged.Spec.HolderIdentity, forged.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](7)
 	create(t, forged)
-	lease := lbobjects.BuildSharedLease(name, f.ns, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	atOwner := time.Now().UTC().Add(-time.Second).Truncate(time.Second).Format(time.RFC3339)
+	forgedByOwner := lbobjects.BuildSharedLease(name, f.ns, f.ns, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	forgedByOwner.Spec.HolderIdentity, forgedByOwner.Spec.LeaseTransitions = ptr.To("lb-b"), ptr.To[int32](9)
+	forgedByOwner.Annotations = map[string]string{lbv1.HeldTwiceAnnotation: "lb-a " + atOwner + " 8 lb-b 9",
+		lbv1.AddressConflictAnnotation: addr + " 02:42:ac:12:00:05 " + atOwner}
+	create(t, forgedByOwner)
+	lease := lbobjects.BuildSharedLease(name, system, f.ns, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
 	lease.Spec.HolderIdentity, lease.Spec.LeaseTransitions = ptr.To("lb-a"), ptr.To[int32](0)
 	create(t, lease)
 
@@ -377,9 +383,13 @@ func TestSharedAddressHolderShownToEveryMember(t *testing.T) {
 		g.Eventually(func() []string { return warningMessages(t, s.ns, s.name, decide.ReasonAddressHeldTwice) }, timeout, interval).
 			Should(Equal([]string{msg}), "%s/%s", s.ns, s.name)
 	}
-	// The forged Lease is still there, naming another holder and no note: never read.
+	// The forged Leases are still there, naming another holder (and, the owner's, a note of
+	// its own and a conflict report): never read, the address not in phase Conflict.
 	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(forged), forged)).To(Succeed())
 	g.Expect(forged.Spec.HolderIdentity).To(Equal(ptr.To("lb-b")))
+	g.Expect(k8s.Get(context.Background(), client.ObjectKeyFromObject(forgedByOwner), forgedByOwner)).To(Succeed())
+	g.Expect(forgedByOwner.Annotations).To(HaveKey(lbv1.AddressConflictAnnotation))
+	g.Expect(getIP(g, addr).Status.Phase).NotTo(Equal(lbv1.IPConflict))
 	shown("lb-b", "n2", "lb-a", "n1")
 
 	// The owner leaves the address for one of its own: the address's lb pods still carry its

@@ -314,7 +314,7 @@ func TestKillDuringSharingChurn(t *testing.T) {
 func TestConflictOnSharedAddress(t *testing.T) {
 	g, _, f, a := dnsPair(t)
 	first, second := f.ip("6"), f.ip("7")
-	reportSharedConflict(t, a, first)
+	reportSharedConflict(t, f.ns, a, first)
 
 	waitAddress(t, f.ns, "dns-tcp", second)
 	waitAddress(t, f.ns, "dns-udp", second)
@@ -333,9 +333,9 @@ func TestConflictOnSharedAddress(t *testing.T) {
 // which Service does not announce it, those of the other namespace are told the same without
 // naming it (a Service of another tenant). Before, every member got the owner's name.
 func TestConflictOnSharedAddressAcrossNamespaces(t *testing.T) {
-	g, f, _, other, owner := crossNamespacePair(t)
+	g, f, system, other, owner := crossNamespacePair(t)
 	addr := f.ip("6")
-	reportSharedConflict(t, owner, addr)
+	reportSharedConflict(t, system, owner, addr)
 
 	hint := "it is not handed out again until an admin deletes the IP object (kubectl delete ip " + addr + ")"
 	g.Eventually(func() []string { return warningMessages(t, f.ns, "dns-tcp", decide.ReasonAddressInUse) }, timeout, interval).Should(Equal([]string{
@@ -348,13 +348,13 @@ func TestConflictOnSharedAddressAcrossNamespaces(t *testing.T) {
 }
 
 // reportSharedConflict writes, as the lb pod of the shared address addr would, that 02:42:ac:12:00:05
-// answered its probe now, on the address's Lease in the namespace of owner (the address's
-// owner), and waits for the IP object's phase Conflict.
-func reportSharedConflict(t *testing.T, owner *corev1.Service, addr string) {
+// answered its probe now, on the address's Lease in namespace, where its lb pods run (the owner's
+// namespace, or the --lb-pod-namespace), and waits for the IP object's phase Conflict.
+func reportSharedConflict(t *testing.T, namespace string, owner *corev1.Service, addr string) {
 	t.Helper()
 	g := NewWithT(t)
 	ip := getIP(g, addr)
-	lease := lbobjects.BuildSharedLease(lbobjects.SharedObjectName(addr), owner.Namespace, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
+	lease := lbobjects.BuildSharedLease(lbobjects.SharedObjectName(addr), namespace, owner.Namespace, owner.UID, lbobjects.IPRef{Name: ip.Name, UID: ip.UID})
 	at := time.Now().UTC().Truncate(time.Second)
 	lease.Annotations = map[string]string{lbv1.AddressConflictAnnotation: fmt.Sprintf("%s 02:42:ac:12:00:05 %s", addr, at.Format(time.RFC3339))}
 	create(t, lease)
