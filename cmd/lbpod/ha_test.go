@@ -329,6 +329,13 @@ func TestProbeIgnoresPeers(t *testing.T) {
 	if len(got) != 1 || got[0].MAC.String() != hostMAC.String() {
 		t.Errorf("notPeers kept %v, want only the host %s", got, hostMAC)
 	}
+	ignore := p.peerAnswer()
+	if !ignore(peerMAC) || ignore(hostMAC) {
+		t.Errorf("the probe's ignore: peer %t, host %t; want true, false", ignore(peerMAC), ignore(hostMAC))
+	}
+	if (&prober{log: slog.New(slog.DiscardHandler)}).peerAnswer() != nil {
+		t.Error("without peers the probe's ignore is not nil")
+	}
 	if got := (&prober{log: slog.New(slog.DiscardHandler)}).notPeers([]v1alpha1.AddressConflict{{Address: addr, MAC: peerMAC}}); len(got) != 1 {
 		t.Errorf("without peers notPeers kept %v, want the answer", got)
 	}

@@ -115,7 +115,7 @@ func (p *prober) run(ctx context.Context) (reason string, done bool) {
 		return "", true
 	}
 	start := time.Now()
-	conflicts, err := probe.Run(ctx, p.iface, needed, p.timing)
+	conflicts, err := probe.Run(ctx, p.iface, needed, p.timing, p.peerAnswer())
 	took := time.Since(start)
 	if err != nil {
 		p.log.Warn("conflict probe failed; announcing without it", "addresses", needed, "err", err)
@@ -193,11 +193,36 @@ func (p *prober) announcedSince(ctx context.Context) bool {
 	return true
 }
 
-// notPeers drops the answers that came from another replica of the Service (peer): two replicas
-// that took over at once (at start, or after a partition) hear each other's announcements and ARP
-// replies during the probe, and a replica that took one for a host using the address blocked for
-// good, leaving the Service with no holder once the other replica failed (seen on make demo: one
-// of 100 Services down for good after a node failure). Each is logged.
+// peerAnswer is the probe's ignore predicate (probe.Run): answers from another replica of the
+// Service (peer) are no conflict. Two replicas that took over at once (at start, or after a
+// partition) hear each other's announcements and ARP replies during the probe; the probe skips
+// them as they are read, so that a sibling heard first does not end the listening before a host
+// that really uses the address answers. Each peer is logged once per probe. nil without peer.
+func (p *prober) peerAnswer() func(net.HardwareAddr) bool {
+	if p.peer == nil {
+		return nil
+	}
+	var mu sync.Mutex
+	logged := map[string]bool{}
+	return func(mac net.HardwareAddr) bool {
+		if !p.peer(mac) {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !logged[mac.String()] {
+			logged[mac.String()] = true
+			p.log.Info("conflict probe: answered by another replica of this Service, not a conflict", "mac", mac)
+		}
+		return true
+	}
+}
+
+// notPeers drops the answers that came from another replica of the Service (peer), as the probe
+// knows it now: peerAnswer asked while the answer was read, and the election may have heard the
+// replica's first advert only since. A replica that took a sibling's answer for a host using the
+// address blocked for good, leaving the Service with no holder once the other replica failed
+// (seen on make demo: one of 100 Services down for good after a node failure). Each is logged.
 func (p *prober) notPeers(conflicts []v1alpha1.AddressConflict) []v1alpha1.AddressConflict {
 	if p.peer == nil {
 		return conflicts
@@ -253,7 +278,7 @@ func (p *prober) probeFirst(ctx context.Context) (free []netip.Addr, ok bool, wh
 		return nil, false, fmt.Sprintf("the conflict probe takes up to %s, longer than the dead interval", p.timing.Total())
 	}
 	start := time.Now()
-	conflicts, err := probe.Run(ctx, p.iface, p.addrs, p.timing)
+	conflicts, err := probe.Run(ctx, p.iface, p.addrs, p.timing, p.peerAnswer())
 	if err != nil {
 		return nil, false, "the conflict probe could not run: " + err.Error()
 	}

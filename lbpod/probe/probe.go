@@ -172,3 +172,47 @@ func Answer(frame []byte, targets []netip.Addr, own net.HardwareAddr) (netip.Add
 	}
 	return netip.Addr{}, nil, false
 }
+
+// Answers gathers what a probe heard: the first answer (Answer) per target from a host that
+// ignore does not name. Not safe for concurrent use.
+type Answers struct {
+	targets []netip.Addr
+	own     net.HardwareAddr
+	// ignore, when set, names the hosts whose answers are no conflict: the Service's other
+	// replicas. It is asked before an answer counts, not after the probe: two replicas that take
+	// over at once hear each other's ARP replies and announcements, and a sibling's answer counted
+	// first would complete its address and end the listening before a host that really uses the
+	// address is heard.
+	ignore func(net.HardwareAddr) bool
+	found  map[netip.Addr]v1alpha1.AddressConflict
+}
+
+// NewAnswers gathers the answers for targets heard on the interface whose MAC is own.
+func NewAnswers(targets []netip.Addr, own net.HardwareAddr, ignore func(net.HardwareAddr) bool) *Answers {
+	return &Answers{targets: targets, own: own, ignore: ignore, found: map[netip.Addr]v1alpha1.AddressConflict{}}
+}
+
+// Add reads one frame, heard at at, and says whether every target has an answer now (the
+// listening can end).
+func (s *Answers) Add(frame []byte, at time.Time) (all bool) {
+	if a, mac, ok := Answer(frame, s.targets, s.own); ok {
+		if _, seen := s.found[a]; !seen && (s.ignore == nil || !s.ignore(mac)) {
+			s.found[a] = v1alpha1.AddressConflict{Address: a, MAC: slices.Clone(mac), At: at.UTC().Truncate(time.Second)}
+		}
+	}
+	return s.All()
+}
+
+// All says whether every target has an answer.
+func (s *Answers) All() bool { return len(s.found) == len(s.targets) }
+
+// List is the answers, one per target at most, in the targets' order.
+func (s *Answers) List() []v1alpha1.AddressConflict {
+	var out []v1alpha1.AddressConflict
+	for _, a := range s.targets {
+		if c, ok := s.found[a]; ok {
+			out = append(out, c)
+		}
+	}
+	return out
+}

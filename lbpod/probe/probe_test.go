@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
@@ -128,6 +129,46 @@ func TestAnswer(t *testing.T) {
 		if ok != tc.addr.IsValid() || addr != tc.addr || mac.String() != tc.mac.String() {
 			t.Errorf("%s: %v %v %v, want %v %v", name, addr, mac, ok, tc.addr, tc.mac)
 		}
+	}
+}
+
+// A sibling replica's answer does not count, and does not end the listening: the foreign host
+// heard after it is the answer. Without ignore the first answer per address stands.
+func TestAnswersIgnorePeers(t *testing.T) {
+	peer := net.HardwareAddr{0x3a, 0xf9, 0xb2, 0x96, 0x02, 0x8b}
+	isPeer := func(mac net.HardwareAddr) bool { return mac.String() == peer.String() }
+	at := time.Date(2026, 11, 28, 21, 43, 7, 500, time.UTC)
+	frames := [][]byte{
+		arpFrame(t, arp.OperationRequest, peer, v4, v4),                     // the sibling's gratuitous ARP
+		naFrame(t, peer, v6),                                                // and its unsolicited NA
+		arpFrame(t, arp.OperationReply, other, v4, netip.IPv4Unspecified()), // the host using v4
+		arpFrame(t, arp.OperationReply, peer, v4, netip.IPv4Unspecified()),  // the sibling again
+	}
+
+	s := NewAnswers([]netip.Addr{v4, v6}, own, isPeer)
+	var all []bool
+	for _, f := range frames {
+		all = append(all, s.Add(f, at))
+	}
+	want := []v1alpha1.AddressConflict{{Address: v4, MAC: other, At: at.Truncate(time.Second)}}
+	if got := s.List(); !reflect.DeepEqual(got, want) {
+		t.Errorf("with the peer ignored: %v, want %v", got, want)
+	}
+	if !reflect.DeepEqual(all, []bool{false, false, false, false}) {
+		t.Errorf("every address answered after each frame: %v, want never (v6 only heard from the peer)", all)
+	}
+
+	s = NewAnswers([]netip.Addr{v4, v6}, own, nil)
+	all = all[:0]
+	for _, f := range frames {
+		all = append(all, s.Add(f, at))
+	}
+	want = []v1alpha1.AddressConflict{{Address: v4, MAC: peer, At: at.Truncate(time.Second)}, {Address: v6, MAC: peer, At: at.Truncate(time.Second)}}
+	if got := s.List(); !reflect.DeepEqual(got, want) {
+		t.Errorf("without ignore: %v, want the first answers %v", got, want)
+	}
+	if !reflect.DeepEqual(all, []bool{false, true, true, true}) {
+		t.Errorf("every address answered after each frame: %v, want from the second frame on", all)
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/netip"
-	"slices"
 	"sync"
 	"time"
 
@@ -18,9 +17,10 @@ import (
 )
 
 // Run probes addrs on the interface ifname with timing t and returns what answered, one entry per
-// address at most, in addrs' order. The addresses must not be configured on the interface
-// meanwhile (its kernel would answer). Both families are probed at once.
-func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing) ([]v1alpha1.AddressConflict, error) {
+// address at most, in addrs' order. Answers from a MAC that ignore (when set) names do not count
+// (Answers). The addresses must not be configured on the interface meanwhile (its kernel would
+// answer). Both families are probed at once.
+func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing, ignore func(net.HardwareAddr) bool) ([]v1alpha1.AddressConflict, error) {
 	if len(addrs) == 0 {
 		return nil, nil
 	}
@@ -68,7 +68,7 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing) ([]v1
 	// A backstop: the readers' deadline is set again after the last probe.
 	deadline := time.Now().Add(t.Total() + time.Second)
 	var mu sync.Mutex
-	found := map[netip.Addr]v1alpha1.AddressConflict{}
+	found := NewAnswers(addrs, ifi.HardwareAddr, ignore)
 	var wg sync.WaitGroup
 	for _, c := range conns {
 		_ = c.SetReadDeadline(deadline)
@@ -81,19 +81,14 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing) ([]v1
 				if err != nil {
 					return // the deadline, or closed
 				}
-				if a, mac, ok := Answer(buf[:n], addrs, ifi.HardwareAddr); ok {
-					mu.Lock()
-					if _, seen := found[a]; !seen {
-						found[a] = v1alpha1.AddressConflict{Address: a, MAC: slices.Clone(mac), At: time.Now().UTC().Truncate(time.Second)}
+				mu.Lock()
+				done := found.Add(buf[:n], time.Now())
+				mu.Unlock()
+				if done {
+					for _, o := range conns {
+						_ = o.SetReadDeadline(time.Now())
 					}
-					done := len(found) == len(addrs)
-					mu.Unlock()
-					if done {
-						for _, o := range conns {
-							_ = o.SetReadDeadline(time.Now())
-						}
-						return
-					}
+					return
 				}
 			}
 		}(c)
@@ -117,7 +112,7 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing) ([]v1
 		case <-timer.C:
 		}
 		mu.Lock()
-		all := len(found) == len(addrs)
+		all := found.All()
 		mu.Unlock()
 		if all {
 			break
@@ -134,12 +129,7 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing) ([]v1
 		_ = c.SetReadDeadline(time.Now().Add(t.Listen))
 	}
 	wg.Wait()
-	var out []v1alpha1.AddressConflict
-	for _, a := range addrs {
-		if c, ok := found[a]; ok {
-			out = append(out, c)
-		}
-	}
+	out := found.List()
 	if sendErr != nil && len(out) == 0 {
 		return nil, fmt.Errorf("conflict probe: send: %w", sendErr)
 	}
