@@ -10,6 +10,8 @@ import (
 	"github.com/mdlayher/arp"
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/ndp"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
@@ -219,4 +221,43 @@ func FuzzAnswer(f *testing.F) {
 			t.Fatalf("answer %v from %v", addr, mac)
 		}
 	})
+}
+
+// The probe sockets' filter drops PACKET_OTHERHOST and keeps every other packet type. The bpf
+// package's VM cannot read the packet type (an ancillary load the kernel fills in), so the test
+// holds the assembled program to the kernel's encoding, and runs the rest of it in the VM with
+// the packet type read from the frame's first byte instead.
+func TestSocketFilter(t *testing.T) {
+	// linux/filter.h: SKF_AD_OFF (-0x1000) + SKF_AD_PKTTYPE (4), the ancillary load of the type.
+	const pktType = 0xfffff000 + 4
+	want := []bpf.RawInstruction{
+		{Op: unix.BPF_LD | unix.BPF_W | unix.BPF_ABS, K: pktType},
+		{Op: unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K, Jt: 1, Jf: 0, K: unix.PACKET_OTHERHOST},
+		{Op: unix.BPF_RET | unix.BPF_K, K: 0xffffffff},
+		{Op: unix.BPF_RET | unix.BPF_K, K: 0},
+	}
+	if !reflect.DeepEqual(socketFilter, want) {
+		t.Fatalf("socketFilter = %+v, want %+v", socketFilter, want)
+	}
+	prog, ok := bpf.Disassemble(socketFilter)
+	if !ok || prog[0] != (bpf.LoadExtension{Num: bpf.ExtType}) {
+		t.Fatalf("the filter does not start with a load of the packet type: %#v", prog)
+	}
+	prog[0] = bpf.LoadAbsolute{Off: 0, Size: 1}
+	vm, err := bpf.NewVM(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for typ, kept := range map[uint8]bool{
+		unix.PACKET_HOST: true, unix.PACKET_BROADCAST: true, unix.PACKET_MULTICAST: true,
+		unix.PACKET_OTHERHOST: false, unix.PACKET_OUTGOING: true, unix.PACKET_LOOPBACK: true,
+	} {
+		frame := make([]byte, 60)
+		frame[0] = typ
+		n, err := vm.Run(frame)
+		// The kernel keeps min(the return, the frame's length) bytes; 0 drops the frame.
+		if err != nil || (n >= len(frame)) != kept || (n == 0) == kept {
+			t.Errorf("packet type %d: the filter returns %d for %d bytes (%v); want kept %t", typ, n, len(frame), err, kept)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/netip"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/mdlayher/ethernet"
 	"github.com/mdlayher/packet"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 )
@@ -56,7 +59,7 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing, ignor
 		}
 		c, ok := conns[proto]
 		if !ok {
-			pc, err := packet.Listen(ifi, packet.Raw, int(proto), nil)
+			pc, err := packet.Listen(ifi, packet.Raw, int(proto), &packet.Config{Filter: socketFilter})
 			if err != nil {
 				return nil, fmt.Errorf("conflict probe: raw socket on %s: %w", ifname, err)
 			}
@@ -134,6 +137,27 @@ func Run(ctx context.Context, ifname string, addrs []netip.Addr, t Timing, ignor
 		return nil, fmt.Errorf("conflict probe: send: %w", sendErr)
 	}
 	return out, nil
+}
+
+// socketFilter is the probe sockets' classic BPF program: it drops the frames the kernel marks
+// PACKET_OTHERHOST and keeps the rest. The kernel hands those to packet sockets although the
+// host would not take them: a frame to another unicast MAC seen in promiscuous mode, and a
+// VLAN-tagged frame on a trunk that has no device for its VLAN (the tag removed, so it reads
+// like one of ours). A host that uses the address on another VLAN is no conflict on ours. Our
+// probes' answers come to our MAC, to a broadcast or to a multicast group, and are kept.
+var socketFilter = mustAssemble(
+	bpf.LoadExtension{Num: bpf.ExtType},
+	bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.PACKET_OTHERHOST, SkipTrue: 1},
+	bpf.RetConstant{Val: math.MaxUint32}, // keep the whole frame
+	bpf.RetConstant{Val: 0},              // drop it
+)
+
+func mustAssemble(prog ...bpf.Instruction) []bpf.RawInstruction {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		panic(err)
+	}
+	return raw
 }
 
 // upInterface waits, at most wait, until the interface is up: the lb pod's loop sets net1 up in
