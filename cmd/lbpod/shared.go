@@ -180,7 +180,7 @@ type sharedSource struct {
 	// podNamespace and serviceAccount name the lb pod's ServiceAccount (LBPOD_POD_NAMESPACE,
 	// LBPOD_LEASE); serviceAccount empty: own alone.
 	podNamespace, serviceAccount string
-	// retryMin and retryMax bound the backoff of a refused list (zero: 250 ms and 5 s).
+	// retryMin and retryMax bound the backoff of a list refused or failed (zero: 250 ms and 5 s).
 	retryMin, retryMax time.Duration
 	log                *slog.Logger
 }
@@ -188,6 +188,10 @@ type sharedSource struct {
 // cannotReadServiceAccount is logged (once) when the lb pod may not read its ServiceAccount (an
 // older ClusterRole lbsvc-lbpod): it watches own alone meanwhile.
 const cannotReadServiceAccount = "cannot read the ServiceAccount listing the member namespaces: watching LBPOD_NAMESPACE alone until it can"
+
+// cannotReadServiceAccountYet is logged (once) when the first read of the ServiceAccount fails
+// otherwise (a timeout, 429, 5xx): nothing is published until it is read or refused.
+const cannotReadServiceAccountYet = "cannot read the ServiceAccount listing the member namespaces: retrying before the first publication"
 
 // serviceAccounts lists and watches the lb pod's ServiceAccount by name.
 func (s *sharedSource) serviceAccounts() *cache.ListWatch {
@@ -266,10 +270,8 @@ func (s *sharedSource) Run(ctx context.Context, sink serviceSink) {
 	w := &sharedWatch{src: s, ctx: ctx, sink: sink, watches: map[string]*nsWatch{}, logged: sets.New[string]()}
 	w.setNamespaces(nil)
 	if s.serviceAccount != "" {
-		if annotation, err := s.readAnnotation(ctx); err != nil {
-			w.logOnce("serviceaccount", cannotReadServiceAccount, err)
-		} else {
-			w.setAnnotation(annotation)
+		if !w.readFirstAnnotation(ctx) {
+			return
 		}
 		go w.followServiceAccount(ctx)
 	}
@@ -373,6 +375,40 @@ func (w *sharedWatch) setAnnotation(value string) {
 		return
 	}
 	w.setNamespaces(w.src.others(value))
+}
+
+// readFirstAnnotation reads the ServiceAccount's annotation before the first publication and
+// applies it, so that the first publication waits for the namespaces it lists. A passing failure
+// (a timeout, 429, 5xx) is retried with untilAllowed's backoff: given up at once, the first
+// publication held LBPOD_NAMESPACE's members alone, which the loop applied (a restarted container
+// removed the other namespaces' rules; a new replica became ready and could take the address
+// over with their ports refused). Only a refusal (settles) ends it without the annotation: the lb
+// pod may not read the ServiceAccount and watches LBPOD_NAMESPACE alone until it can
+// (followServiceAccount). false when ctx ended first.
+func (w *sharedWatch) readFirstAnnotation(ctx context.Context) bool {
+	s := w.src
+	var annotation string
+	var refused error
+	read := func(ctx context.Context) error {
+		a, err := s.readAnnotation(ctx)
+		if err != nil && settles(err) {
+			refused = err
+			return nil
+		}
+		annotation = a
+		return err
+	}
+	if !s.untilAllowed(ctx, "serviceaccount "+s.podNamespace+"/"+s.serviceAccount, read, func(err error) {
+		w.logOnce("serviceaccount/first", cannotReadServiceAccountYet, err)
+	}) {
+		return false
+	}
+	if refused != nil {
+		w.logOnce("serviceaccount", cannotReadServiceAccount, refused)
+	} else {
+		w.setAnnotation(annotation)
+	}
+	return true
 }
 
 // followServiceAccount watches the lb pod's ServiceAccount by name (a field selector) and

@@ -190,15 +190,7 @@ func TestSharedSourceAcrossNamespaces(t *testing.T) {
 	readYAML(t, "../../config/rbac/lbpod_role.yaml", &role)
 	_, err := admin.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
-	bind := func(ns string) {
-		t.Helper()
-		_, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-			ObjectMeta: metav1.ObjectMeta{Name: saName, Namespace: ns},
-			RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role.Name},
-			Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: podNS, Name: saName}},
-		}, metav1.CreateOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-	}
+	bind := func(ns string) { bindLBPodRole(ctx, g, admin, ns, role.Name, podNS, saName) }
 	_, err = admin.CoreV1().ServiceAccounts(podNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: saName, Namespace: podNS,
 		Annotations: map[string]string{v1alpha1.MemberNamespacesAnnotation: nsB + ",Not_A_Namespace"}}}, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
@@ -278,6 +270,17 @@ func TestSharedSourceAcrossNamespaces(t *testing.T) {
 		g.Eventually(src).WithTimeout(5 * time.Second).WithPolling(20 * time.Millisecond).Should(Equal([]string{a}))
 	}
 	g.Consistently(members).WithTimeout(300 * time.Millisecond).WithPolling(20 * time.Millisecond).Should(Equal([]string{a}))
+}
+
+// bindLBPodRole binds, in namespace ns, the ClusterRole role to the ServiceAccount podNS/saName,
+// as the operator binds lbsvc-lbpod for a shared address.
+func bindLBPodRole(ctx context.Context, g Gomega, c kubernetes.Interface, ns, role, podNS, saName string) {
+	_, err := c.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: saName, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: role},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: podNS, Name: saName}},
+	}, metav1.CreateOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
 }
 
 // createLabelled creates, as c, a LoadBalancer Service (TCP 53) carrying label, without status.
