@@ -437,7 +437,10 @@ func (r *leaseRecorder) probed(ctx context.Context, free []netip.Addr, conflicts
 		r.wake()
 		return nil
 	}
-	err := r.syncRetrying(ctx)
+	// The single lb pod puts its addresses on net1 only after this returns (holdSingle): a write
+	// the API server does not answer (a stalled etcd) must not hold them off longer than the
+	// read before the probe may (leaseReadTimeout); the background goes on trying.
+	err := r.syncBounded(ctx)
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
@@ -448,13 +451,20 @@ func (r *leaseRecorder) probed(ctx context.Context, free []netip.Addr, conflicts
 				return
 			case <-time.After(wait):
 			}
-			if err := r.syncRetrying(ctx); err == nil {
+			if err := r.syncBounded(ctx); err == nil {
 				r.log.Info("the conflict probe's outcome is recorded on the Lease, after failed writes")
 				return
 			}
 		}
 	}()
 	return err
+}
+
+// syncBounded is syncRetrying within leaseReadTimeout.
+func (r *leaseRecorder) syncBounded(ctx context.Context) error {
+	bounded, cancel := context.WithTimeout(ctx, leaseReadTimeout)
+	defer cancel()
+	return r.syncRetrying(bounded)
 }
 
 // syncRetrying is sync, tried again at once (up to five times) when another write came first.

@@ -3,9 +3,12 @@ package main
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -79,5 +82,46 @@ func TestLeaseReadIsBounded(t *testing.T) {
 				t.Errorf("the read gave up after %v, want %v", took, leaseReadTimeout)
 			}
 		})
+	}
+}
+
+// A single lb pod's write of its probe's outcome (probed, without the recorder running) gives up
+// after leaseReadTimeout when the API server does not answer, and goes on in the background:
+// the pod holds its addresses only once probed returns (holdSingle). Before, the write waited for
+// the API server's own timeout, the addresses off net1 all that time. (An HTTP server of the
+// test's own: a real API server cannot be made to hold a request.)
+func TestSingleRecordIsBounded(t *testing.T) {
+	release := make(chan struct{})
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		<-release
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	client, err := newAPIClient(&rest.Config{Host: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newLeaseRecorder(client, "default", "web", "lb-svc-web", "lb-svc-web-5b8d6c7f9d-abcde", slog.New(slog.DiscardHandler))
+	r.retryMax = 100 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel) // before the server closes: ends the background retries
+	start := time.Now()
+	err = r.probed(ctx, []netip.Addr{netip.MustParseAddr("172.18.0.18")}, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err %v, want the write's deadline", err)
+	}
+	if took := time.Since(start); took < leaseReadTimeout || took > leaseReadTimeout*3/2 {
+		t.Errorf("probed returned after %v, want %v", took, leaseReadTimeout)
+	}
+	// The background goes on: another request reaches the server.
+	seen := requests.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	for requests.Load() == seen && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if requests.Load() == seen {
+		t.Fatal("no write tried again in the background")
 	}
 }
