@@ -169,6 +169,22 @@ func ObjectConflict(what string) *Refusal {
 	return &Refusal{ReasonObjectConflict, fmt.Sprintf("%s exists and was not created by lbsvc-operator for this Service; delete or rename it", what)}
 }
 
+// SharingChange is the refusal, for now, of a Service that asks for its own address under
+// another sharing key (from: the key it holds it with, "" unshared; to: the one asked for): its
+// lb pods let it go, it drains, and the next passes claim it again (AddressDraining until then).
+func SharingChange(addr netip.Addr, from, to string) *Refusal {
+	what := fmt.Sprintf("shared under the key %q", to)
+	if to == "" {
+		what = "unshared"
+	}
+	was := fmt.Sprintf("shared under the key %q", from)
+	if from == "" {
+		was = "unshared"
+	}
+	return &Refusal{ReasonAddressDraining, fmt.Sprintf("%s, held %s, is asked for %s: it drains from the lb pods that hold it now, then this Service claims it again (kubectl get ip %s)",
+		addr, was, what, lbv1.IPName(addr))}
+}
+
 // Objects builds every per-Service object of a served Service once its addresses are known (the
 // kept and the claimed ones), each with its Subnet's CIDR and gateway of the same family; owned
 // is what the address book holds for the Service after the claims, which names the claim's IP
@@ -427,6 +443,16 @@ func DecideService(in ServiceInputs) Plan {
 				}
 			}
 			continue
+		}
+		if hasStatic {
+			// Its own address, asked for with another sharing key (the Service starts or stops
+			// sharing it): the unshared lb pods and the shared ones are different Deployments,
+			// which must not hold it at once. It drains first, then is claimed again.
+			for _, o := range owned {
+				if o.Addr == static && o.SharingKey != key {
+					return Refuse(SharingChange(static, o.SharingKey, key), in.Owned)
+				}
+			}
 		}
 		c := Claim{Family: f, Static: static, Share: p.Share, CrossNamespace: cross}
 		if hasStatic {

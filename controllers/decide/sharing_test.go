@@ -289,6 +289,21 @@ func TestDecideServiceSharing(t *testing.T) {
 			owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
 			want:  Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}}, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
 		},
+		"its own address asked for with a key it holds it without: it drains first (two Deployments must not hold it), then is claimed again": {
+			svc:   planService(shares("dns"), func(s *corev1.Service) { s.Annotations[lbv1.LoadBalancerIPsAnnotation] = "10.0.0.7" }),
+			owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)},
+			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}, Refusal: &Refusal{ReasonAddressDraining,
+				`10.0.0.7, held unshared, is asked for shared under the key "dns": it drains from the lb pods that hold it now, then this Service claims it again (kubectl get ip 10.0.0.7)`}},
+		},
+		"its own shared address asked for without a key: the same, the other way": {
+			svc: planService(shares("dns"), func(s *corev1.Service) {
+				delete(s.Annotations, lbv1.AllowSharedIPAnnotation)
+				s.Annotations[lbv1.LoadBalancerIPsAnnotation] = "10.0.0.7"
+			}),
+			owned: []OwnedIP{sharedIP("dns", MemberRecord(me))},
+			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{sharedIP("dns", MemberRecord(me))}, Refusal: &Refusal{ReasonAddressDraining,
+				`10.0.0.7, held shared under the key "dns", is asked for unshared: it drains from the lb pods that hold it now, then this Service claims it again (kubectl get ip 10.0.0.7)`}},
+		},
 		"lbsvc.io/replicas on a member: not read, and said so": {
 			svc: planService(shares("dns"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "1" }),
 			want: Plan{Claims: []Claim{{Family: ipam.IPv4, Share: &me}},

@@ -679,6 +679,42 @@ func TestDynamicServiceStartsSharing(t *testing.T) {
 	waitGone(t, &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: f.ip("7")}})
 }
 
+// TestStaticServiceStartsAndStopsSharing: a Service with a static address starts sharing it
+// (lbsvc.io/allow-shared-ip added), then stops. Its unshared lb Deployment and the address's
+// shared one are different Deployments, which must not hold the address at once: each time it
+// drains from the lb pods that hold it (AddressDraining, saying why), then the Service claims it
+// again, as the other kind. It is never refused as in use "by another Service" (itself), as it
+// was before.
+func TestStaticServiceStartsAndStopsSharing(t *testing.T) {
+	g := NewWithT(t)
+	f := newFixture(t)
+	addr := f.ip("9")
+	create(t, sharingService(f, "solo", "", addr, svcPort("web", corev1.ProtocolTCP, 80)))
+	waitAddress(t, f.ns, "solo", addr)
+	g.Eventually(func() error {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "lb-svc-solo"}, &appsv1.Deployment{})
+	}, timeout, interval).Should(Succeed())
+
+	update(t, getService(g, f.ns, "solo"), func(s *corev1.Service) { s.Annotations[lbv1.AllowSharedIPAnnotation] = "dns" })
+	g.Eventually(func(g Gomega) {
+		g.Expect(getIP(g, addr).Spec.SharingKey).To(Equal("dns"))
+		g.Expect(members(g, addr)).To(Equal([]string{"solo:TCP/80"}))
+	}, timeout, interval).Should(Succeed())
+	waitAddress(t, f.ns, "solo", addr)
+	waitGone(t, &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "lb-svc-solo"}})
+	g.Expect(warningMessages(t, f.ns, "solo", decide.ReasonAddressInUse)).To(BeEmpty())
+	g.Eventually(func() []string { return warningMessages(t, f.ns, "solo", decide.ReasonAddressDraining) }, timeout, interval).Should(ContainElement(
+		addr + `, held unshared, is asked for shared under the key "dns": it drains from the lb pods that hold it now, then this Service claims it again (kubectl get ip ` + addr + ")"))
+
+	update(t, getService(g, f.ns, "solo"), func(s *corev1.Service) { delete(s.Annotations, lbv1.AllowSharedIPAnnotation) })
+	g.Eventually(func(g Gomega) { g.Expect(getIP(g, addr).Spec.SharingKey).To(BeEmpty()) }, timeout, interval).Should(Succeed())
+	waitAddress(t, f.ns, "solo", addr)
+	g.Eventually(func() error {
+		return k8s.Get(context.Background(), client.ObjectKey{Namespace: f.ns, Name: "lb-svc-solo"}, &appsv1.Deployment{})
+	}, timeout, interval).Should(Succeed())
+	g.Expect(warningMessages(t, f.ns, "solo", decide.ReasonAddressInUse)).To(BeEmpty())
+}
+
 // dnsPair is a new fixture whose Services dns-tcp (TCP/53) and dns-udp (UDP/53) share the
 // Subnet's first address under the key "dns"; it returns dns-tcp, the address's owner.
 func dnsPair(t *testing.T) (Gomega, context.Context, fixture, *corev1.Service) {
