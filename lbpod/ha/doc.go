@@ -82,7 +82,10 @@
 // effect around it: the sockets, the clock, net1's link state and the Holder (the data path). A
 // standby is not woken by the active's adverts: they wait in a queue socket with the kernel's
 // receive time until its deadline, and are fed to the machine as of that time (conn, drain); only
-// resignations wake it. It wakes about once per dead interval instead of once per advert.
+// resignations wake it. It wakes about once per dead interval instead of once per advert. Junk
+// that passes the socket filter (anyone can make it) can fill that queue: a read that missed
+// frames is an input (Lost), on which the standby defers its claim by one dead interval, once per
+// advert heard, and reads at once meanwhile (Machine.Queueing).
 //
 // # Authentication
 //

@@ -266,6 +266,14 @@ const (
 	// new Service answers three adverts sooner. Anything else ignores it (the dead interval
 	// decides, as without a record).
 	Granted
+	// Lost: the runner's read of the queue socket was incomplete: the kernel dropped frames since
+	// the last read (the socket's buffer was full: a flood of frames that pass the socket filter,
+	// which anyone can make, since the group is derived from the public LB addresses), or the read
+	// stopped at its cap. An advert of a live active may be among them, so what the standby knows
+	// is not what was sent: a standby whose claim would be due must not take over on it. It defers
+	// its claim to one dead interval (and its skew) from now and reads every advert at once
+	// meanwhile (Queueing is false), as a holder does; once per advert heard (see lost).
+	Lost
 )
 
 func (k EventKind) String() string {
@@ -294,6 +302,8 @@ func (k EventKind) String() string {
 		return "verified"
 	case Granted:
 		return "granted"
+	case Lost:
+		return "lost"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -417,7 +427,15 @@ type Machine struct {
 	// the adverts queued meanwhile (Verifying, Verified); frozenGap is how long it was frozen.
 	verifying bool
 	frozenGap time.Duration
+	// deferred: this standby deferred its claim for frames lost in its queue (Lost) and has heard
+	// no advert since: it reads at once (Queueing), and a further Lost defers nothing.
+	deferred bool
 }
+
+// Queueing says whether the adverts other than resignations may wait in the runner's queue socket
+// until the next wake: for a standby, unless it deferred its claim for frames lost there (Lost):
+// it then reads each advert as it comes, so that the one dead interval it waits is heard whole.
+func (m *Machine) Queueing() bool { return m.role == Standby && !m.deferred }
 
 // Verifying says that the machine, an active that was frozen, waits for every advert already
 // waiting to be fed to it (in the order they came), then Verified. Meanwhile it holds the
@@ -660,6 +678,8 @@ func (m *Machine) Handle(ev Event) Output {
 		m.superseded(now, ev.Claim, &out)
 	case Granted:
 		m.granted(now, ev.Claim, &out)
+	case Lost:
+		m.lost(now, &out)
 	case Verified:
 		if m.verifying && m.role == Active {
 			m.verifying = false
@@ -785,10 +805,15 @@ func (m *Machine) received(now time.Duration, a Advert, legacy bool, out *Output
 			// dead interval decides, as without it.
 			return
 		}
-		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning {
+		// A gap that spans frames lost in our queue (deferred) is our loss, not the active's
+		// lateness: measured, a flood stretched the dead interval to its longest.
+		if m.heardActive && a.Sender == m.heardFrom && !a.Resigning && !m.deferred {
 			m.observe(now - m.heardAt - m.cfg.Interval)
 		}
 		repeated := m.resigned && a.Resigning && a.Sender == m.heardFrom
+		// Heard: a later loss may defer a claim again (lost). With a key, not by a version-1
+		// frame of the legacy window, which anyone can send.
+		m.deferred = m.deferred && legacy
 		m.heardFrom, m.heardAt = a.Sender, now
 		m.lastHeard, m.heardActive = now, true
 		if a.Interval > 0 {
@@ -907,6 +932,27 @@ func (m *Machine) granted(now time.Duration, c Claim, out *Output) {
 	m.takeOverAt(now, c.Term, out, "the Service's record granted its first claim")
 }
 
+// lost handles a read of the queue socket that missed frames (Lost): the standby could not hear
+// until now, and listens again (listen: no claim before one dead interval and its skew from now,
+// and a resignation counts from one advert interval after now), reading at once meanwhile. A
+// live active's next adverts reach it then, move its deadline as ever, and it queues again. Once
+// per advert heard: a standby that deferred already and heard nothing since keeps its deadline,
+// so a flood that lasts cannot postpone a failover forever. An active that is really gone is
+// replaced at most one dead interval and skew after the first loss seen since its last advert
+// heard (a loss seen at the deadline: twice the usual wait, 0.65 s with the defaults), and the
+// deadline is never brought forward. A resignation already heard from the followed active defers nothing: it
+// says that active leaves, whatever it sent before, and a hand-over put off would leave nobody
+// holding the addresses.
+func (m *Machine) lost(now time.Duration, out *Output) {
+	if m.role != Standby || m.deferred || m.resigned {
+		return
+	}
+	m.deferred = true
+	m.listen(now)
+	out.Reason = fmt.Sprintf("frames were lost in the queue socket (a flood?): reading every advert at once, no claim before %s from now",
+		(m.deadline - now).Round(time.Millisecond))
+}
+
 func (m *Machine) shutdown(now time.Duration, out *Output) {
 	switch m.role {
 	case Active:
@@ -956,6 +1002,7 @@ func (m *Machine) takeOverAt(now time.Duration, term uint64, out *Output, why st
 func (m *Machine) stepDown(now time.Duration, out *Output, why string) {
 	m.role = Standby
 	m.sentSinceActive = false
+	m.deferred = false
 	m.deadline = now + m.deadInterval() + m.skew() + m.backoff
 	out.Hold, out.Reason = Release, why
 }

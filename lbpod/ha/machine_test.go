@@ -65,6 +65,8 @@ type step struct {
 	reason   string
 	// superseded: Output.Superseded is set (to the event's claim).
 	superseded bool
+	// atOnce: a standby that reads every advert at once (Queueing false) after a loss.
+	atOnce bool
 }
 
 func describeSend(a *Advert) string {
@@ -362,6 +364,62 @@ func TestMachine(t *testing.T) {
 		"a grant to an active changes nothing": {steps: append(activeAt315[:5:5],
 			step{ev: granted(320, idA, DefaultPriority, 2), role: Active, wake: 415},
 		)},
+		// Lost: the queue socket missed frames (a flood). A due claim waits one dead interval and
+		// the skew from the loss, with the adverts read at once; a second loss with no advert
+		// heard in between defers nothing, so a flood that lasts delays a failover once.
+		"frames lost in the queue: the due claim is deferred once, then made": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: at(Lost, 315), role: Standby, wake: 630, atOnce: true, reason: "frames were lost in the queue socket (a flood?): reading every advert at once, no claim before 315ms from now"},
+			{ev: at(Tick, 500), role: Standby, wake: 630, atOnce: true},
+			{ev: at(Lost, 630), role: Standby, wake: 630, atOnce: true},
+			{ev: at(Tick, 630), hold: Take, send: "term 1", role: Active, wake: 730, reason: "no advert for the dead interval: active with term 1"},
+		}},
+		"an advert heard after a loss: the standby queues again, and the next loss defers again": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 4)), role: Standby, wake: 365},
+			{ev: at(Lost, 365), role: Standby, wake: 680, atOnce: true, reason: "no claim before 315ms from now"},
+			{ev: recv(400, from(idB, 4)), role: Standby, wake: 715},
+			{ev: at(Lost, 715), role: Standby, wake: 1030, atOnce: true, reason: "no claim before 315ms from now"},
+			{ev: at(Lost, 1030), role: Standby, wake: 1030, atOnce: true},
+			{ev: at(Tick, 1030), hold: Take, send: "term 5", role: Active, wake: 1130, failover: 630, reason: "no advert for the dead interval: active with term 5"},
+		}},
+		"a loss before the deadline: no claim before one dead interval from the loss": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 4)), role: Standby, wake: 365},
+			{ev: at(Lost, 200), role: Standby, wake: 515, atOnce: true, reason: "no claim before 315ms from now"},
+			{ev: at(Tick, 515), hold: Take, send: "term 5", role: Active, wake: 615, failover: 465, reason: "active with term 5"},
+		}},
+		// The runner reads the queue before the resignation that woke it: a loss seen then makes
+		// the resignation count from one interval after it, as after a start (listen), by when
+		// a live successor's advert, read at once, would have ended the wait.
+		"a resignation right after a loss counts from one interval after it": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 2)), role: Standby, wake: 365},
+			{ev: at(Lost, 365), role: Standby, wake: 680, atOnce: true, reason: "no claim before 315ms from now"},
+			{ev: recv(370, resigning(from(idB, 2))), role: Standby, wake: 480},
+			{ev: at(Tick, 480), hold: Take, send: "term 3", role: Active, wake: 580, failover: 110, reason: "the active resigned: active with term 3"},
+		}},
+		"a loss after a resignation heard defers nothing": {steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: recv(50, from(idB, 2)), role: Standby, wake: 365},
+			{ev: recv(120, resigning(from(idB, 2))), role: Standby, wake: 135},
+			{ev: at(Lost, 135), role: Standby, wake: 135},
+			{ev: at(Tick, 135), hold: Take, send: "term 3", role: Active, wake: 235, failover: 15, reason: "the active resigned: active with term 3"},
+		}},
+		"a loss on an active changes nothing; a step-down queues again": {steps: append(activeAt315[:5:5],
+			step{ev: at(Lost, 320), role: Active, wake: 415},
+			step{ev: recv(330, from(idB, 2)), hold: Release, role: Standby, wake: 645, reason: "stepping down"},
+			step{ev: at(Lost, 645), role: Standby, wake: 960, atOnce: true, reason: "no claim before 315ms from now"},
+		)},
+		// With a key, a version-1 advert of the legacy window (anyone can send one) does not
+		// re-arm the deferral.
+		"an unauthenticated advert in the legacy window does not re-arm the deferral": {cfg: Config{Authenticated: true, LegacyWindow: time.Minute}, steps: []step{
+			{ev: at(Start, 0), hold: Release, role: Standby, wake: 315, reason: "started"},
+			{ev: at(Lost, 315), role: Standby, wake: 630, atOnce: true, reason: "no claim before 315ms from now"},
+			{ev: recv(400, from(idB, 4)), role: Standby, wake: 765, atOnce: true},
+			{ev: at(Lost, 765), role: Standby, wake: 765, atOnce: true},
+			{ev: at(Tick, 765), hold: Take, send: "term 5", role: Active, wake: 865, failover: 365, reason: "active with term 5"},
+		}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) { runSteps(t, tc.cfg, tc.steps) })
@@ -393,6 +451,9 @@ func runSteps(t *testing.T, cfg Config, steps []step) {
 		}
 		if got != want {
 			t.Fatalf("step %d (%s at %s):\n got %s\nwant %s (reason %q)", i, s.ev.Kind, s.ev.Now, got, want, out.Reason)
+		}
+		if queueing := out.Role == Standby && !s.atOnce; m.Queueing() != queueing {
+			t.Fatalf("step %d (%s at %s): queueing %t, want %t", i, s.ev.Kind, s.ev.Now, m.Queueing(), queueing)
 		}
 		if (s.reason == "") != (out.Reason == "") || !strings.Contains(out.Reason, s.reason) {
 			t.Fatalf("step %d (%s at %s): reason %q, want one containing %q", i, s.ev.Kind, s.ev.Now, out.Reason, s.reason)

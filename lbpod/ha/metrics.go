@@ -21,6 +21,8 @@ type Metrics struct {
 	// Superseded counts the step-downs on a newer claim read from the record (the Lease) and never
 	// heard on the underlay: each is a time two replicas held the addresses.
 	Superseded *metric.Counter
+	// QueueLosses counts the reads of a standby's queue socket that missed frames (Lost).
+	QueueLosses *metric.Counter
 }
 
 // NewMetrics builds the metrics, all at zero.
@@ -49,6 +51,8 @@ func NewMetrics() *Metrics {
 			Help: "Renewals of the held addresses' kernel lifetime that failed; each made the active release the addresses and resign."}),
 		Superseded: metric.NewCounter(metric.Opts{Name: "lbpod_ha_superseded_total",
 			Help: "Times this replica let go of the addresses because the Service's Lease named a newer claim of another replica whose adverts it never heard: both held them meanwhile."}),
+		QueueLosses: metric.NewCounter(metric.Opts{Name: "lbpod_ha_queue_losses_total",
+			Help: "Reads of a standby's advert queue that missed frames: the kernel dropped some (its buffer full: a flood on the underlay) or the read stopped at its cap. The standby then reads every advert at once and defers its claim by one dead interval, at most once per advert heard."}),
 	}
 	for _, r := range RefusalReasons {
 		m.AdvertsRejected.WithLabelValues(r)
@@ -59,5 +63,5 @@ func NewMetrics() *Metrics {
 // Collectors lists the metrics for registration.
 func (m *Metrics) Collectors() []metric.Collector {
 	return []metric.Collector{m.Active, m.Term, m.Transitions, m.AdvertsSent, m.AdvertsReceived, m.SendErrors, m.LastFailover, m.Slack,
-		m.AdvertsRejected, m.RenewalFailures, m.Superseded}
+		m.AdvertsRejected, m.RenewalFailures, m.Superseded, m.QueueLosses}
 }

@@ -23,7 +23,7 @@ func TestMetricsRegister(t *testing.T) {
 	}
 	want := []string{"lbpod_ha_active", "lbpod_ha_advert_send_errors_total", "lbpod_ha_adverts_received_total",
 		"lbpod_ha_adverts_rejected_total", "lbpod_ha_adverts_sent_total", "lbpod_ha_last_failover_seconds",
-		"lbpod_ha_lifetime_renewal_failures_total", "lbpod_ha_slack_seconds", "lbpod_ha_superseded_total", "lbpod_ha_term", "lbpod_ha_transitions_total"}
+		"lbpod_ha_lifetime_renewal_failures_total", "lbpod_ha_queue_losses_total", "lbpod_ha_slack_seconds", "lbpod_ha_superseded_total", "lbpod_ha_term", "lbpod_ha_transitions_total"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("metrics %v, want %v", names, want)
 	}

@@ -124,6 +124,21 @@ type simReplica struct {
 	// incarnation started.
 	resignedOn resignation
 	started    time.Duration
+	// flooded: junk that passes the socket filter fills this replica's queue socket (a flood on
+	// the underlay): while it queues (Machine.Queueing), every advert but resignations is dropped
+	// there, and each read of the queue is incomplete (Lost, fed before the decision the read
+	// was for: a wake, a resignation).
+	flooded bool
+}
+
+// queueLost says that the adverts other than resignations are lost in r's queue socket now.
+func (r *simReplica) queueLost() bool { return r.flooded && r.m.Queueing() }
+
+// lost feeds replica i the loss its runner sees in a read of the queue socket now.
+func (s *sim) lost(i int) {
+	if !s.ignoreLoss {
+		s.handle(i, Event{Kind: Lost, Now: s.now})
+	}
 }
 
 func (r *simReplica) hears() bool { return r.alive && !r.frozen && r.linkUp && !r.isolated }
@@ -161,6 +176,9 @@ type sim struct {
 	// down on through the record (Output.Superseded).
 	held         map[Claim]bool
 	supersededBy []Claim
+	// ignoreLoss: the runners neither see nor tell the losses in their queue sockets (Lost), as
+	// before they did.
+	ignoreLoss bool
 }
 
 // hearEachOther: adverts go both ways between a and b.
@@ -428,6 +446,12 @@ func (s *sim) step() {
 			switch {
 			case d.at > s.now:
 				keep = append(keep, d)
+			case r.linkUp && !r.isolated && r.alive && r.queueLost():
+				if d.frame[5]&flagResigning != 0 {
+					// Read at once by the runner, after the queue: which missed frames.
+					s.lost(i)
+					s.receive(i, d)
+				}
 			case r.linkUp && !r.isolated && r.alive:
 				s.receive(i, d)
 			}
@@ -441,12 +465,15 @@ func (s *sim) step() {
 			s.handle(i, Event{Kind: Verified, Now: s.now})
 		}
 		if r.alive && s.now >= r.wake {
+			if r.queueLost() {
+				s.lost(i)
+			}
 			s.handle(i, Event{Kind: Tick, Now: s.now})
 		}
 	}
 	for i, a := range s.replicas {
 		for j, b := range s.replicas {
-			if heard := a.alive && b.alive && b.m.Role() == Active && s.hearEachOther(a, b) && a.keyless == b.keyless; !heard {
+			if heard := a.alive && b.alive && b.m.Role() == Active && s.hearEachOther(a, b) && a.keyless == b.keyless && !a.queueLost(); !heard {
 				delete(s.heard, [2]int{i, j})
 			} else if _, ok := s.heard[[2]int{i, j}]; !ok {
 				s.heard[[2]int{i, j}] = s.now
@@ -663,7 +690,7 @@ func (s *sim) repair() {
 			s.relist(i)
 		}
 		r.linkUp, r.isolated, r.frozen, r.unready = true, false, false, false
-		r.mute, r.deaf, r.apiDown = false, false, false
+		r.mute, r.deaf, r.apiDown, r.flooded = false, false, false, false
 	}
 }
 
@@ -690,6 +717,8 @@ func FuzzModel(f *testing.F) {
 	f.Add([]byte{100, 202, 0, 250, 200, 0, 2, 202, 0, 250, 3, 0, 250, 200, 0})      // a partition healed one way first
 	f.Add([]byte{100, 201, 1, 250, 3, 0, 250, 201, 1, 100, 200, 1, 250, 200, 1, 9}) // deaf, then mute
 	f.Add([]byte{100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0})      // the API lost during a drop
+	f.Add([]byte{100, 133, 1, 250, 3, 0, 250, 140, 0, 100, 133, 1})                 // a standby flooded, the active killed
+	f.Add([]byte{100, 143, 1, 5, 143, 1, 50, 4, 0, 5, 143, 1, 100, 143, 0})         // losses without a flood, around a resignation
 	f.Fuzz(func(t *testing.T, data []byte) { runModel(t, data) })
 }
 
@@ -720,6 +749,8 @@ func TestModelScenarios(t *testing.T) {
 		"one-way loss, both ways":                           {100, 200, 0, 250, 3, 0, 250, 200, 0, 100, 200, 1, 250, 3, 0, 250, 200, 1},
 		"the API lost during a drop":                        {100, 203, 0, 50, 202, 0, 250, 3, 0, 250, 202, 0, 50, 203, 0},
 		"three replicas, adverts lost":                      {100, 202, 0, 250, 3, 0, 250, 3, 0, 250, 202, 0, 0},
+		"a standby flooded, the active killed":              {100, 133, 1, 250, 3, 0, 250, 140, 0, 100, 133, 1},
+		"every replica flooded, the active resigns":         {100, 133, 0, 0, 133, 1, 0, 133, 2, 250, 3, 0, 50, 4, 0, 250, 3, 0},
 	} {
 		t.Run(name, func(t *testing.T) { runModel(t, ops) })
 	}
@@ -814,7 +845,21 @@ func (s *sim) put(d delivery, only int) {
 //	9 replay one of the last 64 to replica i only
 //	10 replay to replica i only the latest resignation, right after its sender's last advert
 //	   before it (a replica that never heard that sender, one just started, then follows it)
+//	13 flood replica i's queue socket, or stop (simReplica.flooded)
+//	14 a loss in replica i's queue now (Lost), without a flood: the runner may see one at any read
 func (s *sim) attack(move byte, i int) {
+	switch r := s.replicas[i]; move {
+	case 13:
+		r.flooded = !r.flooded
+		s.logf("r%d flooded=%t", i, r.flooded)
+		return
+	case 14:
+		if r.alive && !r.frozen {
+			s.logf("r%d lost frames in its queue", i)
+			s.handle(i, Event{Kind: Lost, Now: s.now})
+		}
+		return
+	}
 	plausible := func() Advert {
 		a := Advert{Group: group, Term: uint64(s.rand(64)), Priority: uint8(s.rand(256)), Resigning: s.rand(2) == 0,
 			Sender: ID{2, 0xba, 0xd0, 0, 0, byte(s.rand(256))}, Interval: time.Duration(10+s.rand(1991)) * time.Millisecond}
@@ -1253,4 +1298,70 @@ func TestModelBlindTakeover(t *testing.T) {
 			t.Fatalf("%d holders once the adverts flow, want 1:\n%s", s.holders(), strings.Join(s.log, "\n"))
 		}
 	})
+}
+
+// TestModelFlood: junk that passes the socket filter floods every replica's queue socket for 60
+// simulated seconds while the active lives: a standby's queue then loses every advert but the
+// resignations. Before the losses were seen (ignoreLoss), each standby took over at its deadline,
+// the active stepped down on the newer term and, a standby now, lost the adverts in turn: the
+// addresses moved about every dead interval, a Lease write each time. Now a loss defers the
+// claim once and the standby reads at once until it hears the active: no takeover. With the
+// active killed during the flood, the standby takes over at most one dead interval and its skew
+// later than without the flood (the deferral happens once per advert heard); once the flood
+// ends, exactly one holds.
+func TestModelFlood(t *testing.T) {
+	flood := func(ignoreLoss bool) (*sim, int) {
+		s := newSim(t, 2, 5, 0)
+		s.ignoreLoss = ignoreLoss
+		s.run(2 * time.Second)
+		if s.holders() != 1 {
+			t.Fatalf("%d holders before the flood, want 1:\n%s", s.holders(), strings.Join(s.log, "\n"))
+		}
+		for _, r := range s.replicas {
+			r.flooded = true
+		}
+		s.logf("flood")
+		n, holder := 0, s.holder()
+		for end := s.now + time.Minute; s.now < end; s.now += time.Millisecond {
+			s.step()
+			if h := s.holder(); h != holder {
+				n, holder = n+1, h
+			}
+		}
+		return s, n
+	}
+	_, before := flood(true)
+	s, n := flood(false)
+	t.Logf("holder changes in 60 s of flood: %d with the losses unseen, %d with them seen", before, n)
+	if before < 60 {
+		t.Errorf("with the losses unseen: %d holder changes in 60 s, want at least 60 (the scenario must flap)", before)
+	}
+	if n != 0 {
+		t.Fatalf("%d holder changes in 60 s of flood, want 0:\n%s", n, strings.Join(s.log, "\n"))
+	}
+	// The active killed during the flood: the standby's deadline (a dead interval and skew after
+	// the last advert it heard, at most the kill), one deferral, a delivery.
+	h := s.holder()
+	standby := s.replicas[1-h]
+	s.replicas[h].alive = false
+	s.logf("r%d kill -9", h)
+	killed := s.now
+	bound := 2*(time.Duration(DefaultDeadAdverts)*DefaultInterval+standby.m.skew()) + maxDelay
+	for s.now < killed+bound && standby.m.Role() != Active {
+		s.step()
+		s.now += time.Millisecond
+	}
+	if standby.m.Role() != Active {
+		t.Fatalf("no takeover within %s of the kill during the flood:\n%s", bound, strings.Join(s.log, "\n"))
+	}
+	t.Logf("takeover %s after the kill, during the flood", s.now-killed)
+	s.start(h)
+	s.run(5 * time.Second)
+	for _, r := range s.replicas {
+		r.flooded = false
+	}
+	s.run(5 * time.Second)
+	if s.holders() != 1 {
+		t.Fatalf("%d holders after the flood, want 1:\n%s", s.holders(), strings.Join(s.log, "\n"))
+	}
 }

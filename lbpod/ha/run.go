@@ -183,6 +183,9 @@ type runner struct {
 	// there (copyToLegacy); copying says whether the last one was.
 	oldHeard time.Duration
 	copying  bool
+	// lostLogged: a deferral for frames lost in the queue socket (Lost) was logged as a warning;
+	// later ones are logged at debug level.
+	lostLogged bool
 }
 
 func (r *runner) now() time.Duration { return time.Since(r.origin) }
@@ -295,7 +298,9 @@ func (r *runner) upToNow(out Output) Output {
 // and the resignations already waiting, in the channel and in the socket, at every wake before the
 // machine decides anything: a standby at its deadline learns only now of the adverts that moved it,
 // and after a stall (a starved CPU) the timer and the sockets are ready at once: without this, a
-// standby would take over from an active whose adverts it has received but not read.
+// standby would take over from an active whose adverts it has received but not read. The queue is
+// read to the end (up to maxQueued); a read that missed frames is told to the machine (Lost),
+// which then defers a due claim and has the adverts read at once (Machine.Queueing).
 func (r *runner) drain(out Output) Output {
 	var waiting []Frame
 	for more := true; more; {
@@ -312,7 +317,7 @@ func (r *runner) drain(out Output) Output {
 		}
 		return out
 	}
-	queued := r.conn.queued(r.buf, r.oob, 256)
+	queued, complete := r.conn.queued(r.buf, r.oob, maxQueued)
 	if r.m.ClaimDue(r.now()) || r.m.Verifying() {
 		// What the receiving goroutine has not read yet, when it matters (a claim, or an active
 		// that was frozen): after a stall the timer and the socket are ready at once.
@@ -321,6 +326,14 @@ func (r *runner) drain(out Output) Output {
 	dated := r.dating(r.now(), r.wall())
 	for _, q := range queued {
 		out = r.feed(out, q.f, dated(q.at))
+	}
+	if !complete && !out.Done {
+		// After the frames read: they came before the loss was seen, and before the claim
+		// that the loss must defer (Lost).
+		if r.opts.Metrics != nil {
+			r.opts.Metrics.QueueLosses.Inc()
+		}
+		out = r.handle(Event{Kind: Lost, Now: r.now()})
 	}
 	for _, a := range waiting {
 		out = r.received(out, a)
@@ -476,7 +489,7 @@ func (r *runner) openConn() error {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.conn, r.stopRecv = c, cancel
 	r.dating(r.now(), r.wall()) // the socket is empty when opened: its first read dates from here
-	r.queueFor(r.m.Role())
+	r.queueFor()
 	go r.receive(ctx, c)
 	return nil
 }
@@ -544,9 +557,7 @@ func (r *runner) handle(ev Event) Output {
 	}
 	r.report(ev, before, out)
 	r.record(held, out)
-	if out.Role != before {
-		r.queueFor(out.Role)
-	}
+	r.queueFor()
 	if renewErr != nil {
 		if r.opts.Metrics != nil {
 			r.opts.Metrics.RenewalFailures.Inc()
@@ -558,13 +569,14 @@ func (r *runner) handle(ev Event) Output {
 }
 
 // queueFor lets a standby's adverts wait in the queue socket until it wakes, and has any other
-// role read them at once (conn.setQueueing). If the filters cannot be changed, the socket is
-// closed and reopened at the next wake (pollLink).
-func (r *runner) queueFor(role Role) {
+// role, or a standby that lost frames there, read them at once (Machine.Queueing,
+// conn.setQueueing, which does nothing when that does not change). If the filters cannot be
+// changed, the socket is closed and reopened at the next wake (pollLink).
+func (r *runner) queueFor() {
 	if r.conn == nil {
 		return
 	}
-	if err := r.conn.setQueueing(role == Standby); err != nil {
+	if err := r.conn.setQueueing(r.m.Queueing()); err != nil {
 		r.log.Warn("advert socket", "err", err)
 		r.closeConn()
 	}
@@ -608,7 +620,17 @@ func (r *runner) report(ev Event, before Role, out Output) {
 		if out.Failover > 0 {
 			attrs = append(attrs, "failover", out.Failover.Round(time.Millisecond))
 		}
-		r.log.Info("ha", attrs...)
+		switch {
+		case ev.Kind != Lost:
+			r.log.Info("ha", attrs...)
+		case r.lostLogged:
+			// A flood that lasts defers a claim about once per dead interval: counted in
+			// lbpod_ha_queue_losses_total, not logged each time.
+			r.log.Debug("ha", attrs...)
+		default:
+			r.lostLogged = true
+			r.log.Warn("ha: adverts lost in the queue socket; further losses are counted in lbpod_ha_queue_losses_total", attrs...)
+		}
 	}
 	if out.Role != before && mt != nil {
 		mt.Transitions.WithLabelValues(out.Role.String()).Inc()

@@ -31,7 +31,9 @@ import (
 // hundreds of lb pods each wake is paid in CPU (BenchmarkHAIdleCPU). The resignations, which a
 // standby must act on at once, go to the other socket, which the runtime poller serves (recv),
 // and which sends. A holder reads every advert at once there (a newer active must make it step
-// down before the record does): setQueueing moves the adverts between the two.
+// down before the record does): setQueueing moves the adverts between the two. The queue holds
+// what a flood leaves room for (queueBuffer); a read of it says whether it missed frames
+// (queued), and a standby that did reads at once for a while (Machine.Queueing).
 type conn struct {
 	f       *os.File
 	raw     syscall.RawConn
@@ -55,6 +57,9 @@ type conn struct {
 	// use group addresses), legacy where the copies for replicas listening only on MulticastMAC
 	// go; as sendto takes them.
 	to, legacy unix.RawSockaddrLinklayer
+	// dropped is the queue socket's count of frames the kernel dropped (SK_MEMINFO_DROPS) at its
+	// last read: queued compares it to tell a read that missed frames.
+	dropped uint32
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
@@ -220,6 +225,7 @@ func packetSocket(ifi *net.Interface, filter []unix.SockFilter, join []net.Hardw
 	if err := attachFilter(fd, filter); err != nil {
 		return fail("attach filter", err)
 	}
+	setReceiveBuffer(fd)
 	if stamped {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
 			return fail("receive timestamps", err)
@@ -236,6 +242,30 @@ func packetSocket(ifi *net.Interface, filter []unix.SockFilter, join []net.Hardw
 		}
 	}
 	return fd, nil
+}
+
+// queueBuffer is the receive buffer asked for on each advert socket (setReceiveBuffer). The
+// socket filter passes any frame with our magic, group and version, and anyone can make one (the
+// group is a digest of the public LB addresses); a standby reads its queue socket only at its
+// deadline, so frames that fill the queue meanwhile made the kernel drop the next ones, a live
+// active's adverts among them. The kernel doubles the size asked for and counts each frame at
+// its true size, 832 bytes for a small frame from a veth: the default buffer (212992 bytes) held
+// 256 of them, under a tenth of a second of a flood of 3000 frames/s (1.5 Mbit/s). 2 MiB asked
+// for is 4 MiB, 5041 small frames: a dead interval and skew (0.325 s with the defaults) of a flood
+// of 15000 frames/s, 10 Mbit/s of minimal Ethernet frames. Beyond that, or with a dead interval
+// stretched by a starved node, frames are dropped; the standby sees it (queued) and defers its
+// claim (Lost). The memory is taken only while frames wait: on the queue socket of the standbys
+// whose group a flood names, up to 4 MiB each, and on the socket read at once only while its
+// reader lags.
+const queueBuffer = 2 << 20
+
+// setReceiveBuffer sets fd's receive buffer to queueBuffer: SO_RCVBUFFORCE (CAP_NET_ADMIN, which
+// the lb pod has) passes net.core.rmem_max; without it SO_RCVBUF, up to that limit. Neither is
+// fatal: the socket keeps the default buffer, and a queue that overflows is seen (queued).
+func setReceiveBuffer(fd int) {
+	if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, queueBuffer) != nil {
+		_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, queueBuffer)
+	}
 }
 
 // attachFilter sets the socket filter of fd, replacing the one it has.
@@ -333,14 +363,24 @@ type stampedFrame struct {
 	at time.Time
 }
 
-// queued reads, without waiting, the adverts waiting in the queue socket (at most max), oldest
-// first, each with the kernel's receive time (SCM_TIMESTAMPNS). oob holds the control message.
-// Like pending, it runs on the goroutine that closes c.
-func (c *conn) queued(buf, oob []byte, max int) []stampedFrame {
+// maxQueued caps one read of the queue socket (queued): 8192 frames, over what the buffer
+// (queueBuffer) holds of the smallest ones (5041), so a read that reaches it met frames coming as
+// fast as it read them. It stops there (tens of milliseconds of CPU), and the standby knows it
+// missed some (Lost).
+const maxQueued = 2 * queueBuffer / 512
+
+// queued reads, without waiting, the adverts waiting in the queue socket, oldest first, each with
+// the kernel's receive time (SCM_TIMESTAMPNS), until none is left or max were read. oob holds the
+// control message. complete is false when the read missed frames: it stopped at max, or the
+// kernel dropped frames since the last read (its buffer was full). The drops are read from the
+// socket's own counter (SO_MEMINFO) once the queue is empty, not from SO_RXQ_OVFL: that one comes
+// with the frames queued after a drop, and the frames dropped while the queue was full are
+// followed by no frame until it is read. Like pending, it runs on the goroutine that closes c.
+func (c *conn) queued(buf, oob []byte, max int) (got []stampedFrame, complete bool) {
 	if !c.queueing && !c.leftover {
-		return nil
+		return nil, true
 	}
-	var got []stampedFrame
+	complete = false // unless the queue is found empty below
 	for range max {
 		iov := unix.Iovec{Base: &buf[0]}
 		iov.SetLen(len(buf))
@@ -349,6 +389,7 @@ func (c *conn) queued(buf, oob []byte, max int) []stampedFrame {
 		n, _, e := unix.RawSyscall(unix.SYS_RECVMSG, uintptr(c.queue), uintptr(unsafe.Pointer(&msg)), unix.MSG_DONTWAIT)
 		if e != 0 {
 			c.leftover = c.leftover && e != unix.EAGAIN // EAGAIN: nothing more queued
+			complete = true
 			break
 		}
 		f, err := ParseFrame(buf[:n])
@@ -357,7 +398,22 @@ func (c *conn) queued(buf, oob []byte, max int) []stampedFrame {
 		}
 		got = append(got, stampedFrame{f, receivedAt(oob[:msg.Controllen])})
 	}
-	return got
+	if dropped, ok := socketDrops(c.queue); ok && dropped != c.dropped {
+		c.dropped, complete = dropped, false
+	}
+	return got, complete
+}
+
+// socketDrops reads the count of frames the kernel dropped for socket fd (SK_MEMINFO_DROPS; it
+// wraps at 2^32, so only a change says something).
+func socketDrops(fd int) (uint32, bool) {
+	var mem [unix.SK_MEMINFO_VARS]uint32
+	size := uint32(unsafe.Sizeof(mem))
+	if _, _, e := unix.RawSyscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_MEMINFO,
+		uintptr(unsafe.Pointer(&mem[0])), uintptr(unsafe.Pointer(&size)), 0); e != 0 || size <= unix.SK_MEMINFO_DROPS*4 {
+		return 0, false
+	}
+	return mem[unix.SK_MEMINFO_DROPS], true
 }
 
 // receivedAt is the time in an SCM_TIMESTAMPNS control message, zero without one.

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
 )
 
 // The link probe's raw ioctls read what the standard library reads: the index and the up and
@@ -147,4 +149,150 @@ func TestAdvertFilter(t *testing.T) {
 			}
 		}
 	}
+}
+
+// loopbackQueue stands in for a standby's two sockets: UDP sockets on loopback, the queue one
+// with receive times and the default buffer (big: the election's, setReceiveBuffer), and a
+// sender to it. A frame sent on loopback is queued (or dropped) before the send returns.
+func loopbackQueue(t *testing.T, big bool) (*conn, func([]byte)) {
+	t.Helper()
+	socket := func() int {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fd) })
+		if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+			t.Fatal(err)
+		}
+		return fd
+	}
+	queue, wait, sender := socket(), socket(), socket()
+	if err := unix.SetsockoptInt(queue, unix.SOL_SOCKET, unix.SO_TIMESTAMPNS, 1); err != nil {
+		t.Fatal(err)
+	}
+	if big {
+		setReceiveBuffer(queue)
+		if n, _ := unix.GetsockoptInt(queue, unix.SOL_SOCKET, unix.SO_RCVBUF); n != 2*queueBuffer {
+			t.Fatalf("queue buffer %d bytes, want %d", n, 2*queueBuffer)
+		}
+	}
+	to, err := unix.Getsockname(queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &conn{fd: wait, queue: queue, queueing: true, group: group, maxVersion: authVersion}, func(b []byte) {
+		if err := unix.Sendto(sender, b, 0, to); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// The reviewer's case: a standby due to claim finds, in its queue, junk that passes the socket
+// filter (sealed with another key) ahead of a live active's sealed advert.
+//   - With the election's buffer, 2000 junk frames and the advert are all read (the queue was
+//     read 256 frames a wake, in a 212992-byte buffer: the advert was never read, and the
+//     standby took over from the live active): no takeover, no loss.
+//   - Where the queue overflows (the default buffer, 1000 junk frames: the kernel drops the
+//     advert), the loss is seen: the claim is deferred by one dead interval and its skew
+//     (315 ms), the adverts are read at once meanwhile; a live active's advert, read so, makes
+//     the standby queue again, and the next loss defers again; with the active gone, the
+//     deferred claim is made at its time.
+func TestRunQueueFlood(t *testing.T) {
+	junk := func(n int) [][]byte {
+		wrong := mustKey(t, otherSecret)
+		var frames [][]byte
+		for i := range n {
+			frames = append(frames, wrong.Seal(from(idC, 9), uint64(time.Now().UnixMicro())+uint64(i)))
+		}
+		return frames
+	}
+	// standby is a runner with the key, started 400 ms ago (due to claim), on a loopback queue.
+	standby := func(t *testing.T, big bool) (*runner, *Metrics, *bytes.Buffer, func([]byte)) {
+		r, mt, logs := testRunner(t, &recordingHolder{})
+		if err := r.authenticate(testSecret); err != nil {
+			t.Fatal(err)
+		}
+		r.handle(Event{Kind: Start, Now: r.now() - 400*time.Millisecond})
+		c, send := loopbackQueue(t, big)
+		r.conn, r.buf, r.oob = c, make([]byte, 1500), make([]byte, 64) // as Run
+		return r, mt, logs, send
+	}
+	active := mustKey(t, testSecret)
+	var seq Sequencer
+	live := func() []byte { return active.Seal(from(idB, 1), seq.Next(time.Now(), DefaultReplayWindow)) }
+	wake := func(r *runner) Output { // as the runner's wake: the queue, then the Tick
+		return r.handle(Event{Kind: Tick, Now: r.now()})
+	}
+
+	t.Run("the buffer holds the flood", func(t *testing.T) {
+		r, mt, _, send := standby(t, true)
+		for _, f := range append(junk(2000), live()) {
+			send(f)
+		}
+		r.drain(Output{})
+		if out := wake(r); out.Role != Standby || r.m.Term() != 1 {
+			t.Fatalf("after the flood and the live advert: %s, term %d; want a standby that heard term 1", out.Role, r.m.Term())
+		}
+		if n, lost := mt.AdvertsRejected.WithLabelValues(RefusedAuth).Value(), mt.QueueLosses.Value(); n != 2000 || lost != 0 {
+			t.Errorf("refused %v as auth, %v losses; want 2000 and 0", n, lost)
+		}
+		if !r.conn.queueing {
+			t.Error("the standby reads at once without a loss")
+		}
+	})
+
+	t.Run("the queue overflows", func(t *testing.T) {
+		r, mt, logs, send := standby(t, false)
+		flood := func() {
+			for _, f := range append(junk(1000), live()) {
+				send(f)
+			}
+		}
+		flood()
+		out := r.drain(Output{})
+		if out.Role != Standby || r.m.Term() != 0 || !strings.Contains(out.Reason, "no claim before 315ms from now") {
+			t.Fatalf("after the overflow: %s term %d (%q); want a standby that did not hear the advert and defers 315ms", out.Role, r.m.Term(), out.Reason)
+		}
+		if out = wake(r); out.Role != Standby || r.conn.queueing || mt.QueueLosses.Value() != 1 {
+			t.Fatalf("at the wake after the overflow: %s, queueing %t, %v losses; want a standby reading at once, 1 loss", out.Role, r.conn.queueing, mt.QueueLosses.Value())
+		}
+		if !strings.Contains(logs.String(), "level=WARN msg=\"ha: adverts lost in the queue socket;") {
+			t.Errorf("the loss is not a warning:\n%s", logs)
+		}
+		// The live active's next advert, read at once: the standby follows it and queues again.
+		out = r.received(out, mustFrame(t, live()))
+		if out.Role != Standby || r.m.Term() != 1 || !r.conn.queueing {
+			t.Fatalf("after the advert read at once: %s term %d queueing %t; want a standby that heard term 1 and queues", out.Role, r.m.Term(), r.conn.queueing)
+		}
+		// The next overflow defers again; then the active is gone: the claim comes at its time.
+		r.m.deadline = r.now() // as if the wake came at the deadline
+		flood()
+		if out = r.drain(out); out.Role != Standby || !strings.Contains(out.Reason, "no claim before") || mt.QueueLosses.Value() != 2 {
+			t.Fatalf("after the second overflow: %s (%q), %v losses; want a standby deferring its claim, 2 losses", out.Role, out.Reason, mt.QueueLosses.Value())
+		}
+		deadline := r.m.deadline
+		if out = r.handle(Event{Kind: Tick, Now: deadline - time.Millisecond}); out.Role != Standby {
+			t.Fatalf("a millisecond before the deferred claim: %s", out.Role)
+		}
+		if out = r.handle(Event{Kind: Tick, Now: deadline}); out.Role != Active || out.Send == nil || out.Send.Term != 2 {
+			t.Fatalf("at the deferred claim: %+v, want active with term 2", out)
+		}
+		if n := strings.Count(logs.String(), "level=WARN msg=\"ha: adverts lost"); n != 1 {
+			t.Errorf("%d warnings about losses, want the first only:\n%s", n, logs)
+		}
+	})
+
+	t.Run("a read stops at its cap", func(t *testing.T) {
+		c, send := loopbackQueue(t, true)
+		for _, f := range junk(20) {
+			send(f)
+		}
+		if got, complete := c.queued(make([]byte, 1500), make([]byte, 64), 10); len(got) != 10 || complete {
+			t.Errorf("read with a cap of 10: %d frames, complete %t; want 10, incomplete", len(got), complete)
+		}
+		if got, complete := c.queued(make([]byte, 1500), make([]byte, 64), 100); len(got) != 10 || !complete {
+			t.Errorf("read with a cap of 100: %d frames, complete %t; want the other 10, complete", len(got), complete)
+		}
+	})
 }
