@@ -298,16 +298,23 @@ func (r *ServiceReconciler) ensure(ctx context.Context, svc *corev1.Service, des
 	if lbobjects.RoleRefChanged(desired, cur) {
 		return "", r.replaceBinding(ctx, desired, cur, what)
 	}
-	if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
-		return "", fmt.Errorf("%s: %w", what, err)
+	// A pod template changed by hand is replaced first, with the desired strategy in the same
+	// write: the admission policy lbsvc-operator-writes refuses any change to a Deployment whose
+	// result is not an lb pod's, so a merge patch of the strategy or annotations would be
+	// refused while the hand-made template (another capability, the host network) is there.
+	replaced := false
+	if d, ok := desired.(*appsv1.Deployment); ok {
+		if replaced, err = r.replaceForeignShape(ctx, d, cur); err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	if !replaced {
+		if err := r.dropRollingUpdate(ctx, desired, cur); err != nil {
+			return "", fmt.Errorf("%s: %w", what, err)
+		}
 	}
 	if err := r.dropStaleAnnotations(ctx, desired, cur); err != nil {
 		return "", fmt.Errorf("%s: %w", what, err)
-	}
-	if d, ok := desired.(*appsv1.Deployment); ok {
-		if err := r.replaceForeignShape(ctx, d, cur); err != nil {
-			return "", fmt.Errorf("%s: %w", what, err)
-		}
 	}
 	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(desired)
 	if err != nil {
@@ -408,30 +415,33 @@ func (r *ServiceReconciler) dropStaleAnnotations(ctx context.Context, desired, c
 // volume, host networking): server-side apply removes only the fields its manager owns, so an
 // addition made by hand would survive every apply. A JSON patch replaces the template, after a
 // test of the live resourceVersion (a conflict is retried by the next pass): the `patch` verb
-// the operator has, no `update`. cur is the live Deployment when it was read in full already
-// (upToDate's read, or the one after a create found the name taken); else it is read here.
-func (r *ServiceReconciler) replaceForeignShape(ctx context.Context, desired *appsv1.Deployment, cur client.Object) error {
+// the operator has, no `update`. The desired strategy goes in the same write (a rollout from
+// one lb pod, or to a new key, must not go as a RollingUpdate). cur is the live Deployment when
+// it was read in full already (upToDate's read, or the one after a create found the name
+// taken); else it is read here. It says whether it replaced the template.
+func (r *ServiceReconciler) replaceForeignShape(ctx context.Context, desired *appsv1.Deployment, cur client.Object) (bool, error) {
 	live, _ := cur.(*appsv1.Deployment)
 	if live == nil || live.ResourceVersion == "" || lbobjects.TemplateTrimmed(live) {
 		live = &appsv1.Deployment{}
 		if err := r.Reader.Get(ctx, client.ObjectKeyFromObject(desired), live); err != nil {
-			return client.IgnoreNotFound(err)
+			return false, client.IgnoreNotFound(err)
 		}
 	}
 	if lbobjects.SamePodShape(&desired.Spec.Template.Spec, &live.Spec.Template.Spec) {
-		return nil
+		return false, nil
 	}
 	patch, err := json.Marshal([]map[string]any{
 		{"op": "test", "path": "/metadata/resourceVersion", "value": live.ResourceVersion},
 		{"op": "replace", "path": "/spec/template", "value": desired.Spec.Template},
+		{"op": "replace", "path": "/spec/strategy", "value": desired.Spec.Strategy},
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := r.Client.Patch(ctx, live, client.RawPatch(types.JSONPatchType, patch), client.FieldOwner(FieldOwner)); err != nil {
-		return fmt.Errorf("replace the pod template: %w", err)
+		return false, fmt.Errorf("replace the pod template: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 // deleteObjects deletes our per-Service objects (those that carry our owner reference, labels or

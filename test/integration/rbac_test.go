@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -14,12 +15,14 @@ import (
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -35,8 +38,8 @@ const (
 	operatorSA, operatorNS = "lbsvc-operator", "lbsvc-system"
 )
 
-// operatorConfig installs config/rbac/role.yaml (bound to the operator's ServiceAccount) and
-// config/rbac/lbpod_role.yaml with the admin client c, and returns a client configuration that
+// operatorConfig installs config/rbac/role.yaml (bound to the operator's ServiceAccount),
+// config/rbac/lbpod_role.yaml and the admission policies with the admin client c, and returns a client configuration that
 // authenticates as that ServiceAccount.
 func operatorConfig(ctx context.Context, env *envtest.Environment, c client.Client) (*rest.Config, error) {
 	var role, lbpod rbacv1.ClusterRole
@@ -58,12 +61,46 @@ func operatorConfig(ctx context.Context, env *envtest.Environment, c client.Clie
 			return nil, fmt.Errorf("create %s: %w", obj.GetName(), err)
 		}
 	}
+	// The install's admission policies too, lbsvc-operator-writes above all: every write of the
+	// operator in every test passes it, or the test fails as the pass would on a cluster.
+	for _, file := range []string{"lbpod_lease_policy.yaml", "lbpod_binding_policy.yaml", "operator_writes_policy.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "config", "rbac", file))
+		if err != nil {
+			return nil, err
+		}
+		d := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(b), 4096)
+		var policy admissionregistrationv1.ValidatingAdmissionPolicy
+		var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		for _, into := range []client.Object{&policy, &binding} {
+			if err := d.Decode(into); err != nil {
+				return nil, fmt.Errorf("config/rbac/%s: %w", file, err)
+			}
+			if err := c.Create(ctx, into); err != nil {
+				return nil, fmt.Errorf("create %s: %w", into.GetName(), err)
+			}
+		}
+	}
 	// The admin configuration's client-side rate limit (envtest's: 1000/s), not client-go's default
 	// 5/s, which would throttle the operator under the churn test's hundreds of Services.
 	user, err := env.AddUser(envtest.User{Name: "system:serviceaccount:" + operatorNS + ":" + operatorSA,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:" + operatorNS}}, &rest.Config{QPS: env.Config.QPS, Burst: env.Config.Burst})
 	if err != nil {
 		return nil, err
+	}
+	// The policies are in force once the API server has loaded them: wait for a write only
+	// lbsvc-operator-writes refuses (a Secret not ours, as a dry run) to be refused.
+	op, err := client.New(user.Config(), client.Options{})
+	if err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		err := op.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-ours", Namespace: "default"}}, client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), "lbsvc-operator-writes") {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("the policy lbsvc-operator-writes is not in force after 30 s: %v", err)
+		}
 	}
 	return user.Config(), nil
 }

@@ -90,6 +90,15 @@ func TestOperatorWritesPolicy(t *testing.T) {
 		g.Expect(err).NotTo(HaveOccurred(), "%s: Deployment changed", p.ServiceName)
 		built = d
 	}
+	// One of ours whose component label an admin removed (the cache no longer sees it): the
+	// operator may still change it, as it does to put the label back (its Service UID label,
+	// annotation and owner reference say it built it).
+	_, err = admin.AppsV1().Deployments(built.Namespace).Patch(ctx, built.Name, types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/metadata/labels/app.kubernetes.io~1component"}]`), metav1.PatchOptions{})
+	g.Expect(err).NotTo(HaveOccurred())
+	_, err = op.AppsV1().Deployments(built.Namespace).Patch(ctx, built.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"app.kubernetes.io/component":"lb-svc"}}}`), metav1.PatchOptions{})
+	g.Expect(err).NotTo(HaveOccurred(), "our Deployment, its label removed by hand, given it back")
 	g.Expect(op.AppsV1().Deployments(built.Namespace).Delete(ctx, built.Name, metav1.DeleteOptions{})).To(Succeed())
 	g.Expect(op.PolicyV1().PodDisruptionBudgets(built.Namespace).Delete(ctx, built.Name, metav1.DeleteOptions{})).To(Succeed())
 	g.Expect(op.CoreV1().ServiceAccounts(built.Namespace).Delete(ctx, built.Name, metav1.DeleteOptions{})).To(Succeed())
@@ -105,7 +114,7 @@ func TestOperatorWritesPolicy(t *testing.T) {
 	// Objects of others, as an admin made them: neither changed nor deleted by the operator.
 	foreign := lbPodDeployment(t, base, nil)
 	foreign.Name, foreign.Namespace, foreign.Labels = "coredns", "kube-system", map[string]string{"k8s-app": "kube-dns"}
-	foreign.ResourceVersion = ""
+	foreign.ResourceVersion, foreign.Annotations, foreign.OwnerReferences = "", nil, nil
 	_, err = admin.AppsV1().Deployments("kube-system").Create(ctx, foreign, metav1.CreateOptions{})
 	g.Expect(err).NotTo(HaveOccurred())
 	unlabelled := foreign.DeepCopy()
@@ -115,7 +124,7 @@ func TestOperatorWritesPolicy(t *testing.T) {
 
 	const (
 		named    = "the operator may write only objects named lb-svc-* or lbsvc-lbpod*, not "
-		labelled = "the operator may create or change only objects labelled app.kubernetes.io/component=lb-svc, before and after"
+		labelled = "the operator may create only objects labelled app.kubernetes.io/component=lb-svc, and change only those it built (that label, our Service UID, shared-ip label or owner reference)"
 		keys     = "the operator may create only election key Secrets (immutable, Opaque, named lb-svc-*-ha-*)"
 		binds    = "the operator may bind only the ClusterRole lbsvc-lbpod"
 		budgets  = "the operator may budget only pods labelled app.kubernetes.io/component=lb-svc"
