@@ -447,9 +447,10 @@ func DecideService(in ServiceInputs) Plan {
 		if hasStatic {
 			// Its own address, asked for with another sharing key (the Service starts or stops
 			// sharing it): the unshared lb pods and the shared ones are different Deployments,
-			// which must not hold it at once. It drains first, then is claimed again.
+			// which must not hold it at once. It drains first, then is claimed again. Not when
+			// other members share it: it stays theirs, and the claim is refused as in use.
 			for _, o := range owned {
-				if o.Addr == static && o.SharingKey != key {
+				if o.Addr == static && o.SharingKey != key && len(o.Members) <= 1 {
 					return Refuse(SharingChange(static, o.SharingKey, key), in.Owned)
 				}
 			}

@@ -2,6 +2,7 @@ package decide
 
 import (
 	"fmt"
+	"net/netip"
 	"reflect"
 	"strings"
 	"testing"
@@ -303,6 +304,14 @@ func TestDecideServiceSharing(t *testing.T) {
 			owned: []OwnedIP{sharedIP("dns", MemberRecord(me))},
 			want: Plan{Action: PlanTeardown, Drain: []OwnedIP{sharedIP("dns", MemberRecord(me))}, Refusal: &Refusal{ReasonAddressDraining,
 				`10.0.0.7, held shared under the key "dns", is asked for unshared: it drains from the lb pods that hold it now, then this Service claims it again (kubectl get ip 10.0.0.7)`}},
+		},
+		"its shared address asked for without a key while another member shares it: it leaves, and its claim meets the other member": {
+			svc: planService(shares("dns"), func(s *corev1.Service) {
+				delete(s.Annotations, lbv1.AllowSharedIPAnnotation)
+				s.Annotations[lbv1.LoadBalancerIPsAnnotation] = "10.0.0.7"
+			}),
+			owned: []OwnedIP{sharedIP("dns", MemberRecord(me), other)},
+			want:  Plan{Claims: []Claim{{Family: ipam.IPv4, Static: netip.MustParseAddr("10.0.0.7"), From: "annotation lbsvc.io/loadBalancerIPs"}}, Drain: []OwnedIP{sharedIP("dns", MemberRecord(me), other)}},
 		},
 		"lbsvc.io/replicas on a member: not read, and said so": {
 			svc: planService(shares("dns"), func(s *corev1.Service) { s.Annotations[lbv1.ReplicasAnnotation] = "1" }),
