@@ -214,13 +214,18 @@ func (r *ActiveReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	byLabels := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
 		l := o.GetLabels()
 		if name := l[lbv1.SharedIPLabel]; name != "" {
-			// A shared address's Lease and lb pods name no Service: they wake every member the
-			// IP object lists.
+			// A shared address's Lease and lb pods name no Service: they wake the members the IP
+			// object lists, as far as they are provably the address's (decide.MembersToWake: a
+			// Lease or pod forged with its labels in another namespace wakes no member there).
 			ip := &lbv1.IP{}
 			if r.Client.Get(ctx, types.NamespacedName{Name: name}, ip) != nil {
 				return nil
 			}
-			return members(ip)
+			var reqs []reconcile.Request
+			for _, k := range memberKeys(decide.MembersToWake(o, ip.Spec.Service, ip.Spec.Members, r.LBPodNamespace)) {
+				reqs = append(reqs, reconcile.Request{NamespacedName: k})
+			}
+			return reqs
 		}
 		if l[lbv1.ServiceNamespaceLabel] == "" || l[lbv1.ServiceLabel] == "" {
 			return nil
