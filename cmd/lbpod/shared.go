@@ -240,8 +240,13 @@ func (s *sharedSource) Get(ctx context.Context) ([]*corev1.Service, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var others []string
+	// Only a refusal (settles) leaves a namespace out: a passing failure (a 503, a timeout) fails
+	// the read, since a one-shot apply of some members only would remove the others' rules.
 	if s.serviceAccount != "" {
 		annotation, err := s.readAnnotation(ctx)
+		if err != nil && !settles(err) {
+			return nil, fmt.Errorf("serviceaccount %s/%s: %w", s.podNamespace, s.serviceAccount, err)
+		}
 		if err != nil {
 			s.log.Warn(cannotReadServiceAccount, "err", err)
 		}
@@ -251,7 +256,7 @@ func (s *sharedSource) Get(ctx context.Context) ([]*corev1.Service, error) {
 	var svcs []*corev1.Service
 	for _, ns := range append([]string{s.own}, others...) {
 		list, err := s.labelled(ctx, ns, metav1.ListOptions{})
-		if err != nil && ns == s.own {
+		if err != nil && (ns == s.own || !settles(err)) {
 			return nil, fmt.Errorf("services of %s labelled %s: %w", ns, s.label, err)
 		}
 		if err != nil {

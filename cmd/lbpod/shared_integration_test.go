@@ -76,7 +76,7 @@ func (f *firstPublication) SetServices(svcs []*corev1.Service, err error) {
 // fail with a 503. The source retries them (a passing failure, not a refusal) before it builds
 // the first publication, which then holds every member namespace's members: a first publication
 // of LBPOD_NAMESPACE's alone would have the loop remove the others' rules (a restarted container)
-// or a new replica become ready with their ports refused.
+// or a new replica become ready with their ports refused. The one-shot read fails instead.
 func TestSharedSourceRetriesTheServiceAccount(t *testing.T) {
 	g := NewWithT(t)
 	const nsA, nsB, nsC, podNS, saName = "sa503-a", "sa503-b", "sa503-c", "sa503-lb", "lb-172-18-0-18"
@@ -122,4 +122,15 @@ func TestSharedSourceRetriesTheServiceAccount(t *testing.T) {
 	g.Eventually(sink.first).WithTimeout(20 * time.Second).Should(Receive(&first))
 	g.Expect(first).To(Equal([]string{nsA + "/member", nsB + "/member", nsC + "/member"}))
 	g.Expect(flaky.failing()).To(BeZero(), "the three 503s were answered")
+
+	// The one-shot read (lbpod init) fails on the same passing failure rather than return
+	// LBPOD_NAMESPACE's members alone; once the read goes through, all of them.
+	flaky.mu.Lock()
+	flaky.left = 1
+	flaky.mu.Unlock()
+	_, err = src.Get(ctx)
+	g.Expect(err).To(MatchError(ContainSubstring("serviceaccount " + podNS + "/" + saName)))
+	got, err := src.Get(ctx)
+	g.Expect(err).NotTo(HaveOccurred())
+	g.Expect(names(got)).To(Equal([]string{nsA + "/member", nsB + "/member", nsC + "/member"}))
 }
