@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
@@ -117,11 +118,9 @@ func TestSingleRecordIsBounded(t *testing.T) {
 	}
 	// The background goes on: another request reaches the server.
 	seen := requests.Load()
-	deadline := time.Now().Add(5 * time.Second)
-	for requests.Load() == seen && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if requests.Load() == seen {
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return requests.Load() > seen, nil
+	}); err != nil {
 		t.Fatal("no write tried again in the background")
 	}
 }

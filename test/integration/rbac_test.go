@@ -22,6 +22,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -93,14 +94,12 @@ func operatorConfig(ctx context.Context, env *envtest.Environment, c client.Clie
 	if err != nil {
 		return nil, err
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		err := op.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-ours", Namespace: "default"}}, client.DryRunAll)
-		if err != nil && strings.Contains(err.Error(), "lbsvc-operator-writes") {
-			break
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("the policy lbsvc-operator-writes is not in force after 30 s: %v", err)
-		}
+	var last error
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		last = op.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "not-ours", Namespace: "default"}}, client.DryRunAll)
+		return last != nil && strings.Contains(last.Error(), "lbsvc-operator-writes"), nil
+	}); err != nil {
+		return nil, fmt.Errorf("the policy lbsvc-operator-writes is not in force after 30 s: %v", last)
 	}
 	return user.Config(), nil
 }
