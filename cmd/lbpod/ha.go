@@ -33,11 +33,11 @@ type haOptions struct {
 	priority uint
 	lease    time.Duration
 	// keyFile is the Service's election key (--ha-key-file, the operator's Secret mounted
-	// read-only); key its content, read by run. replayWindow and legacyWindow are
-	// ha.Config's.
-	keyFile                    string
-	key                        []byte
-	replayWindow, legacyWindow time.Duration
+	// read-only); key its content, read by run. replayWindow, legacyWindow and copyWindow
+	// are ha.Config's.
+	keyFile                                string
+	key                                    []byte
+	replayWindow, legacyWindow, copyWindow time.Duration
 	// groupAddress: adverts go to the group's own address (ha.Options.NoGroupAddress unset).
 	groupAddress bool
 }
@@ -50,7 +50,7 @@ func (o options) haConfig(network lbpod.Network) ha.Config {
 		addrs = append(addrs, p.Addr())
 	}
 	return ha.Config{Group: ha.GroupOf(addrs), Priority: uint8(o.ha.priority), Interval: o.ha.interval,
-		ReplayWindow: o.ha.replayWindow, LegacyWindow: o.ha.legacyWindow}
+		ReplayWindow: o.ha.replayWindow, LegacyWindow: o.ha.legacyWindow, CopyWindow: o.ha.copyWindow}
 }
 
 // readHAKey reads the election key from path: at least ha.MinKeyLen bytes, used as they are (the
@@ -87,6 +87,9 @@ func (o haOptions) validate() error {
 	}
 	if o.legacyWindow < 0 {
 		return fmt.Errorf("ha-legacy-window %s: want 0 (never) or more", o.legacyWindow)
+	}
+	if o.copyWindow < 0 {
+		return fmt.Errorf("ha-copy-window %s: want 0 (never) or more", o.copyWindow)
 	}
 	return nil
 }

@@ -62,19 +62,21 @@ func TestParseFlagsElection(t *testing.T) {
 	if o, err = parseFlags("lbpod", append(base, "--ha-lease", "0s")); err != nil || o.ha.lease != 0 {
 		t.Fatalf("--ha-lease 0s: %+v, %v", o.ha, err)
 	}
-	if o.ha.keyFile != "" || o.ha.replayWindow != ha.DefaultReplayWindow || o.ha.legacyWindow != ha.DefaultLegacyWindow {
+	if o.ha.keyFile != "" || o.ha.replayWindow != ha.DefaultReplayWindow || o.ha.legacyWindow != ha.DefaultLegacyWindow ||
+		o.ha.copyWindow != ha.DefaultCopyWindow {
 		t.Fatalf("authentication defaults: %+v", o.ha)
 	}
-	o, err = parseFlags("lbpod", append(base, "--ha-key-file", "/k", "--ha-replay-window", "3s", "--ha-legacy-window", "0s"))
-	if err != nil || o.ha.keyFile != "/k" || o.ha.replayWindow != 3*time.Second || o.ha.legacyWindow != 0 {
+	o, err = parseFlags("lbpod", append(base, "--ha-key-file", "/k", "--ha-replay-window", "3s", "--ha-legacy-window", "0s", "--ha-copy-window", "5s"))
+	if err != nil || o.ha.keyFile != "/k" || o.ha.replayWindow != 3*time.Second || o.ha.legacyWindow != 0 || o.ha.copyWindow != 5*time.Second {
 		t.Fatalf("authentication flags: %+v, %v", o.ha, err)
 	}
-	if c := o.haConfig(lbpod.Network{}); c.ReplayWindow != 3*time.Second || c.LegacyWindow != 0 {
+	if c := o.haConfig(lbpod.Network{}); c.ReplayWindow != 3*time.Second || c.LegacyWindow != 0 || c.CopyWindow != 5*time.Second {
 		t.Fatalf("haConfig: %+v", c)
 	}
 	for args, want := range map[string]string{
 		"--ha-replay-window 0s":  "ha-replay-window 0s: want more than 0",
 		"--ha-legacy-window -1s": "ha-legacy-window -1s: want 0 (never) or more",
+		"--ha-copy-window -1s":   "ha-copy-window -1s: want 0 (never) or more",
 	} {
 		if _, err := parseFlags("lbpod", append(base, strings.Fields(args)...)); err == nil || err.Error() != want {
 			t.Errorf("%s: err %v, want %q", args, err, want)

@@ -54,6 +54,10 @@ const (
 	DefaultLegacyWindow = 2 * time.Minute
 )
 
+// DefaultCopyWindow is Config.CopyWindow's flag default (--ha-copy-window): as long as a rollout
+// runs, as the legacy window.
+const DefaultCopyWindow = 2 * time.Minute
+
 // replayCap bounds the senders a Replay remembers: a Service has at most 5 replicas, and a
 // rollout or a few pod replacements add some (each pod's net1 has its own MAC).
 const replayCap = 32

@@ -185,7 +185,8 @@
 // Whenever it accepts a frame of its own wire version without that mark from another replica (an
 // old replica's: authenticated when it has a key; a frame with its own ID, which the guard passes
 // on unverified for the machine to ignore, does not count: TestRunCopiesForOldReplicas), it
-// also sends a copy of each advert to MulticastMAC until Config.LegacyWindow has passed since
+// also sends a copy of each advert to MulticastMAC until Config.CopyWindow (--ha-copy-window, 2 minutes; not
+// --ha-legacy-window, which the operator sets to 0 for a Deployment rolling from those replicas) has passed since
 // (runner.copyToLegacy): with its own sequence number (a receiver that gets both accepts both, as
 // two adverts) and marked as a copy (flagLegacyCopy), which the socket filter of a replica that
 // hears the group's address drops, so new replicas read each advert once. An old standby thus

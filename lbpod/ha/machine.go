@@ -67,6 +67,14 @@ type Config struct {
 	// adverts, as long as it has heard no authenticated one and has never been active (see
 	// legacyOpen); 0: never. DefaultLegacyWindow is the flag's default.
 	LegacyWindow time.Duration
+	// CopyWindow: how long after the last advert of a replica that listens only on MulticastMAC
+	// adverts are also copied there (runner.copyToLegacy); 0: never. Not LegacyWindow: that one
+	// bounds how long unauthenticated adverts are believed, and the operator sets it to 0 unless a
+	// Deployment still runs lb pods from before authenticated adverts, but lb pods from after them
+	// and before group addresses carry the same wire label, so a Deployment rolling from those
+	// gets 0 too. The copies start only with an authenticated advert (a forger cannot start them)
+	// and cost one frame per advert. DefaultCopyWindow is the flag's default.
+	CopyWindow time.Duration
 	// ReplayWindow: how far an authenticated advert's sequence (the sender's wall clock) may lie
 	// from ours (Guard); DefaultReplayWindow when zero.
 	ReplayWindow time.Duration

@@ -179,8 +179,8 @@ type runner struct {
 	refusedSeen map[string]bool
 	// oldHeard is when an accepted advert of our wire version last came from another replica
 	// (fromPeer) that listens only on MulticastMAC (no flagGroupAddressed), 0 for never (the runner's clock is
-	// past 0 at the first advert): until Config.LegacyWindow after it, every advert is also sent
-	// there (copyToLegacy); copying says whether the last one was.
+	// past 0 at the first advert): until Config.CopyWindow after it, every advert is also sent there
+	// (copyToLegacy); copying says whether the last one was.
 	oldHeard time.Duration
 	copying  bool
 	// lostLogged: a deferral for frames lost in the queue socket (Lost) was logged as a warning;
@@ -416,16 +416,16 @@ func (r *runner) sendVersion() uint8 {
 	return advertVersion
 }
 
-// copyToLegacy says whether adverts also go to MulticastMAC now: within Config.LegacyWindow of
-// the last advert heard from a replica that listens only there (an upgrade from the release
-// before group addresses: its standbys must keep hearing the active, or they claim). Its first
-// and last copies are logged.
+// copyToLegacy says whether adverts also go to MulticastMAC now: within Config.CopyWindow of the
+// last advert heard from a replica that listens only there (an upgrade from the release before
+// group addresses: its standbys must keep hearing the active, or they claim), whatever
+// Config.LegacyWindow says (CopyWindow says why). Its first and last copies are logged.
 func (r *runner) copyToLegacy() bool {
-	on := !r.opts.NoGroupAddress && r.oldHeard > 0 && r.now() < r.oldHeard+r.cfg.LegacyWindow
+	on := !r.opts.NoGroupAddress && r.oldHeard > 0 && r.now() < r.oldHeard+r.cfg.CopyWindow
 	if on != r.copying {
 		r.copying = on
 		if on {
-			r.log.Info("a replica that listens only on the shared multicast address is in the group: adverts also go there", "address", MulticastMAC.String(), "for", r.cfg.LegacyWindow)
+			r.log.Info("a replica that listens only on the shared multicast address is in the group: adverts also go there", "address", MulticastMAC.String(), "for", r.cfg.CopyWindow)
 		} else {
 			r.log.Info("no replica that listens only on the shared multicast address heard lately: adverts go to the group's address only", "address", r.cfg.Group.MAC().String())
 		}

@@ -167,7 +167,10 @@ func TestRunCopiesForOldReplicas(t *testing.T) {
 	r, _, logs := testRunner(t, &recordingHolder{})
 	secret := bytes.Repeat([]byte{9}, MinKeyLen)
 	key, _ := NewKey(secret)
-	r.cfg.LegacyWindow = time.Minute // Config's 0 means never; the flag's default is 2 minutes
+	// The operator gives a Deployment rolling from replicas with a key and without group
+	// addresses --ha-legacy-window=0s (they carry the same wire label): the copies must not
+	// depend on it.
+	r.cfg.LegacyWindow, r.cfg.CopyWindow = 0, time.Minute
 	r.key, r.guard, r.cfg.Authenticated = key, NewGuard(r.cfg, key), true
 	wrong, _ := NewKey(bytes.Repeat([]byte{8}, MinKeyLen))
 	var seq uint64 = uint64(time.Now().UnixMicro())
@@ -207,7 +210,7 @@ func TestRunCopiesForOldReplicas(t *testing.T) {
 	if !r.copyToLegacy() || !strings.Contains(logs.String(), "adverts also go there") {
 		t.Fatalf("an old replica's advert does not start the copies (or is not logged):\n%s", logs)
 	}
-	r.oldHeard = r.now() - r.cfg.LegacyWindow - time.Millisecond
+	r.oldHeard = r.now() - r.cfg.CopyWindow - time.Millisecond
 	if r.copyToLegacy() || !strings.Contains(logs.String(), "adverts go to the group's address only") {
 		t.Errorf("the copies go on (or their end is not logged) one window after the last old advert:\n%s", logs)
 	}

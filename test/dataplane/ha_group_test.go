@@ -184,7 +184,7 @@ func TestHAGroupAddress(t *testing.T) {
 // (it listens on both), stays a standby, and copies its adverts to the shared address from then on.
 // a is stopped (SIGTERM): c takes over, and b, the old standby, must keep hearing it through the
 // copies and stay a standby: one holder throughout, no failed probe. b is stopped too (within the
-// window: an old standby that outlives it stops hearing the new active and claims); one legacy
+// window: an old standby that outlives it stops hearing the new active and claims); one copy
 // window (8 s here) after c last heard an old replica, c stops copying: a neighbour on the shared
 // address gets nothing more.
 func TestHALBPodUpgradeToGroupAddress(t *testing.T) {
@@ -202,7 +202,10 @@ func TestHALBPodUpgradeToGroupAddress(t *testing.T) {
 	waitFor(t, 10*time.Second, "the old replica a active", func() bool { return a.role() == "active" && tp.holds("a") })
 	b := tp.startReplicaLBPod("b", svc, old...)
 	waitFor(t, 10*time.Second, "the old replica b standby", func() bool { return b.role() == "standby" })
-	c := tp.startReplicaLBPod("c", svc, "--ha-key-file", keyFile, "--ha-priority", "255", "--ha-legacy-window", "8s")
+	// c runs as the operator starts it beside old replicas that already have a key: they carry
+	// the wire label of this version, so the legacy window is 0 (decide.LegacyPeers); the copies
+	// do not depend on it (--ha-copy-window, 8 s here instead of 2 min).
+	c := tp.startReplicaLBPod("c", svc, "--ha-key-file", keyFile, "--ha-priority", "255", "--ha-legacy-window", "0s", "--ha-copy-window", "8s")
 	waitFor(t, 10*time.Second, "the new replica c standby", func() bool { return c.role() == "standby" })
 	probe := startProbeLoop(t, tp.client, "c0")
 	waitFor(t, 5*time.Second, "50 answers from a", func() bool { return probe.okFrom("a") >= 50 })
