@@ -52,18 +52,22 @@ func TestHealthAddr(t *testing.T) {
 }
 
 // TestHealthServerBoundsConnections starts the health server as ServeHealth does, with a short
-// idle timeout, and holds more idle keep-alive connections than the limit: the connections
-// beyond it wait unserved (they hold no slot) and every idle one is closed after the idle
-// timeout, which lets the waiting ones in.
+// idle timeout, and attacks it as a pod of the cluster can: from one address (127.0.0.2) it
+// opens a hundred idle keep-alive connections, from eight more (127.0.0.3-10) four each, the
+// most each source may hold, which fill the 32 shared connections. Every connection beyond a
+// limit is closed at once (nothing waits behind the attacker in the accept queue, as it did
+// with a queue); the node (127.0.0.254, the kubelet's source) is still answered at once, and a
+// new source is answered once idle ones have been closed.
 func TestHealthServerBoundsConnections(t *testing.T) {
 	lim := defaultHealthLimits
-	lim.idle = time.Second
+	lim.idle = 2 * time.Second
 	h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := serveHealthOn(ln, h, slog.New(slog.DiscardHandler), lim)
+	node := netip.MustParseAddr("127.0.0.254")
+	srv := serveHealthOn(ln, h, slog.New(slog.DiscardHandler), lim, func(a netip.Addr) bool { return a == node })
 	t.Cleanup(func() { srv.Close() })
 	addr := ln.Addr().String()
 
@@ -81,10 +85,10 @@ func TestHealthServerBoundsConnections(t *testing.T) {
 		}
 		return resp.StatusCode == http.StatusOK, nil
 	}
-
-	// ask opens a connection and sends one request on it.
-	ask := func() (net.Conn, *bufio.Reader) {
-		c, err := net.Dial("tcp", addr)
+	// ask opens a connection from src and sends one request on it.
+	ask := func(src string) (net.Conn, *bufio.Reader) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+		c, err := d.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -94,51 +98,67 @@ func TestHealthServerBoundsConnections(t *testing.T) {
 		}
 		return c, bufio.NewReader(c)
 	}
+	// closed says whether the server closed c without an answer (EOF or a reset).
+	closed := func(c net.Conn, br *bufio.Reader) (bool, error) {
+		ok, err := answer(c, br, 5*time.Second)
+		return !ok && err != nil && !errors.Is(err, os.ErrDeadlineExceeded), err
+	}
 
-	served := make([]net.Conn, lim.conns)
-	readers := make([]*bufio.Reader, lim.conns)
 	start := time.Now()
-	for i := range served {
-		c, br := ask()
-		served[i], readers[i] = c, br
-		if ok, err := answer(c, readers[i], 5*time.Second); !ok {
-			t.Fatalf("connection %d: no answer: %v", i, err)
+	// One source: its first four are served, the rest closed at once.
+	for i := range 100 {
+		c, br := ask("127.0.0.2")
+		if i < lim.perSource {
+			if ok, err := answer(c, br, 5*time.Second); !ok {
+				t.Fatalf("connection %d of one source: no answer: %v", i, err)
+			}
+			continue
+		}
+		if shut, err := closed(c, br); !shut {
+			t.Fatalf("connection %d of one source, beyond %d: %v; want it closed unanswered", i, lim.perSource, err)
 		}
 	}
-
-	// Beyond the limit: the kernel completes the handshake, but the server does not accept, so
-	// the request waits unanswered while the served connections sit idle.
-	const extra = 4
-	waiting := make([]net.Conn, extra)
-	waitingR := make([]*bufio.Reader, extra)
-	for i := range waiting {
-		waiting[i], waitingR[i] = ask()
-	}
-	for i, c := range waiting {
-		ok, err := answer(c, waitingR[i], 100*time.Millisecond)
-		if ok || !errors.Is(err, os.ErrDeadlineExceeded) {
-			t.Fatalf("connection %d beyond the limit: answered %t, %v; want it waiting", lim.conns+i, ok, err)
+	// Seven more sources fill the shared connections (4 + 7 × 4 = 32); a ninth is closed.
+	for s := 3; s <= 9; s++ {
+		for i := range lim.perSource {
+			c, br := ask(fmt.Sprintf("127.0.0.%d", s))
+			if ok, err := answer(c, br, 5*time.Second); !ok {
+				t.Fatalf("source 127.0.0.%d, connection %d: no answer: %v", s, i, err)
+			}
 		}
 	}
-	if time.Since(start) >= lim.idle {
-		t.Fatalf("setting up took %v, not less than the idle timeout %v: the check above proves nothing", time.Since(start), lim.idle)
+	late, lateR := ask("127.0.0.10")
+	if shut, err := closed(late, lateR); !shut {
+		t.Fatalf("a new source beyond %d connections in all: %v; want it closed unanswered", lim.conns, err)
 	}
-
-	// The idle ones are closed by the server after the idle timeout (EOF on our side), not
-	// before it.
-	for i, c := range served {
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		if n, err := readers[i].Read(make([]byte, 1)); n != 0 || err != io.EOF {
-			t.Fatalf("idle connection %d: read %d, %v; want EOF", i, n, err)
+	// The node is answered at once, up to its own limit.
+	for i := range lim.nodeConns {
+		c, br := ask(node.String())
+		if ok, err := answer(c, br, 5*time.Second); !ok {
+			t.Fatalf("the node's connection %d while the others are full: no answer: %v", i, err)
 		}
 	}
-	if d := time.Since(start); d < lim.idle {
-		t.Fatalf("idle connections closed after %v, before the idle timeout %v", d, lim.idle)
+	c, br := ask(node.String())
+	if shut, err := closed(c, br); !shut {
+		t.Fatalf("the node's connection beyond %d: %v; want it closed", lim.nodeConns, err)
 	}
-	// And the waiting ones are then served.
-	for i, c := range waiting {
-		if ok, err := answer(c, waitingR[i], 5*time.Second); !ok {
-			t.Fatalf("connection %d beyond the limit: not served once slots freed: %v", lim.conns+i, err)
+	if d := time.Since(start); d >= lim.idle {
+		t.Fatalf("setting up took %v, not less than the idle timeout %v: the checks above prove nothing", d, lim.idle)
+	}
+	// Once the idle ones are closed (after the idle timeout), a new source is served.
+	waitFor := time.Now().Add(10 * time.Second)
+	for {
+		c, br := ask("127.0.0.11")
+		ok, err := answer(c, br, time.Second)
+		if ok {
+			if d := time.Since(start); d < lim.idle {
+				t.Fatalf("served after %v, before the idle timeout %v closed anything", d, lim.idle)
+			}
+			break
 		}
+		if time.Now().After(waitFor) {
+			t.Fatalf("a new source is not served 10 s after the idle ones should have closed: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

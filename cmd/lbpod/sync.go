@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -63,7 +64,9 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		return err
 	}
 	log.Info("health server address", "addr", healthAddr, "why", why)
-	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), log)
+	node := uplinkGateways(o.uplink)
+	log.Info("health server: the node's own connections", "from", node)
+	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), node, log)
 	if err != nil {
 		return err
 	}
@@ -118,6 +121,27 @@ func uplinkAddrs(name string) []netip.Addr {
 	for _, a := range addrs {
 		if ip, ok := netip.AddrFromSlice(a.IP); ok {
 			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
+
+// uplinkGateways are the gateways of the routes through the uplink (the pod's cluster
+// interface): the node's side of the pod's link for the bridge, ptp and most CNIs, where the
+// kubelet's probes come from. None when they cannot be read.
+func uplinkGateways(name string) []netip.Addr {
+	link, err := netlink.LinkByName(name)
+	if err != nil {
+		return nil
+	}
+	routes, err := netlink.RouteList(link, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, r := range routes {
+		if gw, ok := netip.AddrFromSlice(r.Gw); ok && !slices.Contains(out, gw.Unmap()) {
+			out = append(out, gw.Unmap())
 		}
 	}
 	return out

@@ -73,7 +73,7 @@ func run(addresses, gateways, subnets, serviceFile, healthAddr string, standby b
 		Confirmed:       func() bool { return !unconfirmed.Load() },
 	})
 	loop.SetActive(!standby)
-	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), log)
+	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), nil, log)
 	if err != nil {
 		return err
 	}
