@@ -59,12 +59,12 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 		return err
 	}
 
-	healthAddr, why, err := lbpod.HealthAddr(o.healthAddr, os.Getenv(lbpod.EnvPodIP), uplinkAddrs(o.uplink))
+	uplinkAddrs, node := uplink(o.uplink)
+	healthAddr, why, err := lbpod.HealthAddr(o.healthAddr, os.Getenv(lbpod.EnvPodIP), uplinkAddrs)
 	if err != nil {
 		return err
 	}
 	log.Info("health server address", "addr", healthAddr, "why", why)
-	node := uplinkGateways(o.uplink)
 	log.Info("health server: the node's own connections", "from", node)
 	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), node, log)
 	if err != nil {
@@ -106,45 +106,30 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	return runElected(ctx, o, network, loop, holder, recorder, log)
 }
 
-// uplinkAddrs lists the addresses of the uplink (eth0), for the health server's fallback
-// address; nil when it cannot be read (HealthAddr then says why it has none).
-func uplinkAddrs(name string) []netip.Addr {
+// uplink reads the uplink (eth0, the pod's cluster interface): its addresses, for the health
+// server's fallback address, and the gateways of the routes through it, the node's side of the
+// pod's link for the bridge, ptp and most CNIs, where the kubelet's probes come from. What cannot
+// be read is left empty (HealthAddr then says why it has no address).
+func uplink(name string) (addrs, gateways []netip.Addr) {
 	link, err := netlink.LinkByName(name)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
-	addrs, err := netlink.AddrList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, a := range addrs {
-		if ip, ok := netip.AddrFromSlice(a.IP); ok {
-			out = append(out, ip.Unmap())
+	if list, err := netlink.AddrList(link, netlink.FAMILY_ALL); err == nil {
+		for _, a := range list {
+			if ip, ok := netip.AddrFromSlice(a.IP); ok {
+				addrs = append(addrs, ip.Unmap())
+			}
 		}
 	}
-	return out
-}
-
-// uplinkGateways are the gateways of the routes through the uplink (the pod's cluster
-// interface): the node's side of the pod's link for the bridge, ptp and most CNIs, where the
-// kubelet's probes come from. None when they cannot be read.
-func uplinkGateways(name string) []netip.Addr {
-	link, err := netlink.LinkByName(name)
-	if err != nil {
-		return nil
-	}
-	routes, err := netlink.RouteList(link, netlink.FAMILY_ALL)
-	if err != nil {
-		return nil
-	}
-	var out []netip.Addr
-	for _, r := range routes {
-		if gw, ok := netip.AddrFromSlice(r.Gw); ok && !slices.Contains(out, gw.Unmap()) {
-			out = append(out, gw.Unmap())
+	if routes, err := netlink.RouteList(link, netlink.FAMILY_ALL); err == nil {
+		for _, r := range routes {
+			if gw, ok := netip.AddrFromSlice(r.Gw); ok && !slices.Contains(gateways, gw.Unmap()) {
+				gateways = append(gateways, gw.Unmap())
+			}
 		}
 	}
-	return out
+	return addrs, gateways
 }
 
 // holdSingle makes a single lb pod (no election) active once its probe finds the addresses free.
