@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -60,6 +61,9 @@ type AddressBook struct {
 
 	// shareLocks serialize the claims of one sharing key (lockShare).
 	shareLocks keyedLocks
+
+	// DefaultProvider is --default-attachment-provider: adopt takes only Services we serve.
+	DefaultProvider string
 
 	// Wake carries Services to reconcile again (a channel source of the Service controller).
 	Wake chan event.GenericEvent
@@ -170,10 +174,11 @@ func (b *AddressBook) Start(ctx context.Context) error {
 	return nil
 }
 
-// adopt turns the allocations of a release without IP objects into IP objects: only where the
-// lbsvc.io/allocated-ips annotation equals status.loadBalancer.ingress (which the edit role
-// cannot write), so a forged annotation adopts nothing. Oldest Service first; the API server
-// settles any collision.
+// adopt turns the allocations of a release without IP objects into IP objects, for the Services
+// decide.Adoptable allows (ours, with the annotation equal to the ingress and a Subnet that holds
+// the addresses). Oldest Service first; the API server settles any collision. A create the API
+// server refuses as invalid is logged and skipped: one Service's annotations must not stop the
+// operator from starting.
 func (b *AddressBook) adopt(ctx context.Context) (int, error) {
 	var services corev1.ServiceList
 	if err := b.reader.List(ctx, &services); err != nil {
@@ -186,21 +191,24 @@ func (b *AddressBook) adopt(ctx context.Context) (int, error) {
 		}
 		return a.Namespace+"/"+a.Name < c.Namespace+"/"+c.Name
 	})
+	b.mu.Lock()
+	subnets := maps.Clone(b.subnets)
+	b.mu.Unlock()
 	n := 0
 	for i := range services.Items {
 		svc := &services.Items[i]
-		recorded, subnet := svc.Annotations[lbv1.AllocatedIPsAnnotation], svc.Annotations[lbv1.AllocatedSubnetAnnotation]
-		if recorded == "" || subnet == "" || len(b.OwnedBy(svc.UID)) > 0 || !svc.DeletionTimestamp.IsZero() {
+		if len(b.OwnedBy(svc.UID)) > 0 {
 			continue
 		}
-		addrs, err := ipam.ParseAddrs(recorded)
-		if err != nil || !sameAddrSet(addrs, decide.IngressSet(svc)) {
-			continue
-		}
-		for _, a := range addrs {
+		subnet := svc.Annotations[lbv1.AllocatedSubnetAnnotation]
+		for _, a := range decide.Adoptable(svc, b.DefaultProvider, subnets) {
 			ip := newIP(a, subnet, decide.IPOwnerOf(svc))
 			if err := b.writer.Create(ctx, ip, client.FieldOwner(FieldOwner)); err != nil {
 				if apierrors.IsAlreadyExists(err) {
+					continue
+				}
+				if apierrors.IsInvalid(err) {
+					logf.FromContext(ctx).Info("address book: not adopted", "address", a, "service", svc.Namespace+"/"+svc.Name, "err", decide.BoundedMessage(err.Error()))
 					continue
 				}
 				return n, fmt.Errorf("address book: adopt %s for service %s/%s: %w", a, svc.Namespace, svc.Name, err)
@@ -210,18 +218,6 @@ func (b *AddressBook) adopt(ctx context.Context) (int, error) {
 		}
 	}
 	return n, nil
-}
-
-func sameAddrSet(addrs []netip.Addr, set map[netip.Addr]bool) bool {
-	if len(addrs) != len(set) {
-		return false
-	}
-	for _, a := range addrs {
-		if !set[a] {
-			return false
-		}
-	}
-	return true
 }
 
 // newIP is the IP object that claims addr for owner; with share, a shared address whose first

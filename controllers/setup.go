@@ -32,6 +32,7 @@ func Setup(mgr ctrl.Manager, opts Options) error {
 	own := newOwnWrites()
 	writer := recordingClient{Client: mgr.GetClient(), own: own}
 	book := NewAddressBook(mgr.GetCache(), mgr.GetAPIReader(), writer)
+	book.DefaultProvider = opts.DefaultAttachmentProvider
 	if err := mgr.Add(book); err != nil {
 		return fmt.Errorf("add address book: %w", err)
 	}

@@ -437,6 +437,54 @@ func TestForgedAnnotationsAdoptNothing(t *testing.T) {
 	waitGone(t, sn)
 }
 
+// Adoption at start (the allocations of a release without IP objects) takes only Services we
+// serve whose annotation equals the ingress, from a Subnet that holds the address: another
+// controller's Service with our annotations copied beside its ingress keeps its ingress and
+// finalizer, and a Subnet name no IP object could carry does not stop the operator's start (it
+// did: the refused create failed the address book, and with it the manager, at every start).
+func TestAdoptionTakesOnlyOurs(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	f := newFixture(t)
+	stopOperator()
+	withStatus := func(svc *corev1.Service, ip, subnet string) *corev1.Service {
+		svc.Annotations[lbv1.AllocatedIPsAnnotation], svc.Annotations[lbv1.AllocatedSubnetAnnotation] = ip, subnet
+		create(t, svc)
+		svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: ip}}
+		g.Expect(k8s.Status().Update(ctx, svc)).To(Succeed())
+		return svc
+	}
+	// Served by the release before IP objects: adopted.
+	old := withStatus(lbService(f.ns, "old", f.provider, ""), f.ip("20"), f.subnet)
+	// Another load balancer's (MetalLB's class): its ingress and finalizer are not ours.
+	foreign := lbService(f.ns, "foreign", f.provider, "")
+	foreign.Spec.LoadBalancerClass = ptr.To("metallb.io/l2")
+	foreign.Finalizers = []string{"service.kubernetes.io/load-balancer-cleanup"}
+	foreign = withStatus(foreign, f.ip("21"), f.subnet)
+	// Ours, but the Subnet it names is one no IP object can carry.
+	withStatus(lbService(f.ns, "long", f.provider, ""), f.ip("22"), strings.Repeat("n", 254))
+
+	startOperator(true)
+	g.Eventually(func(g Gomega) {
+		g.Expect(getIP(g, f.ip("20")).Spec.Service.UID).To(Equal(string(old.UID)))
+	}, timeout, interval).Should(Succeed())
+	// Running: a new Service is served, and long gets an address of its own.
+	create(t, lbService(f.ns, "new", f.provider, ""))
+	g.Eventually(func(g Gomega) {
+		g.Expect(ingressIPs(getService(g, f.ns, "new"))).To(HaveLen(1))
+		g.Expect(ingressIPs(getService(g, f.ns, "long"))).To(HaveLen(1))
+	}, timeout, interval).Should(Succeed())
+	g.Consistently(func(g Gomega) {
+		s := getService(g, f.ns, "foreign")
+		g.Expect(ingressIPs(s)).To(Equal([]string{f.ip("21")}))
+		g.Expect(s.Finalizers).To(Equal([]string{"service.kubernetes.io/load-balancer-cleanup"}))
+		g.Expect(apierrors.IsNotFound(k8s.Get(ctx, client.ObjectKey{Name: f.ip("21")}, &lbv1.IP{}))).To(BeTrue(), "an IP object for another controller's address")
+		g.Expect(ingressIPs(getService(g, f.ns, "old"))).To(Equal([]string{f.ip("20")}))
+	}, 2*time.Second, 250*time.Millisecond).Should(Succeed())
+	g.Expect(k8s.Delete(ctx, foreign)).To(Succeed())
+	g.Expect(k8s.Patch(ctx, foreign, client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`)))).To(Succeed())
+}
+
 // --lb-pod-namespace: the Deployment and ServiceAccount live in the system namespace (tenants
 // cannot edit or exec into the pod that holds an address), the RoleBinding beside the
 // Service; cleanup works without owner references.
