@@ -103,8 +103,11 @@ func TestOperatorWritesPolicy(t *testing.T) {
 	g.Expect(op.PolicyV1().PodDisruptionBudgets(built.Namespace).Delete(ctx, built.Name, metav1.DeleteOptions{})).To(Succeed())
 	g.Expect(op.CoreV1().ServiceAccounts(built.Namespace).Delete(ctx, built.Name, metav1.DeleteOptions{})).To(Succeed())
 	g.Expect(op.RbacV1().RoleBindings("kube-system").Delete(ctx, built.Name, metav1.DeleteOptions{})).To(Succeed())
-	// A RoleBinding of an earlier release, to the Service's own Role, is deleted when retired.
-	old := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-old", Namespace: "team-a"},
+	// A RoleBinding of an earlier release, to the Service's own Role, is deleted when retired
+	// (labelled and annotated as that release built it: lbobjects' objectMeta then).
+	old := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "lb-svc-old", Namespace: "team-a",
+		Labels:      map[string]string{"app.kubernetes.io/component": "lb-svc", "app.kubernetes.io/managed-by": "lbsvc-operator"},
+		Annotations: map[string]string{"lbsvc.io/service-uid": "9f3c1b7e-0000-4000-8000-000000000001"}},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "lb-svc-old"},
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "lb-svc-old", Namespace: "team-a"}}}
 	_, err = admin.RbacV1().RoleBindings("team-a").Create(ctx, old, metav1.CreateOptions{})
@@ -124,7 +127,7 @@ func TestOperatorWritesPolicy(t *testing.T) {
 
 	const (
 		named    = "the operator may write only objects named lb-svc-* or lbsvc-lbpod*, not "
-		labelled = "the operator may create only objects labelled app.kubernetes.io/component=lb-svc, and change only those it built (that label, our Service UID, shared-ip label or owner reference)"
+		labelled = "the operator may create only objects labelled app.kubernetes.io/component=lb-svc, and change or delete only those it built (that label, our Service UID, shared-ip label or owner reference)"
 		keys     = "the operator may create only election key Secrets (immutable, Opaque, named lb-svc-*-ha-*)"
 		binds    = "the operator may bind only the ClusterRole lbsvc-lbpod"
 		budgets  = "the operator may budget only pods labelled app.kubernetes.io/component=lb-svc"
@@ -219,6 +222,9 @@ func TestOperatorWritesPolicy(t *testing.T) {
 			_, err := c.AppsV1().Deployments("kube-system").Patch(ctx, unlabelled.Name, types.MergePatchType,
 				[]byte(`{"metadata":{"labels":{"app.kubernetes.io/component":"lb-svc"}}}`), metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 			return err
+		}, labelled},
+		{"a delete of another's Deployment named like ours", func(c kubernetes.Interface) error {
+			return c.AppsV1().Deployments("kube-system").Delete(ctx, unlabelled.Name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		}, labelled},
 		{"a delete of another's Deployment", func(c kubernetes.Interface) error {
 			return c.AppsV1().Deployments("kube-system").Delete(ctx, "coredns", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
