@@ -319,13 +319,14 @@ func holderList(pods []corev1.Pod, active string, kept []lbv1.IPHolder) []lbv1.I
 		out = append(out, h)
 	}
 	out = append(out, kept...)
-	if len(out) > 16 {
-		out = out[:16]
-	}
-	// The active holder first: it is the one `kubectl get ips` shows.
+	// The active holder first: it is the one `kubectl get ips` shows. Sorted before the cut, so
+	// that the active one is kept however many others there are.
 	slices.SortStableFunc(out, func(a, b lbv1.IPHolder) int {
 		return boolRank(b.Role == lbv1.RoleActive) - boolRank(a.Role == lbv1.RoleActive)
 	})
+	if len(out) > 16 {
+		out = out[:16]
+	}
 	return out
 }
 

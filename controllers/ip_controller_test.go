@@ -61,3 +61,22 @@ func TestForeignHolderEventOnlyWhenTheSetChanges(t *testing.T) {
 	r.reportForeign(ip, []string{"pod team-b/squat"})
 	want("same name, after the IP object was gone", 1)
 }
+
+// The holder list is cut to 16 after the active one is put first: with more pods than that (a
+// rollout of many replicas, or leftovers), the active one is still shown.
+func TestHolderListKeepsTheActiveOne(t *testing.T) {
+	var pods []corev1.Pod
+	for i := range 20 {
+		pods = append(pods, corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p" + strings.Repeat("x", i)}, Spec: corev1.PodSpec{NodeName: "n"}})
+	}
+	active := decide.PodKey(&pods[19])
+	got := holderList(pods, active, nil)
+	if len(got) != 16 || got[0].Pod != active || got[0].Role != lbv1.RoleActive {
+		t.Fatalf("holders %d, first %+v; want 16, the active %s first", len(got), got[0], active)
+	}
+	for _, h := range got[1:] {
+		if h.Role != lbv1.RoleStandby {
+			t.Fatalf("holder %+v: want a standby", h)
+		}
+	}
+}

@@ -246,7 +246,9 @@ func (r *SubnetReconciler) finalize(ctx context.Context, subnet *lbv1.Subnet) er
 		if len(names) > len(shown) {
 			msg += ", ..."
 		}
-		r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, decide.ReasonSubnetInUse, actionDelete, "%s", msg)
+		// Bounded: ten namespace/name pairs can pass the API server's 1 KiB limit on an Event's
+		// note, which would drop the only explanation of the waiting deletion.
+		r.Recorder.Eventf(subnet, nil, corev1.EventTypeWarning, decide.ReasonSubnetInUse, actionDelete, "%s", decide.BoundedMessage(msg))
 		// The IP watch brings the Subnet back when one of them is gone.
 		return nil
 	}
