@@ -13,7 +13,6 @@ import (
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
-	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
 // firstClaim is the election's First: the Service's first claim, decided by the API server.
@@ -206,10 +205,9 @@ func (r *leaseRecorder) grant(ctx context.Context, l *coordinationv1.Lease, c ha
 	}
 	// With the probe, the addresses nobody answered for; without it, none yet (as a takeover's
 	// write says for a Lease that named no claim).
-	l.Annotations[v1alpha1.AnnouncedAnnotation] = ""
-	if free != nil {
-		l.Annotations[v1alpha1.AnnouncedAnnotation] = probe.Announced(l.Annotations, free)
-	}
+	delete(l.Annotations, v1alpha1.AnnouncedAnnotation)
+	delete(l.Annotations, v1alpha1.AnnouncedSealAnnotation)
+	r.seal.Record(l.Annotations, free)
 	r.stamp(l, c, 0)
 	err := r.put(ctx, l, absent)
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
