@@ -70,7 +70,7 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonInvalidReplicas, actionApply, "%s", plan.ReplicasWarning)
 	}
 	if plan.TrafficWarning != "" && written && !strings.HasSuffix(allocatedBefore, plan.TrafficWarning) {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonInternalTrafficPolicyLocal, actionApply, "%s", plan.TrafficWarning)
+		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, plan.TrafficReason, actionApply, "%s", plan.TrafficWarning)
 	}
 	return written && svc.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(svc, lbv1.CleanupFinalizer), nil
 }

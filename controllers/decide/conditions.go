@@ -27,6 +27,9 @@ const (
 	ReasonAddressMoved = "AddressMoved"
 	// ReasonInvalidProvider: the attachment provider is not "<nad name>.<nad namespace>".
 	ReasonInvalidProvider = "InvalidProvider"
+	// ReasonNoProvider: the Service names our loadBalancerClass, but neither it nor the
+	// operator (--default-attachment-provider) names an attachment provider.
+	ReasonNoProvider = "NoAttachmentProvider"
 	// ReasonNADNotFound: the NetworkAttachmentDefinition named by the provider does not exist.
 	ReasonNADNotFound = "NetworkAttachmentDefinitionNotFound"
 	// ReasonSubnetNotFound: no Subnet (or the one named by logical_switch) serves the provider.
@@ -99,6 +102,12 @@ const (
 	// ReasonInternalTrafficPolicyLocal (Warning Event, and the end of the AddressAllocated
 	// message): a served Service's spec.internalTrafficPolicy is Local (Plan.TrafficWarning).
 	ReasonInternalTrafficPolicyLocal = "InternalTrafficPolicyLocal"
+	// ReasonSessionAffinityClientIP (the same way): spec.sessionAffinity is ClientIP, which
+	// pins every client of the address to one endpoint (Plan.TrafficWarning).
+	ReasonSessionAffinityClientIP = "SessionAffinityClientIP"
+	// ReasonSourceRangesOmitFamily (the same way): loadBalancerSourceRanges name no range of
+	// one of the address's families, so every client of that family is refused.
+	ReasonSourceRangesOmitFamily = "SourceRangesOmitFamily"
 	// ReasonActiveHolder: an lb pod holds the address (condition AddressActive and the Event of
 	// each move). ReasonNoActiveHolder: none has reported holding it yet.
 	ReasonActiveHolder   = "ActiveHolder"

@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/utils/ptr"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
@@ -131,10 +132,11 @@ type Plan struct {
 	// ReplicasWarning, when set, says why the Service's lbsvc.io/replicas annotation was ignored
 	// (a typo must not take the Service down: it keeps the default, and says so).
 	ReplicasWarning string
-	// TrafficWarning, when set, says why traffic through the address may be dropped although
-	// the Service is served (spec.internalTrafficPolicy Local): it ends the AddressAllocated
-	// message, and goes out as a Warning Event when that message changes.
-	TrafficWarning string
+	// TrafficWarning, when set, says why traffic through the address may be dropped or go
+	// otherwise than the Service says although the Service is served (trafficWarning): it ends
+	// the AddressAllocated message, and goes out as a Warning Event with TrafficReason (the first
+	// warning's) when that message changes.
+	TrafficWarning, TrafficReason string
 	// Unplaceable, with PlanServe, says that the Subnet's nodeSelector matches no node an lb pod
 	// can be scheduled on: the Service keeps its address and its Deployment, and shows it in
 	// ConditionLBPodAvailable (LBPodCondition).
@@ -251,15 +253,42 @@ func (p Plan) AllocatedCondition(addrs []netip.Addr) metav1.Condition {
 	return c
 }
 
-// trafficWarning is Plan.TrafficWarning for svc. The lb pod DNATs to the ClusterIP from its own
-// pod, so kube-proxy applies the Service's internalTrafficPolicy to what it forwards: with Local,
-// only endpoints on the lb pod's node get it, and on a node without one it is dropped. The
-// Service is still served (the lb pod may run beside an endpoint), but not silently.
-func trafficWarning(svc *corev1.Service) string {
-	if p := svc.Spec.InternalTrafficPolicy; p == nil || *p != corev1.ServiceInternalTrafficPolicyLocal {
-		return ""
+// trafficWarning adds to Plan.TrafficWarning what svc's spec does to traffic through the address
+// that the Service does not say (families: the ones it is served in). The lb pod DNATs to the
+// ClusterIP from its own pod, so kube-proxy applies the Service's spec to what it forwards as to
+// a client pod:
+//   - internalTrafficPolicy Local: only endpoints on the lb pod's node get it, and on a node
+//     without one it is dropped;
+//   - sessionAffinity ClientIP: kube-proxy sees one client, the lb pod (it masquerades), so
+//     every client of the address goes to one endpoint for the affinity's timeout.
+//
+// And the lb pod applies loadBalancerSourceRanges per family: ranges that name none of a family
+// refuse every client of that family (kube-proxy would leave it open; the lb pod does not open
+// what the Service restricts). The Service is still served, but not silently.
+func (p *Plan) trafficWarning(svc *corev1.Service, families []ipam.Family, ranges []netip.Prefix) {
+	add := func(reason, msg string) {
+		if p.TrafficReason == "" {
+			p.TrafficReason = reason
+		}
+		if p.TrafficWarning != "" {
+			p.TrafficWarning += "; "
+		}
+		p.TrafficWarning += msg
 	}
-	return "spec.internalTrafficPolicy is Local: the lb pod reaches the Service as a pod of its node, so traffic through the address reaches only endpoints on the lb pod's node and is dropped where it has none; set it to Cluster"
+	if pol := svc.Spec.InternalTrafficPolicy; pol != nil && *pol == corev1.ServiceInternalTrafficPolicyLocal {
+		add(ReasonInternalTrafficPolicyLocal, "spec.internalTrafficPolicy is Local: the lb pod reaches the Service as a pod of its node, so traffic through the address reaches only endpoints on the lb pod's node and is dropped where it has none; set it to Cluster")
+	}
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		add(ReasonSessionAffinityClientIP, "spec.sessionAffinity is ClientIP: kube-proxy sees every client of the address as the lb pod, so all of them go to one endpoint")
+	}
+	if len(ranges) == 0 {
+		return
+	}
+	for _, f := range families {
+		if !slices.ContainsFunc(ranges, func(r netip.Prefix) bool { return ipam.FamilyOf(r.Addr()) == f }) {
+			add(ReasonSourceRangesOmitFamily, fmt.Sprintf("spec.loadBalancerSourceRanges name no %s range: every %s client is refused; add one (%s for all)", f, f, map[ipam.Family]string{ipam.IPv4: "0.0.0.0/0", ipam.IPv6: "::/0"}[f]))
+		}
+	}
 }
 
 // RefusedCondition is the AddressAllocated condition of a refused Service.
@@ -326,6 +355,13 @@ func DecideService(in ServiceInputs) Plan {
 			return Plan{Action: PlanNothing}
 		}
 	}
+	if !served && !deleting && svc.Spec.Type == corev1.ServiceTypeLoadBalancer && ptr.Deref(svc.Spec.LoadBalancerClass, "") == lbv1.LoadBalancerClass {
+		// Our class asks for this operator by name, and no other controller will take the
+		// Service: without a provider it would stay <pending> with nothing to say why.
+		return Plan{Action: PlanTeardown, Drain: Bound(in.Owned), Refusal: &Refusal{ReasonNoProvider, fmt.Sprintf(
+			"loadBalancerClass %s names this operator, but the Service has no annotation %s (<nad name>.<nad namespace>) and the operator no --default-attachment-provider",
+			lbv1.LoadBalancerClass, lbv1.AttachmentProviderAnnotation)}}
+	}
 	if !served || deleting {
 		if !ours && !leftDeployment(in) {
 			return Plan{Action: PlanNothing}
@@ -352,7 +388,6 @@ func DecideService(in ServiceInputs) Plan {
 	}
 	p := Plan{Action: PlanServe, Provider: provider, NADName: nadName, NADNamespace: nadNS, Subnet: subnet.Name}
 	p.LBPod, p.ReplicasWarning = lbPodParams(in, p)
-	p.TrafficWarning = trafficWarning(svc)
 
 	cfg, verr := ValidateSubnet(subnet, in.Subnets)
 	if verr == nil && !subnet.DeletionTimestamp.IsZero() {
@@ -396,6 +431,7 @@ func DecideService(in ServiceInputs) Plan {
 		return refuse(ref)
 	}
 	requested, families := v.Requested, v.Families
+	p.trafficWarning(svc, families, v.SourceRanges)
 	sharing, sref := ParseSharing(svc)
 	if sref != nil {
 		return refuse(sref)

@@ -147,6 +147,14 @@ func TestDecideService(t *testing.T) {
 			}), Subnets: []lbv1.Subnet{sn}},
 			want: Plan{Action: PlanNothing},
 		},
+		"our class without a provider (none annotated, no default): refused, so that it says why": {
+			in: ServiceInputs{Service: planService(func(s *corev1.Service) {
+				delete(s.Annotations, lbv1.AttachmentProviderAnnotation)
+				s.Spec.LoadBalancerClass = ptr.To(lbv1.LoadBalancerClass)
+			}), Subnets: []lbv1.Subnet{sn}, EnableLBSvc: true},
+			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonNoProvider,
+				"loadBalancerClass lbsvc.io/lb-svc names this operator, but the Service has no annotation ovn.kubernetes.io/attachmentprovider (<nad name>.<nad namespace>) and the operator no --default-attachment-provider"}},
+		},
 		"class changed away from us after we served it: let go": {
 			in: ServiceInputs{Service: planService(foreignClass, withCondition), Subnets: []lbv1.Subnet{sn},
 				Owned: []OwnedIP{owned("10.0.0.7", "10.0.0.7", "sn", false)}},
@@ -474,5 +482,42 @@ func TestIngressAddrs(t *testing.T) {
 	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "fd00::7"}, {Hostname: "lb.example"}, {IP: "172.18.0.7"}, {IP: "172.18.0.7"}}
 	if got := IngressAddrs(svc); got != "172.18.0.7,fd00::7" {
 		t.Errorf("IngressAddrs = %q, want 172.18.0.7,fd00::7", got)
+	}
+}
+
+// What a served Service's spec does to traffic through its address without saying so ends the
+// AddressAllocated message and goes out as one Warning (the first warning's reason): Local
+// internal traffic, ClientIP affinity (every client is the lb pod to kube-proxy), and source
+// ranges that name none of a family the address has (every client of that family is refused).
+func TestDecideServiceTrafficWarnings(t *testing.T) {
+	dual := planSubnet("dual", "10.1.0.0/24,fd00::/64", 0)
+	const (
+		local    = "spec.internalTrafficPolicy is Local: the lb pod reaches the Service as a pod of its node, so traffic through the address reaches only endpoints on the lb pod's node and is dropped where it has none; set it to Cluster"
+		affinity = "spec.sessionAffinity is ClientIP: kube-proxy sees every client of the address as the lb pod, so all of them go to one endpoint"
+		noV6     = "spec.loadBalancerSourceRanges name no IPv6 range: every IPv6 client is refused; add one (::/0 for all)"
+		noV4     = "spec.loadBalancerSourceRanges name no IPv4 range: every IPv4 client is refused; add one (0.0.0.0/0 for all)"
+	)
+	ranges := func(r ...string) func(*corev1.Service) {
+		return func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = r }
+	}
+	for name, tc := range map[string]struct {
+		mutate         []func(*corev1.Service)
+		reason, wanted string
+	}{
+		"none":                    {},
+		"ranges of both families": {mutate: []func(*corev1.Service){ranges("192.0.2.0/24", "2001:db8::/32")}},
+		"a /0 of one family, a range of the other": {mutate: []func(*corev1.Service){ranges("0.0.0.0/0", "2001:db8::/32")}},
+		"IPv4 ranges only, a dual-stack address":   {mutate: []func(*corev1.Service){ranges("192.0.2.0/24")}, reason: ReasonSourceRangesOmitFamily, wanted: noV6},
+		"IPv6 ranges only":                         {mutate: []func(*corev1.Service){ranges("2001:db8::/32")}, reason: ReasonSourceRangesOmitFamily, wanted: noV4},
+		"ClientIP affinity":                        {mutate: []func(*corev1.Service){func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }}, reason: ReasonSessionAffinityClientIP, wanted: affinity},
+		"all three, the first reason named": {mutate: []func(*corev1.Service){ranges("192.0.2.0/24"), func(s *corev1.Service) {
+			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
+			s.Spec.InternalTrafficPolicy = ptr.To(corev1.ServiceInternalTrafficPolicyLocal)
+		}}, reason: ReasonInternalTrafficPolicyLocal, wanted: local + "; " + affinity + "; " + noV6},
+	} {
+		p := DecideService(ServiceInputs{Service: planService(tc.mutate...), NADFound: true, Subnets: []lbv1.Subnet{dual}, EnableLBSvc: true})
+		if p.Action != PlanServe || p.TrafficReason != tc.reason || p.TrafficWarning != tc.wanted {
+			t.Errorf("%s: action %v, warning %q (%s); want served, %q (%s)", name, p.Action, p.TrafficWarning, p.TrafficReason, tc.wanted, tc.reason)
+		}
 	}
 }

@@ -35,6 +35,11 @@ const MaxSharingMembers = 32
 // MaxSharingNamespaces bounds the namespaces one Service may name.
 const MaxSharingNamespaces = 32
 
+// MaxSharingPorts bounds the protocols and ports of one sharing Service: what the IP object's
+// member record holds (spec.members[].ports). The API server allows more on a Service without
+// node ports; past the record's bound the claim would fail on every pass, with nothing said.
+const MaxSharingPorts = 4096
+
 // AnyNamespace in lbsvc.io/shared-ip-namespaces accepts every namespace.
 const AnyNamespace = "*"
 
@@ -93,6 +98,9 @@ func ParseSharing(svc *corev1.Service) (*Sharing, *Refusal) {
 		if !slices.Contains(s.Namespaces, ns) {
 			s.Namespaces = append(s.Namespaces, ns)
 		}
+	}
+	if n := len(SharingPortsOf(svc.Spec.Ports)); n > MaxSharingPorts {
+		return nil, refusal(ReasonInvalidSharing, "annotation %s: the Service has %d ports; a Service that shares an address may have at most %d", lbv1.AllowSharedIPAnnotation, n, MaxSharingPorts)
 	}
 	if len(s.Namespaces) > MaxSharingNamespaces {
 		return nil, refusal(ReasonInvalidSharing, "annotation %s names %d namespaces: at most %d (or %q for all)", lbv1.SharedIPNamespacesAnnotation, len(s.Namespaces), MaxSharingNamespaces, AnyNamespace)

@@ -76,6 +76,23 @@ func TestParseSharing(t *testing.T) {
 	if ref == nil || !strings.Contains(ref.Message, "names 33 namespaces: at most 32") {
 		t.Fatalf("33 namespaces: %v", ref)
 	}
+	// More ports than a member record holds (the API server allows them without node ports):
+	// refused with a reason, not a claim failing on every pass. The bound itself passes.
+	ports := func(n int) *corev1.Service {
+		svc := sharingService("a", "web", map[string]string{lbv1.AllowSharedIPAnnotation: "k"})
+		svc.Spec.Ports = nil
+		for i := range n {
+			svc.Spec.Ports = append(svc.Spec.Ports, corev1.ServicePort{Protocol: corev1.ProtocolUDP, Port: int32(1 + i)})
+		}
+		return svc
+	}
+	if _, ref := ParseSharing(ports(MaxSharingPorts)); ref != nil {
+		t.Fatalf("%d ports: %v", MaxSharingPorts, ref)
+	}
+	if _, ref := ParseSharing(ports(MaxSharingPorts + 1)); ref == nil || ref.Reason != ReasonInvalidSharing ||
+		ref.Message != "annotation lbsvc.io/allow-shared-ip: the Service has 4097 ports; a Service that shares an address may have at most 4096" {
+		t.Fatalf("4097 ports: %v", ref)
+	}
 }
 
 func TestSharingPortsOf(t *testing.T) {
