@@ -304,8 +304,10 @@ func Desired(cfg Config, obs Observed, names Names) State {
 	}
 	if obs.NoSCTP {
 		var sctp []string
+		ports := 0
 		withSCTP, _ := resolveMembers(cfg.Services, false)
 		for _, m := range withSCTP {
+			ports += len(m.ports)
 			for _, p := range m.ports {
 				if p.Protocol == SCTP {
 					st.Unserved = append(st.Unserved, p)
@@ -313,7 +315,15 @@ func Desired(cfg Config, obs Observed, names Names) State {
 				}
 			}
 		}
-		if len(sctp) > 0 {
+		switch {
+		case len(sctp) == 0:
+		case len(sctp) == ports:
+			// Nothing left to serve: a ready pod would hold and announce an address that
+			// answers nothing (a silent blackhole). Not ready, it never claims it.
+			st.Problems = append(st.Problems, Problem{Reason: ReasonSCTPUnavailable, NotReady: true, Message: fmt.Sprintf(
+				"SCTP ports %s not served: the kernel refused the SCTP rules (no SCTP match or conntrack: modules xt_sctp, nf_conntrack_proto_sctp), and the Service has no other port: nothing is served, the pod stays not ready. Load the modules on the node and restart the pod",
+				strings.Join(sctp, ","))})
+		default:
 			st.Problems = append(st.Problems, Problem{Reason: ReasonSCTPUnavailable, Message: fmt.Sprintf(
 				"SCTP ports %s not served: the kernel refused the SCTP rules (no SCTP match or conntrack: modules xt_sctp, nf_conntrack_proto_sctp); the other ports are served. Load the modules on the node and restart the pod",
 				strings.Join(sctp, ","))})

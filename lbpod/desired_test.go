@@ -145,6 +145,15 @@ func TestDesiredGolden(t *testing.T) {
 			},
 			obs: Observed{UplinkGateways: map[Family]Gateway{IPv6: v6gw}, NoSCTP: true},
 		},
+		// SCTP refused and nothing else to serve: the pod is not ready (it would otherwise hold
+		// and announce an address that answers nothing).
+		"no-sctp-only": {
+			cfg: Config{
+				Network:  mustNetwork(t, "172.18.0.18/16", "172.18.0.1", "172.18.0.0/16"),
+				Services: []Service{{ClusterIPs: addrs("10.96.0.77"), Ports: []Port{{SCTP, 3868}}}},
+			},
+			obs: Observed{UplinkGateways: map[Family]Gateway{IPv4: v4gw}, NoSCTP: true},
+		},
 		// A dual-stack LB for a single-stack Service: the IPv6 side has no ClusterIP to reach,
 		// which is a named problem that keeps the pod not ready.
 		"dual-lb-single-stack-service": {
