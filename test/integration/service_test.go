@@ -137,13 +137,8 @@ func TestSeedFlow(t *testing.T) {
 		g.Expect(*sc.ReadOnlyRootFilesystem).To(BeTrue())
 		g.Expect(sc.Capabilities.Drop).To(Equal([]corev1.Capability{"ALL"}))
 		g.Expect(sc.Capabilities.Add).To(Equal([]corev1.Capability{"NET_ADMIN", "NET_RAW"}))
-		// The claim's key, with one lb pod too: it seals the Lease's list of announced addresses.
-		g.Expect(ctr.VolumeMounts).To(Equal([]corev1.VolumeMount{{Name: "run", MountPath: "/run"}, {Name: "ha-key", MountPath: "/etc/lbsvc/ha", ReadOnly: true}}))
-		g.Expect(ctr.Args).To(Equal([]string{"--ha-key-file=/etc/lbsvc/ha/ha.key"}))
+		g.Expect(ctr.VolumeMounts).To(Equal([]corev1.VolumeMount{{Name: "run", MountPath: "/run"}}))
 	}
-	g.Expect(tpl.Spec.Volumes).To(HaveLen(2))
-	g.Expect(tpl.Spec.Volumes[1].Secret.SecretName).To(HavePrefix("lb-svc-test-service-ha-"))
-	g.Expect(k8s.Get(ctx, client.ObjectKey{Namespace: "default", Name: tpl.Spec.Volumes[1].Secret.SecretName}, &corev1.Secret{})).To(Succeed())
 	g.Expect(mainC.ReadinessProbe.HTTPGet.Path).To(Equal("/readyz"))
 	g.Expect(mainC.ReadinessProbe.HTTPGet.Port).To(Equal(intstr.FromInt32(8081)))
 	g.Expect(mainC.LivenessProbe.HTTPGet.Path).To(Equal("/healthz"))
