@@ -23,10 +23,6 @@ const (
 	// (HAClaimAnnotation) but no AnnouncedAnnotation was written by a release without the probe:
 	// every address of the lb pod counts as announced.
 	AnnouncedAnnotation = "lbsvc.io/announced"
-	// AnnouncedSealAnnotation, beside AnnouncedAnnotation, proves that its list was written by
-	// the Service's lb pods under the current claim's key: hex HMAC-SHA256 (lbpod/probe.Seal).
-	// Where the lb pods have a key, a list it does not prove counts as nothing announced.
-	AnnouncedSealAnnotation = "lbsvc.io/announced-seal"
 	// AddressConflictAnnotation, on the Service's Lease, is what the probe heard: one entry per
 	// address (FormatAddressConflicts). The lb pod writes it instead of announcing; the operator
 	// then puts the IP object in phase Conflict, moves a dynamic Service to another address and

@@ -13,6 +13,7 @@ import (
 
 	"github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
+	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
 // firstClaim is the election's First: the Service's first claim, decided by the API server.
@@ -205,9 +206,10 @@ func (r *leaseRecorder) grant(ctx context.Context, l *coordinationv1.Lease, c ha
 	}
 	// With the probe, the addresses nobody answered for; without it, none yet (as a takeover's
 	// write says for a Lease that named no claim).
-	delete(l.Annotations, v1alpha1.AnnouncedAnnotation)
-	delete(l.Annotations, v1alpha1.AnnouncedSealAnnotation)
-	r.seal.Record(l.Annotations, free)
+	l.Annotations[v1alpha1.AnnouncedAnnotation] = ""
+	if free != nil {
+		l.Annotations[v1alpha1.AnnouncedAnnotation] = probe.Announced(l.Annotations, free)
+	}
 	r.stamp(l, c, 0)
 	err := r.put(ctx, l, absent)
 	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {

@@ -19,7 +19,6 @@ import (
 
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
-	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
 // The election among a Service's replicas (package lbpod/ha), on when the operator runs more than
@@ -155,9 +154,7 @@ func newRecorder(o options, network lbpod.Network, log *slog.Logger) (*leaseReco
 	if err != nil {
 		return nil, err
 	}
-	ns := leaseNamespace(o, os.ReadFile)
-	r := newLeaseRecorder(client, ns, o.service, o.leaseName, o.podName, log)
-	r.seal = probe.NewSeal(o.ha.key, ns, o.leaseName)
+	r := newLeaseRecorder(client, leaseNamespace(o, os.ReadFile), o.service, o.leaseName, o.podName, log)
 	if o.sharedIP != "" {
 		r.shared = &sharedLease{ownerUID: types.UID(os.Getenv(v1alpha1.EnvOwnerUID)), ownerNamespace: o.namespace,
 			ip: lbobjects.IPRef{Name: o.sharedIP, UID: types.UID(os.Getenv(v1alpha1.EnvSharedIPUID))}}

@@ -350,7 +350,6 @@ type fakeLease struct {
 	ann     map[string]string
 	reads   int
 	failing bool
-	seal    *probe.Seal
 }
 
 func (f *fakeLease) annotations(context.Context) (map[string]string, bool, error) {
@@ -364,8 +363,6 @@ func (f *fakeLease) annotations(context.Context) (map[string]string, bool, error
 }
 
 func (f *fakeLease) startProbe() {}
-
-func (f *fakeLease) announcedSeal() *probe.Seal { return f.seal }
 
 func (f *fakeLease) probed(context.Context, []netip.Addr, []v1alpha1.AddressConflict) error {
 	return nil

@@ -67,9 +67,6 @@ type leaseRecorder struct {
 
 	// addrs are this lb pod's addresses (for a Lease of a release without the probe).
 	addrs []netip.Addr
-	// seal proves the Lease's list of announced addresses written by us under the claim's key
-	// (nil without a key: the list is believed as written).
-	seal *probe.Seal
 	// probing holds writes back while the conflict probe runs, so that its outcome goes with the
 	// takeover's claim in one write; announce and conflicts are that outcome, until written.
 	probing   bool
@@ -286,20 +283,17 @@ func (r *leaseRecorder) sync(ctx context.Context) error {
 	if l.Annotations == nil {
 		l.Annotations = map[string]string{}
 	}
-	_, listed := l.Annotations[v1alpha1.AnnouncedAnnotation]
-	switch {
-	case !(claimed || announce != nil || conflicts != nil):
-	case r.seal != nil:
-		// Only what the seal proves stays listed (a list written by anyone else, or under an
-		// earlier claim's key, counts as nothing announced), sealed with what was announced now.
-		r.seal.Record(l.Annotations, announce)
-	case !listed && recorded != (ha.Claim{}):
+	if _, listed := l.Annotations[v1alpha1.AnnouncedAnnotation]; !listed && (claimed || announce != nil || conflicts != nil) {
 		// The operator reads a claim without the list as a release before the probe, whose
-		// addresses were all held: say so explicitly.
-		l.Annotations[v1alpha1.AnnouncedAnnotation] = v1alpha1.FormatAnnounced(append(r.addrs, announce...))
-	default:
-		// Or that nothing was announced yet, besides what was now.
-		r.seal.Record(l.Annotations, announce)
+		// addresses were all held: say so explicitly, or say that nothing was announced yet.
+		if recorded != (ha.Claim{}) {
+			l.Annotations[v1alpha1.AnnouncedAnnotation] = v1alpha1.FormatAnnounced(r.addrs)
+		} else {
+			l.Annotations[v1alpha1.AnnouncedAnnotation] = ""
+		}
+	}
+	if announce != nil {
+		l.Annotations[v1alpha1.AnnouncedAnnotation] = probe.Announced(l.Annotations, announce)
 	}
 	if conflicts != nil {
 		l.Annotations[v1alpha1.AddressConflictAnnotation] = v1alpha1.FormatAddressConflicts(conflicts)
@@ -416,8 +410,6 @@ func (r *leaseRecorder) annotations(ctx context.Context) (map[string]string, boo
 const leaseReadTimeout = 2 * time.Second
 
 // startProbe implements leaseState: writes wait for the probe's outcome.
-func (r *leaseRecorder) announcedSeal() *probe.Seal { return r.seal }
-
 func (r *leaseRecorder) startProbe() {
 	r.mu.Lock()
 	r.probing = true

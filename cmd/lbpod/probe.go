@@ -26,9 +26,6 @@ type leaseState interface {
 	// probed records the probe's outcome: the addresses found free (announced from now on), or
 	// what answered. With standbys the announced ones go with the takeover's claim, in one write.
 	probed(ctx context.Context, free []netip.Addr, conflicts []v1alpha1.AddressConflict) error
-	// announcedSeal is what proves the Lease's list of announced addresses ours (nil: the list
-	// is believed as written).
-	announcedSeal() *probe.Seal
 }
 
 // prober runs the conflict probe once, before this lb pod first holds addresses its Service never
@@ -110,10 +107,10 @@ func (p *prober) run(ctx context.Context) (reason string, done bool) {
 			p.log.Warn("conflict probe: the Lease cannot be read; probing every address", "err", err)
 			ann, found = nil, false
 		}
-		needed = probe.Needed(p.addrs, p.lease.announcedSeal(), ann, found)
+		needed = probe.Needed(p.addrs, ann, found)
 	}
 	if len(needed) == 0 {
-		p.log.Info("conflict probe: not needed", "why", "the Service's Lease proves its addresses announced")
+		p.log.Info("conflict probe: not needed", "why", "the Service's Lease lists its addresses as announced")
 		p.record(ctx, nil, nil)
 		return "", true
 	}
@@ -184,7 +181,7 @@ func (p *prober) announcedSince(ctx context.Context) bool {
 		return false
 	}
 	ann, found, err := p.lease.annotations(ctx)
-	if err != nil || !found || len(probe.Needed(p.addrs, p.lease.announcedSeal(), ann, found)) > 0 {
+	if err != nil || !found || len(probe.Needed(p.addrs, ann, found)) > 0 {
 		return false
 	}
 	p.log.Warn("conflict probe: the Service's Lease lists its addresses as announced since; no longer blocked by what answered this replica's probe",

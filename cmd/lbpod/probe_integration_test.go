@@ -21,7 +21,6 @@ import (
 	"github.com/lbsvc/lbsvc-operator/lbpod"
 	"github.com/lbsvc/lbsvc-operator/lbpod/ha"
 	"github.com/lbsvc/lbsvc-operator/lbpod/metric"
-	"github.com/lbsvc/lbsvc-operator/lbpod/probe"
 )
 
 // The conflict probe's record on the Lease, as the lb pod's ServiceAccount writes it (shipped
@@ -210,80 +209,4 @@ func (c flakyLeaseClient) Update(ctx context.Context, l *coordinationv1.Lease, o
 		return nil, apierrors.NewServiceUnavailable("injected")
 	}
 	return c.objectClient.Update(ctx, l, opts)
-}
-
-// The list of announced addresses under the claim's key, against the real API server with the lb
-// pod's rights, and a tenant who may write Leases in the namespace (here the admin client): the
-// recorder seals what it lists; a list the tenant wrote or changed, a claim without a list, and
-// a list sealed under an earlier claim's key prove nothing (the address is probed), and the
-// recorder's next write keeps only what its seal proves.
-func TestSealedAnnouncedList(t *testing.T) {
-	const ns = "lbpod-seal"
-	g, admin, ctx, _, podClient, log, name := leaseTest(t, ns)
-	addr, host := netip.MustParseAddr("172.18.0.18"), netip.MustParseAddr("172.18.0.60")
-	addrs := []netip.Addr{addr}
-	key := []byte("the claim's key, 32 bytes long..")
-	lease := func() *coordinationv1.Lease {
-		l, err := admin.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
-		g.Expect(err).NotTo(HaveOccurred())
-		return l
-	}
-	// needed is what a replica with r's seal would probe, from the Lease as r's watch sees it
-	// once it shows want as the list.
-	needed := func(r *leaseRecorder, want string) []netip.Addr {
-		var ann map[string]string
-		g.Eventually(func() string {
-			ann, _, _ = r.annotations(ctx)
-			return ann[v1alpha1.AnnouncedAnnotation]
-		}).WithTimeout(5 * time.Second).Should(Equal(want))
-		return probe.Needed(addrs, r.announcedSeal(), ann, true)
-	}
-
-	a := newLeaseRecorder(podClient.api, ns, "web", name, podA, log)
-	a.addrs, a.seal = addrs, probe.NewSeal(key, ns, name)
-	go a.run(ctx)
-	a.startProbe()
-	a.Claimed(ha.Claim{Term: 1, Priority: 100, Sender: macA})
-	g.Expect(a.probed(ctx, addrs, nil)).To(Succeed())
-	g.Eventually(func() map[string]string { return lease().Annotations }).WithTimeout(5 * time.Second).
-		Should(And(HaveKeyWithValue(v1alpha1.AnnouncedAnnotation, "172.18.0.18"), HaveKey(v1alpha1.AnnouncedSealAnnotation)))
-	g.Expect(needed(a, "172.18.0.18")).To(BeEmpty(), "its own sealed list proves the address announced")
-
-	// The tenant lists a host's address beside it, keeping the seal: nothing proven.
-	l := lease()
-	l.Annotations[v1alpha1.AnnouncedAnnotation] = "172.18.0.18,172.18.0.60"
-	_, err := admin.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	forged := probe.Needed([]netip.Addr{addr, host}, a.announcedSeal(), map[string]string{
-		v1alpha1.AnnouncedAnnotation: "172.18.0.18,172.18.0.60", v1alpha1.AnnouncedSealAnnotation: l.Annotations[v1alpha1.AnnouncedSealAnnotation]}, true)
-	g.Expect(forged).To(Equal([]netip.Addr{addr, host}), "a changed list proves nothing")
-	g.Expect(needed(a, "172.18.0.18,172.18.0.60")).To(Equal(addrs))
-	// The next write keeps only what the seal proves: nothing, then what is announced now.
-	a.Claimed(ha.Claim{Term: 2, Priority: 100, Sender: macA})
-	g.Eventually(func() string { return lease().Annotations[v1alpha1.AnnouncedAnnotation] }).WithTimeout(5 * time.Second).Should(Equal(""))
-	g.Expect(a.probed(ctx, addrs, nil)).To(Succeed())
-	g.Expect(needed(a, "172.18.0.18")).To(BeEmpty())
-
-	// A claim without a list (what a release before the probe wrote, or a tenant now): under a
-	// seal it proves nothing, and the next claim lists nothing instead of every address.
-	l = lease()
-	delete(l.Annotations, v1alpha1.AnnouncedAnnotation)
-	delete(l.Annotations, v1alpha1.AnnouncedSealAnnotation)
-	_, err = admin.CoordinationV1().Leases(ns).Update(ctx, l, metav1.UpdateOptions{})
-	g.Expect(err).NotTo(HaveOccurred())
-	g.Eventually(func() bool { ann, _, _ := a.annotations(ctx); _, ok := ann[v1alpha1.AnnouncedAnnotation]; return ok }).
-		WithTimeout(5 * time.Second).Should(BeFalse())
-	ann, _, _ := a.annotations(ctx)
-	g.Expect(probe.Needed(addrs, a.announcedSeal(), ann, true)).To(Equal(addrs))
-	a.Claimed(ha.Claim{Term: 3, Priority: 100, Sender: macA})
-	g.Expect(needed(a, "")).To(Equal(addrs))
-	g.Expect(a.probed(ctx, addrs, nil)).To(Succeed())
-	g.Expect(needed(a, "172.18.0.18")).To(BeEmpty())
-
-	// The address claimed again (a new key): what the earlier claim's replicas sealed proves
-	// nothing to the new claim's.
-	b := newLeaseRecorder(podClient.api, ns, "web", name, podB, log)
-	b.addrs, b.seal = addrs, probe.NewSeal([]byte("the next claim's key, 32 bytes.."), ns, name)
-	go b.run(ctx)
-	g.Expect(needed(b, "172.18.0.18")).To(Equal(addrs))
 }

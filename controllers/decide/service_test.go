@@ -424,8 +424,7 @@ func TestDecideServiceLBPod(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// One lb pod has the claim's key too (it seals the Lease's announced list).
-			{
+			if tc.wantReplicas > 1 {
 				wantOwners := []string{"ip-v4", "ip-v6"}
 				var got []string
 				for _, o := range set.HAKeySecret.OwnerReferences {
@@ -434,6 +433,8 @@ func TestDecideServiceLBPod(t *testing.T) {
 				if !reflect.DeepEqual(got, wantOwners) {
 					t.Errorf("key Secret owned by %v, want the claim's IP objects %v", got, wantOwners)
 				}
+			} else if set.HAKeySecret != nil {
+				t.Errorf("one lb pod: key Secret %s, want none", set.HAKeySecret.Name)
 			}
 			env := map[string]string{}
 			for _, e := range set.Deployment.Spec.Template.Spec.Containers[0].Env {

@@ -123,7 +123,7 @@ func BuildDeployment(p Params) (*appsv1.Deployment, error) {
 	}
 	meta := p.objectMeta(p.podNamespace())
 	meta.Labels = podLabels
-	if p.HALegacyPeers && p.haElects() {
+	if p.HALegacyPeers && p.haKeyed() {
 		meta.Annotations[HALegacyPeersAnnotation] = "true"
 	}
 	// Only on the pods (the Deployment's own labels name what it is, not its pods' wire).

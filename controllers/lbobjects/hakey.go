@@ -76,17 +76,11 @@ func (p Params) claimDigest() string {
 // HAKeySecretName is the name of the Service's key Secret: the per-Service name and the claim.
 func (p Params) HAKeySecretName() string { return p.name() + "-ha-" + p.claimDigest() }
 
-// haKeyed tells whether the lb pods get the claim's key: once the claim is known. With standbys
-// it authenticates their election; for every lb pod, a single one too, it seals the list of
-// announced addresses on the Service's Lease (lbpod/probe.Seal), which decides whether an address
-// is probed before it is held.
-func (p Params) haKeyed() bool { return len(p.Claim) > 0 }
+// haKeyed tells whether the lb pods elect with a key: with standbys, once the claim is known.
+func (p Params) haKeyed() bool { return p.LBReplicas() > 1 && len(p.Claim) > 0 }
 
-// haElects tells whether the lb pods elect with the key: with standbys.
-func (p Params) haElects() bool { return p.LBReplicas() > 1 && p.haKeyed() }
-
-// BuildHAKeySecret returns the Service's key Secret without its key, or nil when the claim is not
-// known. The shell puts HAKeyLen random bytes under
+// BuildHAKeySecret returns the Service's key Secret without its key, or nil when the lb pods do not
+// elect (a single lb pod) or the claim is not known. The shell puts HAKeyLen random bytes under
 // HAKeyFile when it creates it, and never reads, compares or updates it (the Secret is immutable,
 // which also spares the kubelet a watch per Secret). Its owners are the claim's IP objects, so the
 // garbage collector removes it when the last of them goes, after the address was drained; not the
@@ -123,13 +117,10 @@ func (p Params) haKeyVolumes() ([]corev1.Volume, []corev1.VolumeMount, []string)
 		SecretName: p.HAKeySecretName(), DefaultMode: ptr.To[int32](0o400), Optional: ptr.To(false),
 	}}}
 	m := corev1.VolumeMount{Name: haKeyVolume, MountPath: HAKeyDir, ReadOnly: true}
-	args := []string{HAKeyFileFlag + "=" + HAKeyDir + "/" + HAKeyFile}
-	if p.haElects() {
-		window := time.Duration(0)
-		if p.HALegacyPeers {
-			window = HALegacyWindow
-		}
-		args = append(args, HALegacyWindowFlag+"="+window.String())
+	window := time.Duration(0)
+	if p.HALegacyPeers {
+		window = HALegacyWindow
 	}
-	return []corev1.Volume{v}, []corev1.VolumeMount{m}, args
+	return []corev1.Volume{v}, []corev1.VolumeMount{m},
+		[]string{HAKeyFileFlag + "=" + HAKeyDir + "/" + HAKeyFile, HALegacyWindowFlag + "=" + window.String()}
 }

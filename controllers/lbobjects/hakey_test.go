@@ -60,21 +60,19 @@ func TestBuildHAKeySecret(t *testing.T) {
 		t.Errorf("with --lb-pod-namespace the Secret is in %s, want lbsvc-pods (where the pods mount it)", s.Namespace)
 	}
 
-	// A single lb pod gets the claim's key too: it seals the Lease's list of announced addresses.
 	one := p
 	one.Replicas = 1
-	if s := BuildHAKeySecret(one); s == nil || s.Name != BuildHAKeySecret(p).Name {
-		t.Errorf("one lb pod: Secret %v, want the claim's", s)
-	}
 	noClaim := p
 	noClaim.Claim = nil
-	if s := BuildHAKeySecret(noClaim); s != nil {
-		t.Errorf("no claim: Secret %s, want none", s.Name)
+	for name, q := range map[string]Params{"one lb pod": one, "no claim": noClaim} {
+		if s := BuildHAKeySecret(q); s != nil {
+			t.Errorf("%s: Secret %s, want none", name, s.Name)
+		}
 	}
 }
 
 // The lb pods mount the key read-only in the main container only and are told where it is; a
-// single lb pod, which does not elect, too (for the seal on its Lease), without a legacy window.
+// single lb pod, which does not elect, has neither.
 func TestDeploymentMountsHAKey(t *testing.T) {
 	p := keyedParams()
 	d, err := BuildDeployment(p)
@@ -107,9 +105,8 @@ func TestDeploymentMountsHAKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if spec := d.Spec.Template.Spec; len(spec.Volumes) != 2 || !reflect.DeepEqual(spec.Volumes[1], wantVol) ||
-		!reflect.DeepEqual(spec.Containers[0].Args, []string{"--ha-key-file=/etc/lbsvc/ha/ha.key"}) || len(spec.Containers[0].VolumeMounts) != 2 {
-		t.Errorf("one lb pod: volumes %+v args %q: want the key, no window", spec.Volumes, spec.Containers[0].Args)
+	if spec := d.Spec.Template.Spec; len(spec.Volumes) != 1 || spec.Containers[0].Args != nil || len(spec.Containers[0].VolumeMounts) != 1 {
+		t.Errorf("one lb pod: volumes %+v args %q: want no key", spec.Volumes, spec.Containers[0].Args)
 	}
 }
 
@@ -131,10 +128,9 @@ func TestDeploymentLegacyPeers(t *testing.T) {
 	if got := d.Spec.Template.Labels[HAWireLabel]; got != HAWireVersion {
 		t.Errorf("pod label %s=%q, want %s", HAWireLabel, got, HAWireVersion)
 	}
-	// One lb pod does not elect: its key, but neither window nor annotation.
+	// One lb pod does not elect: neither window nor annotation.
 	p.Replicas = 1
-	if d, _ = BuildDeployment(p); !reflect.DeepEqual(d.Spec.Template.Spec.Containers[0].Args, []string{"--ha-key-file=/etc/lbsvc/ha/ha.key"}) ||
-		d.Annotations[HALegacyPeersAnnotation] != "" {
+	if d, _ = BuildDeployment(p); d.Spec.Template.Spec.Containers[0].Args != nil || d.Annotations[HALegacyPeersAnnotation] != "" {
 		t.Errorf("one lb pod: args %q annotations %v", d.Spec.Template.Spec.Containers[0].Args, d.Annotations)
 	}
 }

@@ -63,19 +63,19 @@ func TimingFor(mode string) (t Timing, enabled bool, err error) {
 	return Timing{}, false, fmt.Errorf("conflict probe %q: want fast, rfc or off", mode)
 }
 
-// Needed lists the addresses to probe: those the Service's Lease does not prove announced
-// (Seal.Proven). No Lease (found false) means nothing was ever announced. Without a seal, a
-// Lease with a claim and no AnnouncedAnnotation was written by a release without the probe:
-// everything counts as announced (its addresses were held, and a probe would find our own
-// earlier holder); under a seal such a Lease proves nothing, and everything is probed.
-func Needed(addrs []netip.Addr, seal *Seal, ann map[string]string, found bool) []netip.Addr {
+// Needed lists the addresses to probe: those the Service's Lease does not record as announced.
+// No Lease (found false) means nothing was ever announced. A Lease with a claim and no
+// AnnouncedAnnotation was written by a release without the probe: everything counts as
+// announced (its addresses were held, and a probe would find our own earlier holder).
+func Needed(addrs []netip.Addr, ann map[string]string, found bool) []netip.Addr {
 	if !found {
 		return slices.Clone(addrs)
 	}
-	announced, listed := seal.Proven(ann)
-	if !listed && seal == nil && ann[v1alpha1.HAClaimAnnotation] != "" {
+	list, ok := ann[v1alpha1.AnnouncedAnnotation]
+	if !ok && ann[v1alpha1.HAClaimAnnotation] != "" {
 		return nil
 	}
+	announced := v1alpha1.ParseAnnounced(list)
 	var out []netip.Addr
 	for _, a := range addrs {
 		if !slices.Contains(announced, a.Unmap()) {
@@ -83,6 +83,12 @@ func Needed(addrs []netip.Addr, seal *Seal, ann map[string]string, found bool) [
 		}
 	}
 	return out
+}
+
+// Announced is the AnnouncedAnnotation value once addrs were announced beside what the Lease
+// already lists.
+func Announced(ann map[string]string, addrs []netip.Addr) string {
+	return v1alpha1.FormatAnnounced(append(v1alpha1.ParseAnnounced(ann[v1alpha1.AnnouncedAnnotation]), addrs...))
 }
 
 // ARPProbe is the Ethernet frame of an RFC 5227 probe for target from own: an ARP request,

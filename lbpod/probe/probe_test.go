@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"maps"
 	"net"
 	"net/netip"
 	"reflect"
@@ -39,64 +38,12 @@ func TestNeeded(t *testing.T) {
 		"a claim and an empty list (a conflict): probe all": {ann: map[string]string{v1alpha1.HAClaimAnnotation: "3 100 02:00:00:00:00:01", v1alpha1.AnnouncedAnnotation: ""}, found: true, want: both},
 		"a list of another address (the Service moved)":     {ann: map[string]string{v1alpha1.AnnouncedAnnotation: "172.18.0.20"}, found: true, want: both},
 	} {
-		if got := Needed(both, nil, tc.ann, tc.found); !reflect.DeepEqual(got, tc.want) {
+		if got := Needed(both, tc.ann, tc.found); !reflect.DeepEqual(got, tc.want) {
 			t.Errorf("%s: %v, want %v", name, got, tc.want)
 		}
 	}
-	ann := map[string]string{v1alpha1.AnnouncedAnnotation: "172.18.0.20"}
-	var unsealed *Seal
-	unsealed.Record(ann, []netip.Addr{v6, v4})
-	if got := ann[v1alpha1.AnnouncedAnnotation]; got != "172.18.0.20,172.18.0.77,fd00:172:19::77" || len(ann) != 1 {
-		t.Errorf("announced without a seal %q (%v)", got, ann)
-	}
-}
-
-// Under a seal (the lb pods have the claim's key) only a list sealed with that key for that
-// Lease proves anything: a list written by anyone else (a tenant with Lease writes in the
-// namespace), sealed under another claim's key or for another Lease, or a claim without a list,
-// counts as nothing announced, and Record keeps only what is proven.
-func TestSealedNeeded(t *testing.T) {
-	both := []netip.Addr{v4, v6}
-	key := []byte("0123456789abcdef0123456789abcdef")
-	seal := NewSeal(key, "team-a", "lb-svc-web-1234abcd")
-	if NewSeal(nil, "team-a", "lb-svc-web-1234abcd") != nil {
-		t.Fatal("a seal without a key")
-	}
-	sealed := func(s *Seal, addrs ...netip.Addr) map[string]string {
-		ann := map[string]string{}
-		s.Record(ann, addrs)
-		return ann
-	}
-	forged := map[string]string{v1alpha1.AnnouncedAnnotation: "172.18.0.77,fd00:172:19::77"}
-	badSeal := sealed(seal, v4)
-	badSeal[v1alpha1.AnnouncedAnnotation] = "172.18.0.77,fd00:172:19::77"
-	for name, tc := range map[string]struct {
-		ann  map[string]string
-		want []netip.Addr
-	}{
-		"sealed, both":                        {ann: sealed(seal, v4, v6)},
-		"sealed, one family":                  {ann: sealed(seal, v4), want: []netip.Addr{v6}},
-		"sealed, none yet":                    {ann: sealed(seal), want: both},
-		"unsealed (forged, or before seals)":  {ann: forged, want: both},
-		"a list changed under its seal":       {ann: badSeal, want: both},
-		"a seal that is not hex":              {ann: map[string]string{v1alpha1.AnnouncedAnnotation: "172.18.0.77,fd00:172:19::77", v1alpha1.AnnouncedSealAnnotation: "zz"}, want: both},
-		"sealed under an earlier claim's key": {ann: sealed(NewSeal([]byte("another key, another claim......"), "team-a", "lb-svc-web-1234abcd"), v4, v6), want: both},
-		"sealed for another Lease":            {ann: sealed(NewSeal(key, "team-b", "lb-svc-web-1234abcd"), v4, v6), want: both},
-		"a claim without a list":              {ann: map[string]string{v1alpha1.HAClaimAnnotation: "3 100 02:00:00:00:00:01"}, want: both},
-	} {
-		if got := Needed(both, seal, tc.ann, true); !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("%s: probe %v, want %v", name, got, tc.want)
-		}
-	}
-	// Record adds to what is proven and drops what is not.
-	ann := maps.Clone(forged)
-	seal.Record(ann, []netip.Addr{v6})
-	if got := ann[v1alpha1.AnnouncedAnnotation]; got != "fd00:172:19::77" {
-		t.Errorf("recorded over a forged list: %q, want only what this seal proves", got)
-	}
-	seal.Record(ann, []netip.Addr{v4})
-	if got := Needed(both, seal, ann, true); ann[v1alpha1.AnnouncedAnnotation] != "172.18.0.77,fd00:172:19::77" || len(got) != 0 {
-		t.Errorf("recorded %q, probe %v; want both announced", ann[v1alpha1.AnnouncedAnnotation], got)
+	if got := Announced(map[string]string{v1alpha1.AnnouncedAnnotation: "172.18.0.20"}, []netip.Addr{v6, v4}); got != "172.18.0.20,172.18.0.77,fd00:172:19::77" {
+		t.Errorf("announced %q", got)
 	}
 }
 
