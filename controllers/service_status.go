@@ -69,8 +69,10 @@ func (r *ServiceReconciler) recordServed(ctx context.Context, svc *corev1.Servic
 	if plan.ReplicasWarning != "" {
 		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, decide.ReasonInvalidReplicas, actionApply, "%s", plan.ReplicasWarning)
 	}
-	if plan.TrafficWarning != "" && written && !strings.HasSuffix(allocatedBefore, plan.TrafficWarning) {
-		r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, plan.TrafficReason, actionApply, "%s", plan.TrafficWarning)
+	for _, w := range plan.TrafficWarnings {
+		if written && !strings.Contains(allocatedBefore, w.Message) {
+			r.Recorder.Eventf(svc, nil, corev1.EventTypeWarning, w.Reason, actionApply, "%s", w.Message)
+		}
 	}
 	return written && svc.DeletionTimestamp.IsZero() && controllerutil.ContainsFinalizer(svc, lbv1.CleanupFinalizer), nil
 }

@@ -100,10 +100,10 @@ const (
 	// number from 1 to 5; the Service keeps --lb-replicas.
 	ReasonInvalidReplicas = "InvalidReplicas"
 	// ReasonInternalTrafficPolicyLocal (Warning Event, and the end of the AddressAllocated
-	// message): a served Service's spec.internalTrafficPolicy is Local (Plan.TrafficWarning).
+	// message): a served Service's spec.internalTrafficPolicy is Local (Plan.TrafficWarnings).
 	ReasonInternalTrafficPolicyLocal = "InternalTrafficPolicyLocal"
 	// ReasonSessionAffinityClientIP (the same way): spec.sessionAffinity is ClientIP, which
-	// pins every client of the address to one endpoint (Plan.TrafficWarning).
+	// pins every client of the address to one endpoint (Plan.TrafficWarnings).
 	ReasonSessionAffinityClientIP = "SessionAffinityClientIP"
 	// ReasonSourceRangesOmitFamily (the same way): loadBalancerSourceRanges name no range of
 	// one of the address's families, so every client of that family is refused.

@@ -132,11 +132,12 @@ type Plan struct {
 	// ReplicasWarning, when set, says why the Service's lbsvc.io/replicas annotation was ignored
 	// (a typo must not take the Service down: it keeps the default, and says so).
 	ReplicasWarning string
-	// TrafficWarning, when set, says why traffic through the address may be dropped or go
-	// otherwise than the Service says although the Service is served (trafficWarning): it ends
-	// the AddressAllocated message, and goes out as a Warning Event with TrafficReason (the first
-	// warning's) when that message changes.
-	TrafficWarning, TrafficReason string
+	// TrafficWarnings say why traffic through the address may be dropped or go otherwise than
+	// the Service says although the Service is served (trafficWarning): they end the
+	// AddressAllocated message (TrafficWarning joins them), and each goes out as a Warning Event
+	// of its own reason when it is new to that message (one Event per reason: the Events
+	// recorder folds a second Event of the same reason into the first, message and all).
+	TrafficWarnings []Warning
 	// Unplaceable, with PlanServe, says that the Subnet's nodeSelector matches no node an lb pod
 	// can be scheduled on: the Service keeps its address and its Deployment, and shows it in
 	// ConditionLBPodAvailable (LBPodCondition).
@@ -244,8 +245,8 @@ func (p Plan) SharedObjects(addrs []netip.Addr, owned []OwnedIP) ([]lbobjects.Se
 func (p Plan) AllocatedCondition(addrs []netip.Addr) metav1.Condition {
 	c := metav1.Condition{Type: ConditionAddressAllocated, Status: metav1.ConditionTrue, Reason: ReasonAllocated,
 		Message: fmt.Sprintf("%s from subnet %s", JoinAddrs(addrs), p.Subnet)}
-	if p.TrafficWarning != "" {
-		c.Message += "; " + p.TrafficWarning
+	if w := p.TrafficWarning(); w != "" {
+		c.Message += "; " + w
 	}
 	if p.Refusal != nil {
 		c.Reason, c.Message = p.Refusal.Reason, BoundedMessage(p.Refusal.Message)
@@ -253,7 +254,7 @@ func (p Plan) AllocatedCondition(addrs []netip.Addr) metav1.Condition {
 	return c
 }
 
-// trafficWarning adds to Plan.TrafficWarning what svc's spec does to traffic through the address
+// trafficWarning adds to Plan.TrafficWarnings what svc's spec does to traffic through the address
 // that the Service does not say (families: the ones it is served in). The lb pod DNATs to the
 // ClusterIP from its own pod, so kube-proxy applies the Service's spec to what it forwards as to
 // a client pod:
@@ -266,15 +267,7 @@ func (p Plan) AllocatedCondition(addrs []netip.Addr) metav1.Condition {
 // refuse every client of that family (kube-proxy would leave it open; the lb pod does not open
 // what the Service restricts). The Service is still served, but not silently.
 func (p *Plan) trafficWarning(svc *corev1.Service, families []ipam.Family, ranges []netip.Prefix) {
-	add := func(reason, msg string) {
-		if p.TrafficReason == "" {
-			p.TrafficReason = reason
-		}
-		if p.TrafficWarning != "" {
-			p.TrafficWarning += "; "
-		}
-		p.TrafficWarning += msg
-	}
+	add := func(reason, msg string) { p.TrafficWarnings = append(p.TrafficWarnings, Warning{reason, msg}) }
 	if pol := svc.Spec.InternalTrafficPolicy; pol != nil && *pol == corev1.ServiceInternalTrafficPolicyLocal {
 		add(ReasonInternalTrafficPolicyLocal, "spec.internalTrafficPolicy is Local: the lb pod reaches the Service as a pod of its node, so traffic through the address reaches only endpoints on the lb pod's node and is dropped where it has none; set it to Cluster")
 	}
@@ -289,6 +282,18 @@ func (p *Plan) trafficWarning(svc *corev1.Service, families []ipam.Family, range
 			add(ReasonSourceRangesOmitFamily, fmt.Sprintf("spec.loadBalancerSourceRanges name no %s range: every %s client is refused; add one (%s for all)", f, f, map[ipam.Family]string{ipam.IPv4: "0.0.0.0/0", ipam.IPv6: "::/0"}[f]))
 		}
 	}
+}
+
+// Warning is a reason and its message: a served Service's Warning Event.
+type Warning struct{ Reason, Message string }
+
+// TrafficWarning is the TrafficWarnings' messages, joined as the AddressAllocated message ends.
+func (p Plan) TrafficWarning() string {
+	msgs := make([]string, 0, len(p.TrafficWarnings))
+	for _, w := range p.TrafficWarnings {
+		msgs = append(msgs, w.Message)
+	}
+	return strings.Join(msgs, "; ")
 }
 
 // RefusedCondition is the AddressAllocated condition of a refused Service.

@@ -517,8 +517,19 @@ func TestDecideServiceTrafficWarnings(t *testing.T) {
 		}}, reason: ReasonInternalTrafficPolicyLocal, wanted: local + "; " + affinity + "; " + noV6},
 	} {
 		p := DecideService(ServiceInputs{Service: planService(tc.mutate...), NADFound: true, Subnets: []lbv1.Subnet{dual}, EnableLBSvc: true})
-		if p.Action != PlanServe || p.TrafficReason != tc.reason || p.TrafficWarning != tc.wanted {
-			t.Errorf("%s: action %v, warning %q (%s); want served, %q (%s)", name, p.Action, p.TrafficWarning, p.TrafficReason, tc.wanted, tc.reason)
+		reason := ""
+		if len(p.TrafficWarnings) > 0 {
+			reason = p.TrafficWarnings[0].Reason
+		}
+		if p.Action != PlanServe || reason != tc.reason || p.TrafficWarning() != tc.wanted {
+			t.Errorf("%s: action %v, warning %q (%s); want served, %q (%s)", name, p.Action, p.TrafficWarning(), reason, tc.wanted, tc.reason)
+		}
+		if name == "all three, the first reason named" {
+			// One Event each, under its own reason: the recorder folds Events of one reason.
+			want := []Warning{{ReasonInternalTrafficPolicyLocal, local}, {ReasonSessionAffinityClientIP, affinity}, {ReasonSourceRangesOmitFamily, noV6}}
+			if !reflect.DeepEqual(p.TrafficWarnings, want) {
+				t.Errorf("warnings %+v, want %+v", p.TrafficWarnings, want)
+			}
 		}
 	}
 }
