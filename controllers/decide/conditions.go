@@ -27,9 +27,6 @@ const (
 	ReasonAddressMoved = "AddressMoved"
 	// ReasonInvalidProvider: the attachment provider is not "<nad name>.<nad namespace>".
 	ReasonInvalidProvider = "InvalidProvider"
-	// ReasonNoProvider: the Service names our loadBalancerClass, but neither it nor the
-	// operator (--default-attachment-provider) names an attachment provider.
-	ReasonNoProvider = "NoAttachmentProvider"
 	// ReasonNADNotFound: the NetworkAttachmentDefinition named by the provider does not exist.
 	ReasonNADNotFound = "NetworkAttachmentDefinitionNotFound"
 	// ReasonSubnetNotFound: no Subnet (or the one named by logical_switch) serves the provider.

@@ -14,7 +14,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/utils/ptr"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
 	"github.com/lbsvc/lbsvc-operator/controllers/ipam"
@@ -359,13 +358,6 @@ func DecideService(in ServiceInputs) Plan {
 		if !deleting {
 			return Plan{Action: PlanNothing}
 		}
-	}
-	if !served && !deleting && svc.Spec.Type == corev1.ServiceTypeLoadBalancer && ptr.Deref(svc.Spec.LoadBalancerClass, "") == lbv1.LoadBalancerClass {
-		// Our class asks for this operator by name, and no other controller will take the
-		// Service: without a provider it would stay <pending> with nothing to say why.
-		return Plan{Action: PlanTeardown, Drain: Bound(in.Owned), Refusal: &Refusal{ReasonNoProvider, fmt.Sprintf(
-			"loadBalancerClass %s names this operator, but the Service has no annotation %s (<nad name>.<nad namespace>) and the operator no --default-attachment-provider",
-			lbv1.LoadBalancerClass, lbv1.AttachmentProviderAnnotation)}}
 	}
 	if !served || deleting {
 		if !ours && !leftDeployment(in) {

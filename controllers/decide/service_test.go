@@ -147,13 +147,14 @@ func TestDecideService(t *testing.T) {
 			}), Subnets: []lbv1.Subnet{sn}},
 			want: Plan{Action: PlanNothing},
 		},
-		"our class without a provider (none annotated, no default): refused, so that it says why": {
+		// Our class without a provider is not served, silently, as README's troubleshooting
+		// says: removing the annotation is how a Service of our class leaves (TestCleanup).
+		"our class without a provider (none annotated, no default): nothing": {
 			in: ServiceInputs{Service: planService(func(s *corev1.Service) {
 				delete(s.Annotations, lbv1.AttachmentProviderAnnotation)
 				s.Spec.LoadBalancerClass = ptr.To(lbv1.LoadBalancerClass)
 			}), Subnets: []lbv1.Subnet{sn}, EnableLBSvc: true},
-			want: Plan{Action: PlanTeardown, Refusal: &Refusal{ReasonNoProvider,
-				"loadBalancerClass lbsvc.io/lb-svc names this operator, but the Service has no annotation ovn.kubernetes.io/attachmentprovider (<nad name>.<nad namespace>) and the operator no --default-attachment-provider"}},
+			want: Plan{Action: PlanNothing},
 		},
 		"class changed away from us after we served it: let go": {
 			in: ServiceInputs{Service: planService(foreignClass, withCondition), Subnets: []lbv1.Subnet{sn},

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	lbv1 "github.com/lbsvc/lbsvc-operator/apis/v1alpha1"
@@ -54,10 +53,6 @@ func TestBadInputTable(t *testing.T) {
 		{"provider-whitespace", provider("  " + f.provider + "  "), ""},
 		{"provider-unicode", provider("nä∂.kube-system"), decide.ReasonNADNotFound},
 		{"provider-missing-nad", provider("ghost." + f.ns), decide.ReasonNADNotFound},
-		{"our-class-no-provider", func(s *corev1.Service) {
-			delete(s.Annotations, lbv1.AttachmentProviderAnnotation)
-			s.Spec.LoadBalancerClass = ptr.To(lbv1.LoadBalancerClass)
-		}, decide.ReasonNoProvider},
 		{strings.Repeat("n", 63), nil, ""},
 		{"lbip-spaces", lbip("  " + f.ip("20") + "  "), ""},
 		{"lbip-two-v4", lbip(f.ip("21") + ", " + f.ip("22")), decide.ReasonInvalidLoadBalancerIP},
