@@ -67,11 +67,12 @@ func (f FlowPolicy) Stale(fl Flow) bool {
 		return false
 	}
 	if fl.Protocol == SCTP && fl.Dst.Port() == 0 {
-		// An SCTP entry as the conntrack library reads it: without its ports (vishvananda/netlink
-		// parses those of TCP and UDP only). Called stale for its port, every SCTP association
-		// to the address was deleted at every change of the rules, allowed ones too. Without the
-		// port, it is kept while some SCTP port allows its source and translates to its target;
-		// an entry of a port gone to a target other ports still have lives on until it ends.
+		// An SCTP entry without its ports (vishvananda/netlink's parser read those of TCP and UDP
+		// only; the walk's own, parseConntrackFlow, reads them, so this is for an entry the
+		// kernel sent without them). Called stale for its port, every SCTP association to the
+		// address was deleted at every change of the rules, allowed ones too. Without the port,
+		// it is kept while some SCTP port allows its source and translates to its target; an
+		// entry of a port gone to a target other ports still have lives on until it ends.
 		reply := fl.ReplySrc.Addr().Unmap()
 		for port, target := range f.Targets {
 			if port.Protocol == SCTP && target.Addr() == reply && f.sources(port).allows(fl.Src.Unmap()) {
