@@ -291,8 +291,14 @@ func (b *AddressBook) observeLocked(ip *lbv1.IP) {
 	if old, ok := b.ips[ip.Name]; ok {
 		// Passes observe what they read or wrote, the informer what it delivers: an older
 		// version seen after a newer one must not undo it (the members of a shared address
-		// change), or the mirror would keep a member that left until the next event.
-		if old.uid == ip.UID && old.rv != "" {
+		// change), or the mirror would keep a member that left until the next event. Nor an
+		// earlier object of the name: a Service that starts or stops sharing its address drains
+		// it and claims it again, and the informer's last update of the drained object (its
+		// finalizer removed) came after the pass had observed the new one it created, which it
+		// replaced until the new one's own event: a pass in between found the address held by
+		// no claim of its own, claimed it, and was refused AddressInUse by itself. Objects of one
+		// name never coexist, so the later resourceVersion is the later object's whatever the UID.
+		if old.rv != "" {
 			if c, err := resourceversion.CompareResourceVersion(ip.ResourceVersion, old.rv); err == nil && c < 0 {
 				return
 			}

@@ -173,3 +173,33 @@ func TestShareLocks(t *testing.T) {
 		t.Errorf("%d locks after every claim ended, want 0", n)
 	}
 }
+
+// The mirror keeps the newest object of a name: an event of the object drained before it (an
+// address claimed again with another sharing key), delivered after the claim observed the new
+// one, changes nothing, and neither does its deletion; a later version of the new one does.
+func TestObserveKeepsTheNewerObjectOfAName(t *testing.T) {
+	b, old := oneAddressBook(t)
+	old.ResourceVersion = "100"
+	b.Observe(old)
+	owner := old.Spec.Service
+	shared := &lbv1.IP{
+		ObjectMeta: metav1.ObjectMeta{Name: old.Name, UID: "ip-uid-2", ResourceVersion: "200"},
+		Spec: lbv1.IPSpec{Address: old.Spec.Address, Subnet: "tiny", Service: owner, SharingKey: "dns",
+			Members: []lbv1.IPMember{{Namespace: owner.Namespace, Name: owner.Name, UID: owner.UID}}},
+	}
+	b.Observe(shared)
+	drained := old.DeepCopy()
+	drained.ResourceVersion, drained.DeletionTimestamp, drained.Finalizers = "150", &metav1.Time{Time: time.Now()}, nil
+	b.Observe(drained)
+	b.forget(drained.Name, drained.UID)
+	owned := b.OwnedBy(types.UID(owner.UID))
+	if len(owned) != 1 || owned[0].SharingKey != "dns" || owned[0].Draining {
+		t.Fatalf("owned %+v after the drained object's late events; want the shared one, not draining", owned)
+	}
+	later := shared.DeepCopy()
+	later.ResourceVersion, later.Spec.SharingKey, later.Spec.Members = "300", "", nil
+	b.Observe(later)
+	if owned := b.OwnedBy(types.UID(owner.UID)); len(owned) != 1 || owned[0].SharingKey != "" {
+		t.Fatalf("owned %+v after a later version; want it", owned)
+	}
+}
