@@ -414,13 +414,13 @@ func desiredTables(fam Family, iface, uplink string, lbIP netip.Addr, targets []
 	if len(groups) == 1 {
 		matches, all, allowed := sourceMatches(fam, groups[0].ranges)
 		t.Flows.AllSources, t.Flows.Sources = all, allowed
-		pre.Rules = sourceRules(matches, []string{"-d", lb}, ChainServices)
+		pre.Rules = sourceRules(matches, []string{"-d", lb, "-i", iface}, ChainServices)
 		svc.Rules, buckets = bucketRules(ChainServices, dnatRules(lb, targets, t.Flows.Targets))
 	} else {
 		// Each port's sources are its group's: a member leaving or changing its ranges leaves
 		// the other members' flows alone.
 		t.Flows.PortSources = map[Port]FlowSources{}
-		pre.Rules = [][]string{{"-d", lb, "-j", ChainServices}}
+		pre.Rules = [][]string{{"-d", lb, "-i", iface, "-j", ChainServices}}
 		for i, g := range groups {
 			matches, all, allowed := sourceMatches(fam, g.ranges)
 			name := groupChain(i)

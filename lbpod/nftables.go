@@ -151,17 +151,17 @@ func desiredNFT(fam Family, iface, uplink string, lbIP netip.Addr, targets []tar
 	if len(groups) == 1 {
 		matches, all, allowed := sourceMatches(fam, groups[0].ranges)
 		t.Flows.AllSources, t.Flows.Sources = all, allowed
-		pre.Rules = nftSourceRules(fam, matches, &lb, NFTChainServices)
+		pre.Rules = nftSourceRules(fam, matches, iface, &lb, NFTChainServices)
 		for _, tg := range withIP {
 			svc.Rules = append(svc.Rules, dnat[tg.index]...)
 		}
 	} else {
 		t.Flows.PortSources = map[Port]FlowSources{}
-		pre.Rules = []NFTRule{nftRule(nftAddrMatch(fam, false, lb, false), jump(NFTChainServices))}
+		pre.Rules = []NFTRule{nftRule(nftIifname(iface), nftAddrMatch(fam, false, lb, false), jump(NFTChainServices))}
 		for i, g := range groups {
 			matches, all, allowed := sourceMatches(fam, g.ranges)
 			gc := NFTChain{Name: nftGroupChain(i)}
-			svc.Rules = append(svc.Rules, nftSourceRules(fam, matches, nil, gc.Name)...)
+			svc.Rules = append(svc.Rules, nftSourceRules(fam, matches, "", nil, gc.Name)...)
 			for _, tg := range g.targets {
 				gc.Rules = append(gc.Rules, dnat[tg.index]...)
 				for _, p := range tg.ports {
@@ -202,12 +202,15 @@ func desiredNFT(fam Family, iface, uplink string, lbIP netip.Addr, targets []tar
 	return t
 }
 
-// nftSourceRules are the rules that jump allowed sources (and, when lb is given, only to it) to
-// chain, each once.
-func nftSourceRules(fam Family, matches []sourceMatch, lb *netip.Prefix, chain string) []NFTRule {
+// nftSourceRules are the rules that jump allowed sources (and, when lb is given, only to it,
+// when iface is, only arriving there) to chain, each once.
+func nftSourceRules(fam Family, matches []sourceMatch, iface string, lb *netip.Prefix, chain string) []NFTRule {
 	var rules []NFTRule
 	for _, m := range matches {
 		var parts []nftPart
+		if iface != "" {
+			parts = append(parts, nftIifname(iface))
+		}
 		if m.from.IsValid() {
 			parts = append(parts, nftAddrMatch(fam, true, m.from.Masked(), false))
 		}

@@ -76,7 +76,7 @@ func TestDesiredSharedTwoMembers(t *testing.T) {
 		"-N LBSVC-POSTROUTING",
 		"-A PREROUTING -j LBSVC-PREROUTING",
 		"-A POSTROUTING -j LBSVC-POSTROUTING",
-		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES",
+		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -i net1 -j LBSVC-SERVICES",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 53 -j DNAT --to-destination 10.96.0.10:53",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.96.0.20:53",
 		"-A LBSVC-POSTROUTING -d 10.96.0.10/32 -j MASQUERADE",
@@ -87,7 +87,7 @@ func TestDesiredSharedTwoMembers(t *testing.T) {
 		t.Errorf("nft sets %v, want %v", nftSetPorts(nft), want)
 	}
 	rules := nftRuleTexts(nft)
-	checkLines(t, "nft prerouting", rules[NFTChainPrerouting], []string{"ip daddr 172.18.0.18 jump services"})
+	checkLines(t, "nft prerouting", rules[NFTChainPrerouting], []string{`iifname "net1" ip daddr 172.18.0.18 jump services`})
 	checkLines(t, "nft services", rules[NFTChainServices], slices.Concat(nftDNATTexts(0, "10.96.0.10"), nftDNATTexts(1, "10.96.0.20")))
 	checkLines(t, "nft postrouting", rules[NFTChainPostrouting], []string{"ip daddr 10.96.0.10 masquerade", "ip daddr 10.96.0.20 masquerade"})
 	wantFlows := FlowPolicy{LB: netip.MustParseAddr("172.18.0.18"), AllSources: true,
@@ -161,7 +161,7 @@ func TestDesiredSharedSourceRanges(t *testing.T) {
 		"-A LBSVC-SERVICES-S0 -d 172.18.0.18/32 -p udp -m udp --dport 54 -j DNAT --to-destination 10.96.0.10:54",
 		"-A LBSVC-SERVICES-S1 -d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.96.0.20:53",
 		"-A LBSVC-SERVICES-S2 -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.96.0.30:80",
-		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES",
+		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -i net1 -j LBSVC-SERVICES",
 		"-A LBSVC-SERVICES -s 172.18.0.100/32 -j LBSVC-SERVICES-S0",
 		"-A LBSVC-SERVICES -s 172.18.0.0/24 -j LBSVC-SERVICES-S1",
 		"-A LBSVC-SERVICES -s 10.0.0.0/8 -j LBSVC-SERVICES-S1",
@@ -171,7 +171,7 @@ func TestDesiredSharedSourceRanges(t *testing.T) {
 		"-A LBSVC-POSTROUTING -d 10.96.0.30/32 -j MASQUERADE",
 	})
 	rules := nftRuleTexts(st.NFTables[0])
-	checkLines(t, "nft prerouting", rules[NFTChainPrerouting], []string{"ip daddr 172.18.0.18 jump services"})
+	checkLines(t, "nft prerouting", rules[NFTChainPrerouting], []string{`iifname "net1" ip daddr 172.18.0.18 jump services`})
 	checkLines(t, "nft services", rules[NFTChainServices], []string{
 		"ip saddr 172.18.0.100 jump services_0",
 		"ip saddr 172.18.0.0/24 jump services_1",
@@ -200,7 +200,7 @@ func TestDesiredSharedSourceRanges(t *testing.T) {
 	b.SourceRanges = prefixes("fd00::/8", "172.18.0.100/32")
 	st = Desired(Config{Network: sharedNet, Services: []Service{b, a}}, sharedObs, Names{})
 	checkLines(t, "same ranges", lines(RenderIPTables(st, IPv4, "nat"))[5:8], []string{
-		"-A LBSVC-PREROUTING -s 172.18.0.100/32 -d 172.18.0.18/32 -j LBSVC-SERVICES",
+		"-A LBSVC-PREROUTING -s 172.18.0.100/32 -d 172.18.0.18/32 -i net1 -j LBSVC-SERVICES",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 53 -j DNAT --to-destination 10.96.0.10:53",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p udp -m udp --dport 54 -j DNAT --to-destination 10.96.0.10:54",
 	})
@@ -259,7 +259,7 @@ func TestDesiredSharedFamilyMismatch(t *testing.T) {
 		t.Fatalf("problems %+v, want %+v", st.Problems, want)
 	}
 	checkLines(t, "iptables nat", lines(RenderIPTables(st, IPv4, "nat"))[5:8], []string{
-		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES",
+		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -i net1 -j LBSVC-SERVICES",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 53 -j DNAT --to-destination 10.96.0.10:53",
 		"-A LBSVC-POSTROUTING -d 10.96.0.10/32 -j MASQUERADE",
 	})

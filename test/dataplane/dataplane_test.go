@@ -71,7 +71,7 @@ func TestTCPUDPAndSCTPRulesIPv4(t *testing.T) {
 	for _, line := range []string{
 		"-A PREROUTING -j LBSVC-PREROUTING",
 		"-A POSTROUTING -j LBSVC-POSTROUTING",
-		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES",
+		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -i net1 -j LBSVC-SERVICES",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p udp -m udp --dport 53 -j DNAT --to-destination 10.109.201.193:53",
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p sctp -m sctp --dport 3868 -j DNAT --to-destination 10.109.201.193:3868",
@@ -181,7 +181,7 @@ func TestInitTwiceIsIdempotent(t *testing.T) {
 		"-A PREROUTING -j LBSVC-PREROUTING\n" +
 		"-A POSTROUTING -j LBSVC-POSTROUTING\n" +
 		"-A LBSVC-POSTROUTING -d 10.109.201.193/32 -j MASQUERADE\n" +
-		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES\n" +
+		"-A LBSVC-PREROUTING -d 172.18.0.18/32 -i net1 -j LBSVC-SERVICES\n" +
 		"-A LBSVC-SERVICES -d 172.18.0.18/32 -p tcp -m tcp --dport 80 -j DNAT --to-destination 10.109.201.193:80\n"))
 	g.Expect(tp.exec(tp.lb, "iptables", "-t", "filter", "-S")).To(Equal("-P INPUT ACCEPT\n" +
 		"-P FORWARD ACCEPT\n" +

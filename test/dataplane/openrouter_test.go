@@ -3,6 +3,7 @@
 package dataplane
 
 import (
+	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
@@ -83,6 +84,40 @@ func TestNotAnOpenRouterFromClusterSide(t *testing.T) {
 			g.Consistently(func() int { return tp.rawCount(tp.client, f.cmd, "PREROUTING", "leaked") }).
 				WithTimeout(500*time.Millisecond).WithPolling(50*time.Millisecond).Should(BeZero(), "forwarded from %s into the underlay", f.sender)
 			// And the Service is still served.
+			expectServed(g, tp, tp.client, f.lb, f.clusterIP)
+		}
+	})
+}
+
+// Nothing from the cluster side (eth0) is translated to a Service, even when it is addressed to
+// the LB address: DNAT applies only to what arrives on net1. A pod of the node routes the LB
+// address through the lb pod and opens a connection to a Service port; the node counts what the
+// lb pod then sends to the ClusterIP from its own address (masqueraded). Before, the SYN was
+// translated and reached the Service (and the backend's reply, sourced from the LB address,
+// left through net1: a pod that may spoof its source there could have replies sent onto the
+// underlay to a host of its choosing); now nothing reaches it. The underlay client is still
+// served.
+func TestNoDNATFromClusterSide(t *testing.T) {
+	forEachRules(t, func(t *testing.T, rules []string) {
+		g := NewWithT(t)
+		tp := newTopology(t)
+		tp.startBackends()
+		svc := filepath.Join(t.TempDir(), "svc.yaml")
+		writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, nil)
+		tp.startLBPod(svc, "dual", rules...)
+		waitReady(g, tp)
+		for _, f := range []struct{ cmd, lb, clusterIP, podIP string }{
+			{"iptables", lbIPv4, clusterIPv4, podV4},
+			{"ip6tables", lbIPv6, clusterIPv6, podV6},
+		} {
+			expectServed(g, tp, tp.client, f.lb, f.clusterIP)
+			tp.ip(tp.node, "route", "add", f.lb, "via", f.podIP, "dev", "nodeveth")
+			tp.exec(tp.node, f.cmd, "-t", "raw", "-A", "PREROUTING", "-s", f.podIP, "-d", f.clusterIP, "-p", "tcp", "--dport", fmt.Sprint(httpPort),
+				"-m", "comment", "--comment", "translated")
+			_, err := httpGet(t, tp.node, lbAddr(f.lb, httpPort))
+			g.Expect(err).To(HaveOccurred(), "from the cluster side to %s", f.lb)
+			g.Consistently(func() int { return tp.rawCount(tp.node, f.cmd, "PREROUTING", "translated") }).
+				WithTimeout(300*time.Millisecond).WithPolling(50*time.Millisecond).Should(BeZero(), "translated to the Service from the cluster side through %s", f.lb)
 			expectServed(g, tp, tp.client, f.lb, f.clusterIP)
 		}
 	})

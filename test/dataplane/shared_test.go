@@ -124,7 +124,7 @@ func TestSharedAddressTwoServices(t *testing.T) {
 		if len(rules) > 0 { // iptables: the source groups as written
 			nat := tp.exec(tp.lb, "iptables-save", "-t", "nat")
 			g.Expect(strings.Split(nat, "\n")).To(ContainElements(
-				"-A LBSVC-PREROUTING -d 172.18.0.18/32 -j LBSVC-SERVICES",
+				"-A LBSVC-PREROUTING -d 172.18.0.18/32 -i net1 -j LBSVC-SERVICES",
 				"-A LBSVC-SERVICES -j LBSVC-SERVICES-S0",
 				"-A LBSVC-SERVICES -s 172.18.0.100/32 -j LBSVC-SERVICES-S1",
 				"-A LBSVC-SERVICES-S0 -d 172.18.0.18/32 -p tcp -m tcp --dport 53 -j DNAT --to-destination 10.109.201.193:53",
