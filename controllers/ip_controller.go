@@ -112,6 +112,16 @@ func (c *conflictWrites) note(ip *lbv1.IP) {
 	c.written[key][ip.Name] = ip.UID
 }
 
+// noted says whether ip was put in phase Conflict by this operator and the cache did not show
+// it so yet: a pass that reads the older copy decides the same transition again, which must not
+// be counted or announced twice.
+func (c *conflictWrites) noted(ip *lbv1.IP) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	uid, ok := c.written[conflictNamespaceKey(ip)][ip.Name]
+	return ok && uid == ip.UID
+}
+
 // unseen are the IP objects of key put in phase Conflict by this operator, as noted.
 func (c *conflictWrites) unseen(key string) map[string]types.UID {
 	c.mu.Lock()
@@ -443,9 +453,10 @@ func (r *IPReconciler) reconcileBound(ctx context.Context, ip *lbv1.IP) error {
 	if err := r.patchStatus(ctx, ip, cp, holderList(pods, active, kept), ""); err != nil {
 		return err
 	}
-	if cp.Event != "" {
+	if cp.Event != "" && !r.conflicts.noted(ip) {
 		r.conflicts.note(ip)
-		// Sent once the status landed: the transition is recorded, a later pass sends nothing.
+		// Sent once the status landed: the transition is recorded, a later pass sends nothing
+		// (nor one that read the cache before it showed the transition: noted).
 		addressConflicts.Inc()
 		r.Recorder.Eventf(ip, nil, corev1.EventTypeWarning, decide.ReasonAddressInUse, actionProbe, "%s", cp.Event)
 		for _, svc := range svcs {

@@ -80,3 +80,25 @@ func TestHolderListKeepsTheActiveOne(t *testing.T) {
 		}
 	}
 }
+
+// A pass that reads the IP object from the cache before the cache shows the phase Conflict it
+// wrote decides the same transition again: noted, it is neither counted nor announced twice
+// (lbsvc_address_conflicts_total counted 2 for one conflict in a CI run). A new object of the
+// name (the admin deleted the old one) is not the one noted.
+func TestConflictNotedOncePerObject(t *testing.T) {
+	var c conflictWrites
+	ip := &lbv1.IP{ObjectMeta: metav1.ObjectMeta{Name: "10.0.0.6", UID: "u1"}, Spec: lbv1.IPSpec{Address: "10.0.0.6",
+		Service: lbv1.IPOwner{Namespace: "team-a", Name: "web", UID: "s1"}}}
+	if c.noted(ip) {
+		t.Fatal("noted before it was written")
+	}
+	c.note(ip)
+	if !c.noted(ip) {
+		t.Fatal("not noted after it was written")
+	}
+	again := ip.DeepCopy()
+	again.UID = "u2"
+	if c.noted(again) {
+		t.Fatal("a new object of the name counts as the one noted")
+	}
+}
