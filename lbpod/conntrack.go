@@ -10,6 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,11 +40,25 @@ func forgetFlows(o ForgetFlowsOp) (uint, error) {
 	if err != nil && !errors.Is(err, nl.ErrDumpInterrupted) {
 		return 0, err
 	}
-	// An interrupted dump (the table changed meanwhile) still deletes what it found.
+	if len(stale) == 0 {
+		return 0, err
+	}
+	// An interrupted dump (the table changed meanwhile) still deletes what it found, over one
+	// socket (a request of its own would open one per entry).
+	sock, serr := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_NETFILTER)
+	if serr != nil {
+		return 0, errors.Join(err, fmt.Errorf("conntrack: %w", serr))
+	}
+	defer sock.Close()
+	if serr := errors.Join(sock.SetSendTimeout(&nl.SocketTimeoutTv), sock.SetReceiveTimeout(&nl.SocketTimeoutTv)); serr != nil {
+		return 0, errors.Join(err, fmt.Errorf("conntrack: %w", serr))
+	}
+	sockets := map[int]*nl.SocketHandle{unix.NETLINK_NETFILTER: {Socket: sock}}
 	var deleted uint
 	var failed int
 	for _, msg := range stale {
 		del := conntrackRequest(nl.IPCTNL_MSG_CT_DELETE, unix.NLM_F_ACK, family)
+		del.Sockets = sockets
 		del.AddRawData(msg[nl.SizeofNfgenmsg:])
 		if _, derr := del.Execute(unix.NETLINK_NETFILTER, 0); derr == nil || errors.Is(derr, fs.ErrNotExist) {
 			deleted++

@@ -105,18 +105,19 @@ func (l *fairListener) Accept() (net.Conn, error) {
 		if ta, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 			src = ta.AddrPort().Addr().Unmap()
 		}
-		if l.admit(src) {
-			return &fairConn{Conn: c, l: l, src: src}, nil
+		fromNode := l.node != nil && src.IsValid() && l.node(src)
+		if l.admit(src, fromNode) {
+			return &fairConn{Conn: c, l: l, src: src, fromNode: fromNode}, nil
 		}
 		c.Close()
 	}
 }
 
-// admit counts a connection from src, or says it is one too many.
-func (l *fairListener) admit(src netip.Addr) bool {
+// admit counts a connection from src (the node's when fromNode), or says it is one too many.
+func (l *fairListener) admit(src netip.Addr, fromNode bool) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.node != nil && src.IsValid() && l.node(src) {
+	if fromNode {
 		if l.byNode >= l.lim.nodeConns {
 			return false
 		}
@@ -132,10 +133,10 @@ func (l *fairListener) admit(src netip.Addr) bool {
 }
 
 // release uncounts a connection admit counted.
-func (l *fairListener) release(src netip.Addr) {
+func (l *fairListener) release(src netip.Addr, fromNode bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.node != nil && src.IsValid() && l.node(src) {
+	if fromNode {
 		l.byNode--
 		return
 	}
@@ -148,14 +149,15 @@ func (l *fairListener) release(src netip.Addr) {
 // fairConn releases its place in the fairListener once, when it is closed.
 type fairConn struct {
 	net.Conn
-	l    *fairListener
-	src  netip.Addr
-	once sync.Once
+	l        *fairListener
+	src      netip.Addr
+	fromNode bool
+	once     sync.Once
 }
 
 func (c *fairConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.release(c.src) })
+	c.once.Do(func() { c.l.release(c.src, c.fromNode) })
 	return err
 }
 

@@ -64,8 +64,7 @@ func run(ctx context.Context, o options, network lbpod.Network, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	log.Info("health server address", "addr", healthAddr, "why", why)
-	log.Info("health server: the node's own connections", "from", node)
+	log.Info("health server address", "addr", healthAddr, "why", why, "node", node)
 	srv, err := lbpod.ServeHealth(healthAddr, loop.Handler(), node, log)
 	if err != nil {
 		return err

@@ -99,13 +99,7 @@ func TestNotAnOpenRouterFromClusterSide(t *testing.T) {
 // served.
 func TestNoDNATFromClusterSide(t *testing.T) {
 	forEachRules(t, func(t *testing.T, rules []string) {
-		g := NewWithT(t)
-		tp := newTopology(t)
-		tp.startBackends()
-		svc := filepath.Join(t.TempDir(), "svc.yaml")
-		writeService(t, svc, []string{clusterIPv4, clusterIPv6}, basePorts, nil)
-		tp.startLBPod(svc, "dual", rules...)
-		waitReady(g, tp)
+		g, tp, _ := servedTopology(t, "dual", []string{clusterIPv4, clusterIPv6}, nil, rules...)
 		for _, f := range []struct{ cmd, lb, clusterIP, podIP string }{
 			{"iptables", lbIPv4, clusterIPv4, podV4},
 			{"ip6tables", lbIPv6, clusterIPv6, podV6},
